@@ -1,0 +1,46 @@
+"""tickwheel: delayed operations at any scale.
+
+Timers (Kafka's hierarchical timing wheel, Netty's hashed wheel, a heap baseline)
+built on an explicit clock, so everything time-dependent can run on a manual clock.
+"""
+
+from tickwheel._clock import Clock, ManualClock, SystemClock
+from tickwheel._histogram import HistogramSnapshot
+from tickwheel.timers import (
+    HashedWheelTimer,
+    HeapTimer,
+    TimerBase,
+    TimerClosed,
+    TimerRejected,
+    TimerStats,
+    TimerTask,
+    TimingWheelTimer,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Clock",
+    "HashedWheelTimer",
+    "HeapTimer",
+    "HistogramSnapshot",
+    "ManualClock",
+    "SystemClock",
+    "TimerBase",
+    "TimerClosed",
+    "TimerRejected",
+    "TimerStats",
+    "TimerTask",
+    "TimingWheelTimer",
+    "compiled",
+]
+
+
+def _is_compiled() -> bool:
+    from tickwheel.timers import _timing_wheel
+
+    return not (_timing_wheel.__file__ or "").endswith(".py")
+
+
+#: True when the timer core runs as a compiled (mypyc) extension, False in pure Python.
+compiled: bool = _is_compiled()

@@ -1,0 +1,340 @@
+"""What the three timers share: the public API, counters, the executor and the driver.
+
+Locking (CPython). Each timer has one ``threading.Lock``; ``add``, ``cancel`` and the
+collecting half of ``advance_clock`` take it, and nothing else runs under it: due tasks
+are collected under the lock and run after it is released, so a task may schedule,
+cancel or complete other work (the purgatory does) without deadlocking. Kafka uses a
+read/write lock around the wheel plus a lock per bucket so that many producers add in
+parallel; under the GIL adds never run in parallel anyway, and one uncontended lock
+costs less than the two a Kafka add takes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final
+
+from tickwheel._clock import Clock, SystemClock
+from tickwheel._histogram import Histogram, HistogramSnapshot
+from tickwheel._validate import check_delay_ms
+from tickwheel.timers._driver import Driver
+from tickwheel.timers._errors import TimerClosed
+from tickwheel.timers._task import CallbackTask, PeriodicTask, TimerTask
+
+__all__ = ["DEFAULT_EXECUTOR", "TimerBase", "TimerStats"]
+
+log = logging.getLogger(__name__)
+
+
+class _DefaultExecutor:
+    def __repr__(self) -> str:
+        return "DEFAULT_EXECUTOR"
+
+
+#: The default for ``executor=``: one worker thread owned (and shut down) by the timer.
+DEFAULT_EXECUTOR: Final = _DefaultExecutor()
+
+_running_tasks = threading.local()
+
+
+@dataclass(frozen=True, slots=True)
+class TimerStats:
+    """A snapshot of a timer's counters."""
+
+    kind: str
+    pending: int
+    scheduled: int
+    expired: int
+    cancelled: int
+    errors: int
+    lateness_ms: HistogramSnapshot
+
+
+class TimerBase(ABC):
+    """The common API of :class:`TimingWheelTimer`, :class:`HashedWheelTimer` and
+    :class:`HeapTimer`."""
+
+    kind: str = "timer"
+
+    def __init__(
+        self,
+        clock: Clock | None,
+        executor: Executor | _DefaultExecutor | None,
+    ) -> None:
+        self._clock: Clock = SystemClock() if clock is None else clock
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting_until: int | None = None
+        self._closed = False
+        self._size = 0
+        self._scheduled = 0
+        self._expired = 0
+        self._cancelled = 0
+        self._errors = 0
+        self._errors_lock = threading.Lock()
+        self._lateness = Histogram()
+        self._driver: Driver | None = None
+        self._owns_executor = isinstance(executor, _DefaultExecutor)
+        self._executor: Executor | None
+        if isinstance(executor, _DefaultExecutor):
+            self._executor = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"tickwheel-{self.kind}"
+            )
+        else:
+            self._executor = executor
+
+    # -- what each timer implements (called with self._lock held) --------------------
+
+    @abstractmethod
+    def _insert(self, task: TimerTask, expiration: int, now_ms: int) -> None:
+        """Hold ``task`` (not pending anywhere) until ``expiration``; a task already
+        due at ``now_ms`` must run at the next ``advance_clock``."""
+
+    @abstractmethod
+    def _collect(self, now_ms: int) -> tuple[list[TimerTask], bool]:
+        """Take out every task due at ``now_ms``; the flag says whether anything was
+        processed at all (a bucket flushed counts, even if it only demoted tasks)."""
+
+    @abstractmethod
+    def _clear(self) -> int:
+        """Drop everything pending; return how many."""
+
+    @abstractmethod
+    def _next_due_ms(self) -> int | None:
+        """The clock time at which something may next be due, None if nothing pends."""
+
+    # -- the public API ---------------------------------------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def size(self) -> int:
+        """Tasks pending, exact at every moment."""
+        return self._size
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def errors(self) -> int:
+        """Tasks whose ``run()`` raised."""
+        return self._errors
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def add(self, task: TimerTask) -> None:
+        """Schedule ``task`` to run ``task.delay_ms`` from now (moving it if pending)."""
+        now = self._clock.now_ms()
+        self._add(task, now + task._delay_ms, now)
+
+    def schedule(self, delay_ms: int, fn: Callable[..., object], *args: Any) -> TimerTask:
+        """Run ``fn(*args)`` after ``delay_ms``; a delay <= 0 is due at once."""
+        task = CallbackTask(delay_ms, fn, args)
+        now = self._clock.now_ms()
+        self._add(task, now + task._delay_ms, now)
+        return task
+
+    def schedule_at(self, deadline_ms: int, fn: Callable[..., object], *args: Any) -> TimerTask:
+        """Run ``fn(*args)`` once the clock reads ``deadline_ms``."""
+        deadline = check_delay_ms("deadline_ms", deadline_ms)
+        now = self._clock.now_ms()
+        task = CallbackTask(deadline - now, fn, args)
+        self._add(task, deadline, now)
+        return task
+
+    def schedule_periodic(
+        self,
+        period_ms: int,
+        fn: Callable[..., object],
+        *args: Any,
+        initial_delay_ms: int | None = None,
+        fixed_rate: bool = True,
+    ) -> TimerTask:
+        """Run ``fn(*args)`` every ``period_ms``, first after ``initial_delay_ms``
+        (default: one period). Fixed rate keeps the cadence of the first expiration;
+        otherwise each run is scheduled ``period_ms`` after the previous one ended.
+        Cancel the returned task to stop the series."""
+        period = check_delay_ms("period_ms", period_ms)
+        if period <= 0:
+            raise ValueError(f"period_ms must be > 0, got {period_ms!r}")
+        initial = period if initial_delay_ms is None else check_delay_ms(
+            "initial_delay_ms", initial_delay_ms
+        )
+        task = PeriodicTask(self, initial, period, bool(fixed_rate), fn, args)
+        now = self._clock.now_ms()
+        self._add(task, now + initial, now)
+        return task
+
+    def reschedule(self, task: TimerTask, expiration_ms: int) -> bool:
+        """Add ``task`` due at the absolute ``expiration_ms``; False if the timer is
+        closed (used by periodic tasks, which then end their series quietly)."""
+        try:
+            self._add(task, expiration_ms, self._clock.now_ms())
+        except TimerClosed:
+            return False
+        return True
+
+    def advance_clock(self, timeout_ms: int = 0) -> bool:
+        """Run what is due at the clock's current time; True if anything was due.
+
+        On a real-time clock with nothing due, wait up to ``timeout_ms`` for the next
+        task to fall due (Kafka's ``advanceClock(timeoutMs)``). On a manual clock it
+        never waits: time moves only when the caller moves the clock.
+        """
+        clock = self._clock
+        with self._lock:
+            due, progressed = self._collect(clock.now_ms())
+            if not progressed and timeout_ms > 0 and clock.realtime and not self._closed:
+                now = clock.now_ms()
+                until = now + timeout_ms
+                nxt = self._next_due_ms()
+                if nxt is not None and nxt < until:
+                    until = nxt
+                if until > now:
+                    self._waiting_until = until
+                    self._cond.wait((until - now) / 1000.0)
+                    self._waiting_until = None
+                due, progressed = self._collect(clock.now_ms())
+        if due:
+            self._dispatch(due)
+        return progressed
+
+    def start(self) -> None:
+        """Start a daemon thread that advances the clock in real time."""
+        with self._lock:
+            if self._closed:
+                raise TimerClosed(f"{self.kind} timer is closed")
+            if self._driver is not None:
+                return
+            self._driver = Driver(f"tickwheel-{self.kind}-driver", self, self._clock.realtime)
+        self._driver.start()
+
+    def close(self) -> int:
+        """Stop the timer; drop what is pending and return how many were dropped.
+
+        Tasks already due and handed to the executor still run; the timer's own
+        executor is shut down after them.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            self._closed = True
+            dropped = self._clear()
+            self._size = 0
+            self._cond.notify_all()
+        if dropped:
+            log.info("%s timer closed, dropped %d pending tasks", self.kind, dropped)
+        if self._driver is not None:
+            self._driver.stop()
+        if self._owns_executor and self._executor is not None:
+            # From inside a task the executor cannot wait for itself.
+            inside = getattr(_running_tasks, "timer", None) is self
+            self._executor.shutdown(wait=not inside)
+        return dropped
+
+    def __enter__(self) -> TimerBase:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> TimerStats:
+        return TimerStats(
+            kind=self.kind,
+            pending=self._size,
+            scheduled=self._scheduled,
+            expired=self._expired,
+            cancelled=self._cancelled,
+            errors=self._errors,
+            lateness_ms=self._lateness.snapshot(),
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} {state} pending={self._size}>"
+
+    # -- shared machinery -------------------------------------------------------------
+
+    def _add(self, task: TimerTask, expiration: int, now_ms: int) -> None:
+        while True:
+            owner = task._owner
+            if owner is not None:
+                owner.remove_task(task, False)
+                continue
+            with self._lock:
+                if self._closed:
+                    raise TimerClosed(f"cannot add {task!r}: the {self.kind} timer is closed")
+                if task._owner is not None:
+                    continue
+                self._insert(task, expiration, now_ms)
+                task._cancelled = False
+                self._size += 1
+                self._scheduled += 1
+                waiting = self._waiting_until
+                if waiting is not None and expiration < waiting:
+                    self._cond.notify()
+                return
+
+    def _on_removed(self, cancelling: bool) -> None:
+        """A pending task left the timer without running (lock held)."""
+        self._size -= 1
+        if cancelling:
+            self._cancelled += 1
+
+    def _account_due(self, due: list[TimerTask], now_ms: int) -> None:
+        """Counters for tasks just taken out to run (lock held)."""
+        n = len(due)
+        self._size -= n
+        self._expired += n
+        self._lateness.record_many([now_ms - t._expiration for t in due])
+
+    def _dispatch(self, due: list[TimerTask]) -> None:
+        executor = self._executor
+        if executor is None:
+            self._run_all(due)
+            return
+        try:
+            if self._owns_executor:
+                # One hand-over per advance, not per task: a Future per task would cost
+                # more than most tasks do.
+                executor.submit(self._run_all, due)
+            else:
+                for task in due:
+                    executor.submit(self._run_one, task)
+        except RuntimeError:
+            # The executor was shut down while these were being handed over.
+            log.warning("%s timer: executor refused %d due tasks; running them inline",
+                        self.kind, len(due))
+            self._run_all(due)
+
+    def _run_all(self, due: list[TimerTask]) -> None:
+        _running_tasks.timer = self
+        try:
+            for task in due:
+                try:
+                    task.run()
+                except Exception:
+                    self._task_failed(task)
+        finally:
+            _running_tasks.timer = None
+
+    def _run_one(self, task: TimerTask) -> None:
+        try:
+            task.run()
+        except Exception:
+            self._task_failed(task)
+
+    def _task_failed(self, task: TimerTask) -> None:
+        with self._errors_lock:
+            self._errors += 1
+        log.exception("%s timer: task %r raised", self.kind, task)

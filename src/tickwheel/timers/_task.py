@@ -1,0 +1,166 @@
+"""TimerTask: the unit of work a timer holds, and its own list node.
+
+A task is the node of its bucket's intrusive doubly linked list (``_prev``/``_next``),
+so scheduling allocates nothing besides the task and cancelling unlinks it in O(1):
+no tombstone stays behind. ``_owner`` is whatever holds the task right now (a bucket,
+a timer's queue); it is ``None`` while the task is not pending.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tickwheel._validate import check_delay_ms
+
+if TYPE_CHECKING:
+    from tickwheel.timers._base import TimerBase
+
+__all__ = ["CallbackTask", "Owner", "PeriodicTask", "TimerTask"]
+
+log = logging.getLogger(__name__)
+
+
+class Owner(Protocol):
+    """Something that holds pending tasks and can give one up."""
+
+    def remove_task(self, task: TimerTask, cancelling: bool) -> bool: ...
+
+
+class TimerTask:
+    """A unit of delayed work. Subclass it and override :meth:`run`, or get one from
+    ``timer.schedule()``.
+
+    ``delay_ms`` is counted from the moment the task is added to a timer. Adding a task
+    that is already pending in a timer moves it: it is removed first.
+    """
+
+    __slots__ = ("_cancelled", "_delay_ms", "_expiration", "_next", "_owner", "_prev")
+
+    def __init__(self, delay_ms: int) -> None:
+        self._delay_ms: int = check_delay_ms("delay_ms", delay_ms)
+        self._expiration: int = 0
+        self._owner: Owner | None = None
+        self._prev: TimerTask | None = None
+        self._next: TimerTask | None = None
+        self._cancelled: bool = False
+
+    @property
+    def delay_ms(self) -> int:
+        return self._delay_ms
+
+    @property
+    def expiration_ms(self) -> int:
+        """The clock time at which the task is due, once added to a timer."""
+        return self._expiration
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @property
+    def pending(self) -> bool:
+        """True while the task waits in a timer."""
+        return self._owner is not None
+
+    def cancel(self) -> bool:
+        """Remove the task from its timer; True if it was pending.
+
+        Once a task is due it has been handed over for running and can no longer be
+        cancelled (False is returned).
+        """
+        owner = self._owner
+        # The owner can change under us (the timer moves the task between buckets while
+        # demoting it); each owner re-checks under its timer's lock, so retry until we
+        # win or the task is no longer pending.
+        while owner is not None:
+            if owner.remove_task(self, True):
+                self._cancelled = True
+                return True
+            owner = self._owner
+        return False
+
+    def run(self) -> None:
+        """The work itself; subclasses override this."""
+        raise NotImplementedError("TimerTask subclasses must override run()")
+
+    def __repr__(self) -> str:
+        state = "pending" if self._owner is not None else (
+            "cancelled" if self._cancelled else "idle"
+        )
+        return f"<{type(self).__name__} delay_ms={self._delay_ms} {state}>"
+
+
+class CallbackTask(TimerTask):
+    """What ``schedule()`` and ``schedule_at()`` return: calls ``fn(*args)``."""
+
+    __slots__ = ("_args", "_fn")
+
+    def __init__(self, delay_ms: int, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
+        super().__init__(delay_ms)
+        self._fn = fn
+        self._args = args
+
+    def run(self) -> None:
+        self._fn(*self._args)
+
+
+class PeriodicTask(TimerTask):
+    """What ``schedule_periodic()`` returns. Each run is scheduled only after the
+    previous one has returned, so runs of one series never overlap; cancelling stops
+    the series, even from inside a run."""
+
+    __slots__ = ("_args", "_fixed_rate", "_fn", "_period_ms", "_stopped", "_timer")
+
+    def __init__(
+        self,
+        timer: TimerBase,
+        initial_delay_ms: int,
+        period_ms: int,
+        fixed_rate: bool,
+        fn: Callable[..., object],
+        args: tuple[Any, ...],
+    ) -> None:
+        super().__init__(initial_delay_ms)
+        self._timer = timer
+        self._period_ms = period_ms
+        self._fixed_rate = fixed_rate
+        self._fn = fn
+        self._args = args
+        self._stopped = False
+
+    @property
+    def period_ms(self) -> int:
+        return self._period_ms
+
+    def cancel(self) -> bool:
+        was_running_series = not self._stopped
+        self._stopped = True
+        removed = super().cancel()
+        self._cancelled = was_running_series or removed
+        return self._cancelled
+
+    def run(self) -> None:
+        if self._stopped:
+            return
+        try:
+            self._fn(*self._args)
+        finally:
+            self._schedule_next()
+
+    def _schedule_next(self) -> None:
+        if self._stopped:
+            return
+        if self._fixed_rate:
+            # Fixed rate keeps the original cadence; a run that falls behind is due at
+            # once and catches up one run per advance_clock, never in an unbounded burst.
+            next_expiration = self._expiration + self._period_ms
+        else:
+            next_expiration = self._timer.clock.now_ms() + self._period_ms
+        if not self._timer.reschedule(self, next_expiration):
+            self._stopped = True
+            return
+        # A cancel() that raced with the reschedule saw no pending task; undo it here.
+        if self._stopped:
+            TimerTask.cancel(self)

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tickwheel import HashedWheelTimer, HeapTimer, ManualClock, TimerBase, TimingWheelTimer
+
+TimerFactory = Callable[..., TimerBase]
+
+TIMER_FACTORIES: dict[str, TimerFactory] = {
+    "timing_wheel": lambda clock, **kw: TimingWheelTimer(clock=clock, **kw),
+    "timing_wheel_tick10": lambda clock, **kw: TimingWheelTimer(tick_ms=10, wheel_size=8,
+                                                                 clock=clock, **kw),
+    "hashed_wheel": lambda clock, **kw: HashedWheelTimer(tick_ms=1, ticks_per_wheel=64,
+                                                         clock=clock, **kw),
+    "hashed_wheel_tick100": lambda clock, **kw: HashedWheelTimer(clock=clock, **kw),
+    "heap": lambda clock, **kw: HeapTimer(clock=clock, **kw),
+}
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(start_ms=1_000)
+
+
+@pytest.fixture(params=sorted(TIMER_FACTORIES))
+def timer(request: pytest.FixtureRequest, clock: ManualClock) -> TimerBase:
+    """Each timer on a manual clock, running due tasks inline in advance_clock."""
+    t = TIMER_FACTORIES[request.param](clock, executor=None)
+    yield t
+    t.close()
+
+
+def tick_of(timer: TimerBase) -> int:
+    return int(getattr(timer, "tick_ms", 1))
