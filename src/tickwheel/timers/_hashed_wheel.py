@@ -131,11 +131,14 @@ class HashedWheelTimer(TimerBase):
 
     def _collect(self, now_ms: int) -> tuple[list[TimerTask], bool]:
         due: list[TimerTask] = []
-        self._transfer(now_ms, due)
         target = now_ms // self._tick_ms
         buckets = self._buckets
         mask = self._mask
+        if self._tick > target:
+            # This tick was processed already; still let out what is due right now.
+            self._transfer(now_ms, due)
         while self._tick <= target:
+            self._transfer(now_ms, due)
             if self._size - len(due) == 0 and not self._timeouts:
                 self._tick = target + 1  # nothing pending: skip idle ticks
                 break
@@ -146,7 +149,6 @@ class HashedWheelTimer(TimerBase):
                     self._expire_bucket(bucket, target, due)
                 self._tick = target + 1
                 break
-            self._transfer(now_ms, due)
             self._expire_bucket(buckets[self._tick & mask], self._tick, due)
             self._tick += 1
         if due:

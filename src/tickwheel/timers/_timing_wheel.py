@@ -56,6 +56,7 @@ class TimingWheelTimer(TimerBase):
         # the next advance_clock, never inside add().
         self._due = Bucket(self)
         self._queue: list[tuple[int, int, Bucket]] = []
+        self._flushes = 0
 
     @property
     def tick_ms(self) -> int:
@@ -64,6 +65,11 @@ class TimingWheelTimer(TimerBase):
     @property
     def wheel_size(self) -> int:
         return self._wheel_size
+
+    @property
+    def bucket_flushes(self) -> int:
+        """Buckets flushed so far: one per due bucket, never one per idle tick."""
+        return self._flushes
 
     @property
     def levels(self) -> int:
@@ -98,6 +104,7 @@ class TimingWheelTimer(TimerBase):
             if bucket.expiration != flush_at:
                 continue
             flushed = True
+            self._flushes += 1
             self._current = flush_at
             for task in bucket.drain():
                 self._insert(task, task._expiration, now_ms)

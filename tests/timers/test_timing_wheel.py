@@ -1,0 +1,151 @@
+"""Kafka's hierarchical timing wheel: TimerTest, TimingWheelTest and TimerTaskListTest."""
+
+from __future__ import annotations
+
+import pytest
+
+from tickwheel import ManualClock, TimerTask, TimingWheelTimer
+from tickwheel.timers._bucket import Bucket
+
+
+class Counted(TimerTask):
+    def __init__(self, delay_ms: int, tag: int, out: list[int]) -> None:
+        super().__init__(delay_ms)
+        self.tag = tag
+        self.out = out
+
+    def run(self) -> None:
+        self.out.append(self.tag)
+
+
+@pytest.fixture
+def wheel(clock: ManualClock) -> TimingWheelTimer:
+    t = TimingWheelTimer(tick_ms=1, wheel_size=3, clock=clock, executor=None)
+    yield t
+    t.close()
+
+
+def test_already_expired_tasks_run_at_the_next_advance(wheel: TimingWheelTimer) -> None:
+    out: list[int] = []
+    for i in range(-5, 0):
+        wheel.add(Counted(i, i, out))
+    assert wheel.size == 5
+    wheel.advance_clock(0)
+    assert sorted(out) == [-5, -4, -3, -2, -1]
+    assert wheel.size == 0
+
+
+def test_task_expiration_over_many_levels(wheel: TimingWheelTimer, clock: ManualClock) -> None:
+    # Kafka's testTaskExpiration: three groups of delays; each task runs at its time.
+    out: list[int] = []
+    expected: dict[int, int] = {}
+    for delay in list(range(5)) + list(range(10, 100, 7)) + list(range(100, 500, 37)):
+        wheel.add(Counted(delay, delay, out))
+        expected[delay] = 1_000 + delay
+    ran_at: dict[int, int] = {}
+    while wheel.size:
+        clock.advance(1)
+        before = len(out)
+        wheel.advance_clock(0)
+        for tag in out[before:]:
+            ran_at[tag] = clock.now_ms()
+    assert ran_at == {d: max(at, 1_001) for d, at in expected.items()}
+
+
+def test_overflow_wheels_are_created_on_demand() -> None:
+    t = TimingWheelTimer(tick_ms=1, wheel_size=20, clock=ManualClock(0), executor=None)
+    assert t.levels == 1
+    t.schedule(19, lambda: None)
+    assert t.levels == 1
+    t.schedule(399, lambda: None)  # 20 * 20 = 400 ms covered by two levels
+    assert t.levels == 2
+    t.schedule(7_999, lambda: None)
+    assert t.levels == 3
+    t.schedule(10 * 365 * 24 * 3600 * 1000, lambda: None)  # ten years
+    assert t.levels == 9  # 20**8 < 3.2e11 ms < 20**9
+
+
+def test_demotion_runs_a_far_task_exactly_at_its_expiration(clock: ManualClock) -> None:
+    t = TimingWheelTimer(tick_ms=1, wheel_size=4, clock=clock, executor=None)
+    ran: list[int] = []
+    t.schedule(1_234, lambda: ran.append(clock.now_ms()))
+    for _ in range(1_300):
+        clock.advance(1)
+        t.advance_clock(0)
+    assert ran == [2_234]
+    # It was demoted level by level: flushes > 1 but far fewer than the 1,234 ticks.
+    assert 1 < t.bucket_flushes < 30
+
+
+def test_no_idle_ticks_a_single_jump_flushes_only_due_buckets(clock: ManualClock) -> None:
+    t = TimingWheelTimer(tick_ms=1, wheel_size=256, clock=clock, executor=None)
+    ran: list[int] = []
+    t.schedule(10**12, lambda: ran.append(clock.now_ms()))
+    clock.advance(10**12)
+    assert t.advance_clock(0)
+    assert ran == [1_000 + 10**12]
+    # One flush per level the task passes through, not 10**12 ticks.
+    assert t.bucket_flushes <= t.levels
+
+
+def test_coarse_ticks_never_run_early_unlike_kafka(clock: ManualClock) -> None:
+    # Kafka rounds the expiration down to its tick and may run up to tick_ms - 1 early.
+    t = TimingWheelTimer(tick_ms=100, wheel_size=8, clock=clock, executor=None)
+    ran: list[int] = []
+    t.schedule(150, lambda: ran.append(clock.now_ms()))  # due at 1_150
+    clock.set(1_100)
+    t.advance_clock(0)
+    clock.set(1_149)
+    t.advance_clock(0)
+    assert ran == []
+    clock.set(1_200)
+    t.advance_clock(0)
+    assert ran == [1_200]  # at most one tick late
+
+
+@pytest.mark.parametrize(("tick_ms", "wheel_size", "arg"),
+                         [(0, 20, "tick_ms"), (-1, 20, "tick_ms"), (1, 0, "wheel_size"),
+                          (1, 1, "wheel_size")])
+def test_bad_wheel_parameters_are_rejected(tick_ms: int, wheel_size: int, arg: str) -> None:
+    with pytest.raises(ValueError, match=arg):
+        TimingWheelTimer(tick_ms=tick_ms, wheel_size=wheel_size, executor=None)
+
+
+# -- TimerTaskListTest: the bucket as an intrusive list ------------------------------
+
+
+def test_bucket_links_moves_and_drains(clock: ManualClock) -> None:
+    t = TimingWheelTimer(clock=clock, executor=None)
+    a, b = Bucket(t), Bucket(t)
+    tasks = [Counted(10, i, []) for i in range(10)]
+    for task in tasks:
+        a.append(task)
+    assert len(a) == 10 and len(b) == 0
+    for task in tasks[:5]:
+        a.unlink(task)
+        b.append(task)
+    assert len(a) == 5 and len(b) == 5
+    assert [x.tag for x in b.drain()] == [0, 1, 2, 3, 4]  # insertion order
+    assert b.empty and all(not x.pending for x in tasks[:5])
+    a.unlink(tasks[7])
+    assert [x.tag for x in a.drain()] == [5, 6, 8, 9]
+
+
+def test_re_adding_tasks_moves_them_and_keeps_the_count_exact(clock: ManualClock) -> None:
+    # Kafka's TimerTaskListTest: the shared task counter stays exact as tasks move.
+    t = TimingWheelTimer(clock=clock, executor=None)
+    out: list[int] = []
+    tasks = [Counted(10, i, out) for i in range(10)]
+    for task in tasks:
+        t.add(task)
+    assert t.size == 10
+    for task in tasks[:5]:
+        task._delay_ms = 20
+        t.add(task)
+    assert t.size == 10
+    for task in tasks[5:]:
+        task.cancel()
+    assert t.size == 5
+    clock.advance(25)
+    t.advance_clock(0)
+    assert sorted(out) == [0, 1, 2, 3, 4]
