@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol, runtime_checkable
+from typing import Protocol, SupportsIndex
 
 __all__ = ["Clock", "ManualClock", "SystemClock"]
 
 
-@runtime_checkable
 class Clock(Protocol):
     """What a timer needs from a clock."""
 
@@ -53,7 +52,7 @@ class ManualClock:
 
     __slots__ = ("_lock", "_now_ms")
 
-    def __init__(self, start_ms: int = 0) -> None:
+    def __init__(self, start_ms: SupportsIndex = 0) -> None:
         self._now_ms = _whole_ms("start_ms", start_ms)
         self._lock = threading.Lock()
 
@@ -64,24 +63,24 @@ class ManualClock:
     def now_ms(self) -> int:
         return self._now_ms
 
-    def advance(self, ms: int) -> int:
+    def advance(self, ms: SupportsIndex) -> int:
         """Move forward by ``ms`` (>= 0) and return the new time."""
-        ms = _whole_ms("ms", ms)
-        if ms < 0:
-            raise ValueError(f"ms must be >= 0 to advance a ManualClock, got {ms}")
+        step = _whole_ms("ms", ms)
+        if step < 0:
+            raise ValueError(f"ms must be >= 0 to advance a ManualClock, got {step}")
         with self._lock:
-            self._now_ms += ms
+            self._now_ms += step
             return self._now_ms
 
-    def set(self, ms: int) -> None:
+    def set(self, ms: SupportsIndex) -> None:
         """Move to the absolute time ``ms``, which must not be before the current time."""
-        ms = _whole_ms("ms", ms)
+        target = _whole_ms("ms", ms)
         with self._lock:
-            if ms < self._now_ms:
+            if target < self._now_ms:
                 raise ValueError(
-                    f"ms={ms} would move a ManualClock backwards from {self._now_ms}"
+                    f"ms={target} would move a ManualClock backwards from {self._now_ms}"
                 )
-            self._now_ms = ms
+            self._now_ms = target
 
     def __repr__(self) -> str:
         return f"ManualClock(now_ms={self._now_ms})"

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import math
+import numbers
+from typing import SupportsFloat, TypeAlias
 
-__all__ = ["check_delay_ms", "check_positive_int"]
+__all__ = ["Millis", "check_delay_ms", "check_positive_int"]
+
+#: What the public API takes for a time in milliseconds: any real number (an int is
+#: kept exact, however large; a float is rounded up). Typed as a protocol rather than
+#: ``float`` so that the compiled core neither converts ints to floats nor rejects bad
+#: input before the check below can name the argument.
+Millis: TypeAlias = SupportsFloat
 
 
 def check_delay_ms(name: str, value: object) -> int:
@@ -15,10 +23,11 @@ def check_delay_ms(name: str, value: object) -> int:
         raise TypeError(f"{name} must be a number of milliseconds, got {value!r}")
     if isinstance(value, int):
         return int(value)
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
+    if isinstance(value, float | numbers.Real):
+        as_float = float(value)
+        if math.isnan(as_float) or math.isinf(as_float):
             raise ValueError(f"{name} must be a finite number of milliseconds, got {value!r}")
-        return math.ceil(value)
+        return int(math.ceil(value))
     raise TypeError(
         f"{name} must be a number of milliseconds, got {type(value).__name__} {value!r}"
     )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,10 +20,10 @@ from typing import Any, Final
 
 from tickwheel._clock import Clock, SystemClock
 from tickwheel._histogram import Histogram, HistogramSnapshot
-from tickwheel._validate import check_delay_ms
+from tickwheel._validate import Millis, check_delay_ms
 from tickwheel.timers._driver import Driver
 from tickwheel.timers._errors import TimerClosed
-from tickwheel.timers._task import CallbackTask, PeriodicTask, TimerTask
+from tickwheel.timers._task import CallbackTask, PeriodicTask, TaskOwner, TimerTask
 
 __all__ = ["DEFAULT_EXECUTOR", "TimerBase", "TimerStats"]
 
@@ -55,7 +54,7 @@ class TimerStats:
     lateness_ms: HistogramSnapshot
 
 
-class TimerBase(ABC):
+class TimerBase(TaskOwner):
     """The common API of :class:`TimingWheelTimer`, :class:`HashedWheelTimer` and
     :class:`HeapTimer`."""
 
@@ -90,23 +89,23 @@ class TimerBase(ABC):
 
     # -- what each timer implements (called with self._lock held) --------------------
 
-    @abstractmethod
     def _insert(self, task: TimerTask, expiration: int, now_ms: int) -> None:
         """Hold ``task`` (not pending anywhere) until ``expiration``; a task already
         due at ``now_ms`` must run at the next ``advance_clock``."""
+        raise NotImplementedError
 
-    @abstractmethod
     def _collect(self, now_ms: int) -> tuple[list[TimerTask], bool]:
         """Take out every task due at ``now_ms``; the flag says whether anything was
         processed at all (a bucket flushed counts, even if it only demoted tasks)."""
+        raise NotImplementedError
 
-    @abstractmethod
     def _clear(self) -> int:
         """Drop everything pending; return how many."""
+        raise NotImplementedError
 
-    @abstractmethod
     def _next_due_ms(self) -> int | None:
         """The clock time at which something may next be due, None if nothing pends."""
+        raise NotImplementedError
 
     # -- the public API ---------------------------------------------------------------
 
@@ -136,14 +135,14 @@ class TimerBase(ABC):
         now = self._clock.now_ms()
         self._add(task, now + task._delay_ms, now)
 
-    def schedule(self, delay_ms: int, fn: Callable[..., object], *args: Any) -> TimerTask:
+    def schedule(self, delay_ms: Millis, fn: Callable[..., object], *args: Any) -> TimerTask:
         """Run ``fn(*args)`` after ``delay_ms``; a delay <= 0 is due at once."""
         task = CallbackTask(delay_ms, fn, args)
         now = self._clock.now_ms()
         self._add(task, now + task._delay_ms, now)
         return task
 
-    def schedule_at(self, deadline_ms: int, fn: Callable[..., object], *args: Any) -> TimerTask:
+    def schedule_at(self, deadline_ms: Millis, fn: Callable[..., object], *args: Any) -> TimerTask:
         """Run ``fn(*args)`` once the clock reads ``deadline_ms``."""
         deadline = check_delay_ms("deadline_ms", deadline_ms)
         now = self._clock.now_ms()
@@ -153,10 +152,10 @@ class TimerBase(ABC):
 
     def schedule_periodic(
         self,
-        period_ms: int,
+        period_ms: Millis,
         fn: Callable[..., object],
         *args: Any,
-        initial_delay_ms: int | None = None,
+        initial_delay_ms: Millis | None = None,
         fixed_rate: bool = True,
     ) -> TimerTask:
         """Run ``fn(*args)`` every ``period_ms``, first after ``initial_delay_ms``
@@ -183,19 +182,20 @@ class TimerBase(ABC):
             return False
         return True
 
-    def advance_clock(self, timeout_ms: int = 0) -> bool:
+    def advance_clock(self, timeout_ms: Millis = 0) -> bool:
         """Run what is due at the clock's current time; True if anything was due.
 
         On a real-time clock with nothing due, wait up to ``timeout_ms`` for the next
         task to fall due (Kafka's ``advanceClock(timeoutMs)``). On a manual clock it
         never waits: time moves only when the caller moves the clock.
         """
+        timeout = check_delay_ms("timeout_ms", timeout_ms)
         clock = self._clock
         with self._lock:
             due, progressed = self._collect(clock.now_ms())
-            if not progressed and timeout_ms > 0 and clock.realtime and not self._closed:
+            if not progressed and timeout > 0 and clock.realtime and not self._closed:
                 now = clock.now_ms()
-                until = now + timeout_ms
+                until = now + timeout
                 nxt = self._next_due_ms()
                 if nxt is not None and nxt < until:
                     until = nxt
@@ -266,24 +266,26 @@ class TimerBase(ABC):
     # -- shared machinery -------------------------------------------------------------
 
     def _add(self, task: TimerTask, expiration: int, now_ms: int) -> None:
-        while True:
+        # Adding a pending task moves it: take it out of wherever it is, then retry.
+        while not self._add_if_free(task, expiration, now_ms):
             owner = task._owner
             if owner is not None:
                 owner.remove_task(task, False)
-                continue
-            with self._lock:
-                if self._closed:
-                    raise TimerClosed(f"cannot add {task!r}: the {self.kind} timer is closed")
-                if task._owner is not None:
-                    continue
-                self._insert(task, expiration, now_ms)
-                task._cancelled = False
-                self._size += 1
-                self._scheduled += 1
-                waiting = self._waiting_until
-                if waiting is not None and expiration < waiting:
-                    self._cond.notify()
-                return
+
+    def _add_if_free(self, task: TimerTask, expiration: int, now_ms: int) -> bool:
+        with self._lock:
+            if self._closed:
+                raise TimerClosed(f"cannot add {task!r}: the {self.kind} timer is closed")
+            if task._owner is not None:
+                return False  # another thread added it meanwhile; move it again
+            self._insert(task, expiration, now_ms)
+            task._cancelled = False
+            self._size += 1
+            self._scheduled += 1
+            waiting = self._waiting_until
+            if waiting is not None and expiration < waiting:
+                self._cond.notify()
+            return True
 
     def _on_removed(self, cancelling: bool) -> None:
         """A pending task left the timer without running (lock held)."""

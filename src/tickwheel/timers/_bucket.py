@@ -1,10 +1,19 @@
-"""Bucket: one slot of a wheel, an intrusive doubly linked list with an expiration."""
+"""Bucket: one slot of a wheel, the tasks due in it and the tick it is due at.
+
+Kafka's bucket is an intrusive doubly linked list. Here it is an array with
+swap-remove: each task knows its index, so removal is still O(1) and real (the last
+task takes the removed one's place, no tombstone stays behind). The difference shows
+with the garbage collector on: every full collection follows each object's references,
+and ``prev``/``next`` pointers send it to two random places in memory per pending
+task. Measured with ``python -m tickwheel.bench timers`` (1M pending, collector on):
+the linked list spent 0.78 s of 1.05 s scheduling in collections.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tickwheel.timers._task import TimerTask
+from tickwheel.timers._task import TaskOwner, TimerTask
 
 if TYPE_CHECKING:
     from tickwheel.timers._base import TimerBase
@@ -12,82 +21,57 @@ if TYPE_CHECKING:
 __all__ = ["Bucket"]
 
 
-class _Root(TimerTask):
-    """The sentinel of a bucket's circular list; never runs."""
-
-    __slots__ = ()
-
-    def run(self) -> None:  # pragma: no cover - a sentinel is never scheduled
-        raise AssertionError("a bucket sentinel never runs")
-
-
-class Bucket:
+class Bucket(TaskOwner):
     """Tasks sharing one slot; ``expiration`` is the tick at which the slot is due
-    (-1 while the bucket is not in its timer's delay queue).
+    (-1 while the bucket is not in its timer's delay queue). No order is kept within
+    a bucket: its tasks fall due in the same tick.
 
     Every mutation happens under the owning timer's lock; the bucket keeps a reference
     to its timer only to take that lock and keep the timer's counters exact on cancel.
     """
 
-    __slots__ = ("_root", "_timer", "expiration")
+    __slots__ = ("_tasks", "_timer", "expiration")
 
     def __init__(self, timer: TimerBase) -> None:
-        root = _Root(0)
-        root._prev = root
-        root._next = root
-        self._root = root
+        self._tasks: list[TimerTask] = []
         self._timer = timer
         self.expiration = -1
 
     def __len__(self) -> int:
-        n = 0
-        node = self._root._next
-        while node is not self._root:
-            n += 1
-            node = node._next  # type: ignore[union-attr]
-        return n
+        return len(self._tasks)
 
     @property
     def empty(self) -> bool:
-        return self._root._next is self._root
+        return not self._tasks
+
+    @property
+    def tasks(self) -> list[TimerTask]:
+        """The tasks in the bucket (the list itself: callers hold the timer's lock)."""
+        return self._tasks
 
     def append(self, task: TimerTask) -> None:
-        """Link ``task`` at the tail. Caller holds the timer's lock."""
-        root = self._root
-        tail = root._prev
-        assert tail is not None
-        task._prev = tail
-        task._next = root
-        tail._next = task
-        root._prev = task
+        """Hold ``task``. Caller holds the timer's lock."""
+        tasks = self._tasks
+        task._index = len(tasks)
+        tasks.append(task)
         task._owner = self
 
     def unlink(self, task: TimerTask) -> None:
-        """Unlink ``task`` (which must be in this bucket). Caller holds the lock."""
-        prev = task._prev
-        nxt = task._next
-        assert prev is not None and nxt is not None
-        prev._next = nxt
-        nxt._prev = prev
-        task._prev = None
-        task._next = None
+        """Remove ``task`` (which must be in this bucket) in O(1). Caller holds the lock."""
+        tasks = self._tasks
+        last = tasks.pop()
+        if last is not task:
+            index = task._index
+            tasks[index] = last
+            last._index = index
         task._owner = None
 
     def drain(self) -> list[TimerTask]:
-        """Take every task out, in insertion order. Caller holds the lock."""
-        root = self._root
-        out: list[TimerTask] = []
-        node = root._next
-        while node is not root:
-            assert node is not None
-            nxt = node._next
-            node._prev = None
-            node._next = None
-            node._owner = None
-            out.append(node)
-            node = nxt
-        root._prev = root
-        root._next = root
+        """Take every task out. Caller holds the lock."""
+        out = self._tasks
+        self._tasks = []
+        for task in out:
+            task._owner = None
         self.expiration = -1
         return out
 

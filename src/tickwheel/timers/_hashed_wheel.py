@@ -12,7 +12,9 @@ Two departures from Netty, both invisible to a caller except as speed:
   time exact in one pass over the buckets.
 - Netty queues cancellations for its worker so that ``cancel()`` never takes a lock;
   here ``cancel()`` takes the timer's lock anyway (to keep ``size`` exact), so the
-  timeout is unlinked at once and no tombstone stays behind.
+  timeout leaves its bucket at once and no tombstone stays behind. (Timeouts cancelled
+  while still in the new-timeouts queue are skipped when the queue is drained, as in
+  Netty.)
 Ticks with nothing pending are skipped, where Netty's worker wakes for every one.
 """
 
@@ -119,15 +121,10 @@ class HashedWheelTimer(TimerBase):
 
     def _expire_bucket(self, bucket: Bucket, tick: int, due: list[TimerTask]) -> None:
         tick_ms = self._tick_ms
-        root = bucket._root
-        node = root._next
-        while node is not root:
-            assert node is not None
-            nxt = node._next
-            if -(-node._expiration // tick_ms) <= tick:
-                bucket.unlink(node)
-                due.append(node)
-            node = nxt
+        expired = [t for t in bucket.tasks if -(-t._expiration // tick_ms) <= tick]
+        for task in expired:
+            bucket.unlink(task)
+        due.extend(expired)
 
     def _collect(self, now_ms: int) -> tuple[list[TimerTask], bool]:
         due: list[TimerTask] = []

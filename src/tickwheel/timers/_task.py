@@ -1,33 +1,43 @@
-"""TimerTask: the unit of work a timer holds, and its own list node.
+"""TimerTask: the unit of work a timer holds, and its own handle.
 
-A task is the node of its bucket's intrusive doubly linked list (``_prev``/``_next``),
-so scheduling allocates nothing besides the task and cancelling unlinks it in O(1):
-no tombstone stays behind. ``_owner`` is whatever holds the task right now (a bucket,
-a timer's queue); it is ``None`` while the task is not pending.
+A task knows its owner (a bucket, a timer's queue) and its index there, so scheduling
+allocates nothing besides the task and cancelling removes it in O(1): no tombstone
+stays behind. ``_owner`` is ``None`` while the task is not pending.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from tickwheel._validate import check_delay_ms
+from tickwheel._compat import provide_mypyc_attr
+from tickwheel._validate import Millis, check_delay_ms
 
 if TYPE_CHECKING:
+    from mypy_extensions import mypyc_attr
+
     from tickwheel.timers._base import TimerBase
 
-__all__ = ["CallbackTask", "Owner", "PeriodicTask", "TimerTask"]
+provide_mypyc_attr(globals())
+
+__all__ = ["CallbackTask", "PeriodicTask", "TaskOwner", "TimerTask"]
 
 log = logging.getLogger(__name__)
 
 
-class Owner(Protocol):
-    """Something that holds pending tasks and can give one up."""
+class TaskOwner:
+    """Something that holds pending tasks (a bucket, a timer's queue) and can give one
+    up. A concrete base rather than a Protocol so that the compiled core calls it
+    directly."""
 
-    def remove_task(self, task: TimerTask, cancelling: bool) -> bool: ...
+    __slots__ = ()
+
+    def remove_task(self, task: TimerTask, cancelling: bool) -> bool:
+        raise NotImplementedError
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class TimerTask:
     """A unit of delayed work. Subclass it and override :meth:`run`, or get one from
     ``timer.schedule()``.
@@ -36,14 +46,13 @@ class TimerTask:
     that is already pending in a timer moves it: it is removed first.
     """
 
-    __slots__ = ("_cancelled", "_delay_ms", "_expiration", "_next", "_owner", "_prev")
+    __slots__ = ("_cancelled", "_delay_ms", "_expiration", "_index", "_owner")
 
-    def __init__(self, delay_ms: int) -> None:
+    def __init__(self, delay_ms: Millis) -> None:
         self._delay_ms: int = check_delay_ms("delay_ms", delay_ms)
         self._expiration: int = 0
-        self._owner: Owner | None = None
-        self._prev: TimerTask | None = None
-        self._next: TimerTask | None = None
+        self._owner: TaskOwner | None = None
+        self._index: int = 0
         self._cancelled: bool = False
 
     @property
@@ -92,12 +101,13 @@ class TimerTask:
         return f"<{type(self).__name__} delay_ms={self._delay_ms} {state}>"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CallbackTask(TimerTask):
     """What ``schedule()`` and ``schedule_at()`` return: calls ``fn(*args)``."""
 
     __slots__ = ("_args", "_fn")
 
-    def __init__(self, delay_ms: int, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
+    def __init__(self, delay_ms: Millis, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
         super().__init__(delay_ms)
         self._fn = fn
         self._args = args
@@ -106,6 +116,7 @@ class CallbackTask(TimerTask):
         self._fn(*self._args)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PeriodicTask(TimerTask):
     """What ``schedule_periodic()`` returns. Each run is scheduled only after the
     previous one has returned, so runs of one series never overlap; cancelling stops

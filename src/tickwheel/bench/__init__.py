@@ -1,0 +1,1 @@
+"""Benchmarks: commands, not tests. ``python -m tickwheel.bench --help``."""
