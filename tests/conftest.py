@@ -34,3 +34,10 @@ def timer(request: pytest.FixtureRequest, clock: ManualClock) -> TimerBase:
 
 def tick_of(timer: TimerBase) -> int:
     return int(getattr(timer, "tick_ms", 1))
+
+
+def pytest_report_header() -> str:
+    import tickwheel
+
+    where = tickwheel.__file__
+    return f"tickwheel {tickwheel.__version__}: compiled={tickwheel.compiled} ({where})"

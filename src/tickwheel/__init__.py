@@ -1,11 +1,19 @@
 """tickwheel: delayed operations at any scale.
 
-Timers (Kafka's hierarchical timing wheel, Netty's hashed wheel, a heap baseline)
-built on an explicit clock, so everything time-dependent can run on a manual clock.
+Timers (Kafka's hierarchical timing wheel, Netty's hashed wheel, a heap baseline) and
+the purgatory of delayed operations built on them, all on an explicit clock, so that
+everything time-dependent can run on a manual clock.
 """
 
 from tickwheel._clock import Clock, ManualClock, SystemClock
 from tickwheel._histogram import HistogramSnapshot
+from tickwheel.purgatory import (
+    DelayedFuture,
+    DelayedOperation,
+    Outcome,
+    Purgatory,
+    PurgatoryStats,
+)
 from tickwheel.timers import (
     HashedWheelTimer,
     HeapTimer,
@@ -21,10 +29,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Clock",
+    "DelayedFuture",
+    "DelayedOperation",
     "HashedWheelTimer",
     "HeapTimer",
     "HistogramSnapshot",
     "ManualClock",
+    "Outcome",
+    "Purgatory",
+    "PurgatoryStats",
     "SystemClock",
     "TimerBase",
     "TimerClosed",

@@ -27,7 +27,7 @@ def check_delay_ms(name: str, value: object) -> int:
         as_float = float(value)
         if math.isnan(as_float) or math.isinf(as_float):
             raise ValueError(f"{name} must be a finite number of milliseconds, got {value!r}")
-        return int(math.ceil(value))
+        return int(math.ceil(value))  # noqa: RUF046 - ceil of a Decimal or Fraction
     raise TypeError(
         f"{name} must be a number of milliseconds, got {type(value).__name__} {value!r}"
     )

@@ -29,10 +29,7 @@ def _table(results: list[Result], gc_on: bool) -> str:
             if r is None:
                 out.append("n/a")
                 continue
-            if r.unit == "bytes":
-                text = f"{r.value:,.0f} B"
-            else:
-                text = f"{r.value / 1e3:,.0f}k/s"
+            text = f"{r.value:,.0f} B" if r.unit == "bytes" else f"{r.value / 1e3:,.0f}k/s"
             if anchor is not None and impl != ANCHOR and anchor.value:
                 text += f" ({r.value / anchor.value:.2f}x)"
             out.append(text)

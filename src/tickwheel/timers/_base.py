@@ -208,6 +208,11 @@ class TimerBase(TaskOwner):
             self._dispatch(due)
         return progressed
 
+    def wake(self) -> None:
+        """Wake a thread waiting in ``advance_clock`` (it returns after one more pass)."""
+        with self._lock:
+            self._cond.notify_all()
+
     def start(self) -> None:
         """Start a daemon thread that advances the clock in real time."""
         with self._lock:
@@ -273,7 +278,9 @@ class TimerBase(TaskOwner):
                 owner.remove_task(task, False)
 
     def _add_if_free(self, task: TimerTask, expiration: int, now_ms: int) -> bool:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._closed:
                 raise TimerClosed(f"cannot add {task!r}: the {self.kind} timer is closed")
             if task._owner is not None:
@@ -286,6 +293,8 @@ class TimerBase(TaskOwner):
             if waiting is not None and expiration < waiting:
                 self._cond.notify()
             return True
+        finally:
+            lock.release()
 
     def _on_removed(self, cancelling: bool) -> None:
         """A pending task left the timer without running (lock held)."""

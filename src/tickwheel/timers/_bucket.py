@@ -77,9 +77,13 @@ class Bucket(TaskOwner):
 
     def remove_task(self, task: TimerTask, cancelling: bool) -> bool:
         timer = self._timer
-        with timer._lock:
+        lock = timer._lock
+        lock.acquire()
+        try:
             if task._owner is not self:
                 return False
             self.unlink(task)
             timer._on_removed(cancelling)
             return True
+        finally:
+            lock.release()

@@ -32,6 +32,10 @@ class Driver:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def stop_soon(self) -> None:
+        """Ask the loop to end after its current pass, without waiting."""
+        self._stop.set()
+
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
         if threading.current_thread() is not self._thread:

@@ -1,0 +1,164 @@
+"""DelayedOperation: "do X at time T unless Y happens first", completed exactly once.
+
+An operation is a timer task (its expiry) that is also watched by keys (its early
+completion). Whoever resolves it first wins: ``try_complete`` seeing its condition met,
+``force_complete`` from outside, the timer at the deadline, or a cancel. The winner is
+decided under the operation's lock, and ``on_complete`` runs under that lock too, so
+``on_complete`` and ``try_complete`` never overlap for one operation (Kafka runs
+``onComplete`` outside the lock and can overlap them on expiry).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
+
+from tickwheel._validate import Millis
+from tickwheel.timers import TimerTask
+
+if TYPE_CHECKING:
+    from tickwheel.purgatory._purgatory import Purgatory
+
+__all__ = ["DelayedOperation", "Outcome"]
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(enum.Enum):
+    """How an operation was resolved."""
+
+    COMPLETED = "completed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class DelayedOperation(TimerTask):
+    """Subclass it and implement :meth:`try_complete`, :meth:`on_complete` and
+    :meth:`on_expiration`.
+
+    ``lock`` guards the operation's state; pass one lock to several operations to make
+    them exclusive with each other (Kafka shares the consumer group's lock). It must be
+    reentrant, because ``try_complete`` calls ``force_complete`` while holding it.
+    """
+
+    __slots__ = ("_done_callbacks", "_keys", "_op_lock", "_outcome", "_purgatory")
+
+    def __init__(self, delay_ms: Millis, lock: threading.RLock | None = None) -> None:
+        super().__init__(delay_ms)
+        self._op_lock: threading.RLock = threading.RLock() if lock is None else lock
+        self._outcome: Outcome | None = None
+        self._keys: tuple[Hashable, ...] = ()
+        self._purgatory: Purgatory | None = None
+        self._done_callbacks: list[Callable[[DelayedOperation], object]] | None = None
+
+    # -- what subclasses implement -------------------------------------------------------
+
+    def try_complete(self) -> bool:
+        """Check the condition; if it is met, return ``self.force_complete()``."""
+        raise NotImplementedError
+
+    def on_complete(self) -> None:
+        """The operation's work, run exactly once, whether completed or expired."""
+        raise NotImplementedError
+
+    def on_expiration(self) -> None:
+        """Extra work after ``on_complete`` when the deadline passed first."""
+
+    # -- the state machine ---------------------------------------------------------------
+
+    @property
+    def is_completed(self) -> bool:
+        return self._outcome is not None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """None while pending."""
+        return self._outcome
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._op_lock
+
+    @property
+    def keys(self) -> tuple[Hashable, ...]:
+        """The keys this operation is watched by (empty once resolved)."""
+        return self._keys
+
+    def force_complete(self) -> bool:
+        """Complete now; True for exactly one caller over the operation's life."""
+        return self._resolve(Outcome.COMPLETED)
+
+    def safe_try_complete(self) -> bool:
+        """``try_complete`` under the operation's lock."""
+        with self._op_lock:
+            if self._outcome is not None:
+                return False
+            return self.try_complete()
+
+    def safe_try_complete_or_else(self, f: Callable[[], object]) -> bool:
+        """Under the lock: ``try_complete``; if that fails, ``f()`` and one more
+        ``try_complete`` (Kafka: the purgatory watches the keys in ``f``, so no
+        triggering event can slip between the two checks)."""
+        with self._op_lock:
+            if self._outcome is not None:
+                return False
+            if self.try_complete():
+                return True
+            f()
+            return self._outcome is None and self.try_complete()
+
+    def run(self) -> None:
+        """The timer's expiry: complete (if nobody did first), then ``on_expiration``."""
+        if self._resolve(Outcome.EXPIRED):
+            self.on_expiration()
+
+    def cancel(self) -> bool:
+        """Resolve the operation as cancelled: it leaves the timer and its watch lists
+        and ``on_complete`` never runs. True if it was pending."""
+        return self._resolve(Outcome.CANCELLED)
+
+    def add_done_callback(self, fn: Callable[[DelayedOperation], object]) -> None:
+        """Call ``fn(op)`` once the operation is resolved (at once if it is already)."""
+        with self._op_lock:
+            if self._outcome is None:
+                if self._done_callbacks is None:
+                    self._done_callbacks = []
+                self._done_callbacks.append(fn)
+                return
+        fn(self)
+
+    def _resolve(self, outcome: Outcome) -> bool:
+        callbacks = None
+        won = False
+        try:
+            with self._op_lock:
+                if self._outcome is not None:
+                    return False
+                self._outcome = outcome
+                won = True
+                # Leave the timer before the work runs, so it is never counted again.
+                TimerTask.cancel(self)
+                callbacks, self._done_callbacks = self._done_callbacks, None
+                if outcome is not Outcome.CANCELLED:
+                    self.on_complete()
+        finally:
+            # Outside the operation's lock: the purgatory takes shard locks to unwatch,
+            # and a shard lock may be held by a thread waiting for this operation's lock.
+            # In `finally`, so an `on_complete` that raises still leaves no trace.
+            purgatory = self._purgatory
+            if won and purgatory is not None:
+                purgatory._resolved(self, outcome)
+        if callbacks:
+            for fn in callbacks:
+                try:
+                    fn(self)
+                except Exception:
+                    log.exception("done callback of %r raised", self)
+        return True
+
+    def __repr__(self) -> str:
+        state = self._outcome.value if self._outcome is not None else "pending"
+        return f"<{type(self).__name__} delay_ms={self.delay_ms} {state}>"

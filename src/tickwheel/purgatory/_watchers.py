@@ -1,0 +1,115 @@
+"""Watchers: which pending operations each key wakes, sharded so keys rarely contend.
+
+Kafka keeps 512 shards, each a map of key to watcher list behind one lock. tickwheel
+does the same, but a watcher list is an insertion-ordered dict used as a set, so an
+operation that completes or expires leaves the lists of all its keys at once, in O(1)
+per key. Kafka leaves completed operations in the lists until a purge that runs after
+``purgeInterval`` completions; under load those lists grew without bound (out of
+memory incidents). A key whose list becomes empty is removed at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tickwheel.purgatory._operation import DelayedOperation
+
+__all__ = ["SHARDS", "Watchers"]
+
+SHARDS = 512
+
+
+class _Shard:
+    __slots__ = ("count", "lists", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lists: dict[Hashable, dict[DelayedOperation, None]] = {}
+        self.count = 0
+
+
+class Watchers:
+    """Key -> the operations watching it, in ``SHARDS`` independently locked shards."""
+
+    __slots__ = ("_shards",)
+
+    def __init__(self) -> None:
+        self._shards = [_Shard() for _ in range(SHARDS)]
+
+    def _shard(self, key: Hashable) -> _Shard:
+        return self._shards[hash(key) % SHARDS]
+
+    def watch(self, key: Hashable, op: DelayedOperation) -> None:
+        shard = self._shard(key)
+        with shard.lock:
+            ops = shard.lists.get(key)
+            if ops is None:
+                ops = shard.lists[key] = {}
+            if op not in ops:
+                ops[op] = None
+                shard.count += 1
+
+    def unwatch(self, key: Hashable, op: DelayedOperation) -> bool:
+        shard = self._shard(key)
+        with shard.lock:
+            ops = shard.lists.get(key)
+            if ops is None or op not in ops:
+                return False
+            del ops[op]
+            shard.count -= 1
+            if not ops:
+                del shard.lists[key]
+            return True
+
+    def snapshot(self, key: Hashable) -> list[DelayedOperation]:
+        """The operations watching ``key`` now; the caller tries them without holding
+        the shard's lock (completing one unwatches it from other shards)."""
+        shard = self._shard(key)
+        with shard.lock:
+            ops = shard.lists.get(key)
+            return list(ops) if ops else []
+
+    def remove_key(self, key: Hashable) -> list[DelayedOperation]:
+        shard = self._shard(key)
+        with shard.lock:
+            ops = shard.lists.pop(key, None)
+            if not ops:
+                return []
+            shard.count -= len(ops)
+            return list(ops)
+
+    def purge_completed(self, first: int, count: int) -> int:
+        """Drop resolved operations from shards ``first .. first+count-1`` (a safety
+        net: resolution unwatches at once, so this normally finds nothing)."""
+        purged = 0
+        for i in range(first, first + count):
+            shard = self._shards[i % SHARDS]
+            with shard.lock:
+                for key in list(shard.lists):
+                    ops = shard.lists[key]
+                    stale = [op for op in ops if op.is_completed]
+                    for op in stale:
+                        del ops[op]
+                    purged += len(stale)
+                    shard.count -= len(stale)
+                    if not ops:
+                        del shard.lists[key]
+        return purged
+
+    @property
+    def watched(self) -> int:
+        """Watcher entries across all keys (an operation counts once per key)."""
+        return sum(s.count for s in self._shards)
+
+    @property
+    def num_keys(self) -> int:
+        return sum(len(s.lists) for s in self._shards)
+
+    def keys(self) -> Iterator[Hashable]:
+        for shard in self._shards:
+            with shard.lock:
+                keys = list(shard.lists)
+            yield from keys

@@ -1,0 +1,49 @@
+"""The compiled core and the pure-Python sources behave the same."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import tickwheel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _have_c_compiler() -> bool:
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shutil.which(shlex.split(cc)[0]) is not None
+
+
+@pytest.mark.skipif(os.environ.get("TICKWHEEL_PURE_PYTHON") == "1" or not _have_c_compiler(),
+                    reason="the compiled core is built only where a C compiler exists")
+def test_the_install_uses_the_compiled_core_where_a_compiler_exists() -> None:
+    # A silent fallback to pure Python would cost 3-5x in speed; make it loud.
+    assert tickwheel.compiled is True
+
+
+@pytest.mark.slow
+def test_the_pure_python_sources_pass_the_timer_specification(tmp_path: Path) -> None:
+    pure = tmp_path / "pure"
+    shutil.copytree(ROOT / "src" / "tickwheel", pure / "tickwheel",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    env = {**os.environ, "PYTHONPATH": f"{pure}{os.pathsep}{ROOT}"}
+    flag = subprocess.run(
+        [sys.executable, "-c", "import tickwheel; print(tickwheel.compiled, tickwheel.__file__)"],
+        env=env, capture_output=True, text=True, check=True, cwd=tmp_path,
+    ).stdout.split()
+    assert flag[0] == "False" and flag[1].startswith(str(pure))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(ROOT / "tests" / "timers"), str(ROOT / "tests" / "test_clock.py")],
+        env=env, capture_output=True, text=True, cwd=ROOT, timeout=600, check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout
