@@ -10,10 +10,18 @@ import pytest
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+def blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
 def test_quick_start_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    block = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
-    assert block is not None
-    exec(compile(block.group(1), "README.md", "exec"), {})
+    exec(compile(blocks()[0], "README.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["heartbeat"] * 4 + ["heartbeat", "it is 5 s"] or lines == [
         "heartbeat"] * 4 + ["it is 5 s", "heartbeat"]
+
+
+def test_purgatory_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    example = next(b for b in blocks() if "Purgatory(" in b)
+    exec(compile(example, "README.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["done"]

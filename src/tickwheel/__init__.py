@@ -7,6 +7,16 @@ everything time-dependent can run on a manual clock.
 
 from tickwheel._clock import Clock, ManualClock, SystemClock
 from tickwheel._histogram import HistogramSnapshot
+from tickwheel.dispatch import (
+    DispatcherClosed,
+    DispatcherOverloaded,
+    DispatcherStats,
+    ProcessingResult,
+    TaskDispatcher,
+    TaskProcessor,
+    create_batching_dispatcher,
+    create_non_batching_dispatcher,
+)
 from tickwheel.purgatory import (
     DelayedFuture,
     DelayedOperation,
@@ -31,14 +41,20 @@ __all__ = [
     "Clock",
     "DelayedFuture",
     "DelayedOperation",
+    "DispatcherClosed",
+    "DispatcherOverloaded",
+    "DispatcherStats",
     "HashedWheelTimer",
     "HeapTimer",
     "HistogramSnapshot",
     "ManualClock",
     "Outcome",
+    "ProcessingResult",
     "Purgatory",
     "PurgatoryStats",
     "SystemClock",
+    "TaskDispatcher",
+    "TaskProcessor",
     "TimerBase",
     "TimerClosed",
     "TimerRejected",
@@ -46,6 +62,8 @@ __all__ = [
     "TimerTask",
     "TimingWheelTimer",
     "compiled",
+    "create_batching_dispatcher",
+    "create_non_batching_dispatcher",
 ]
 
 

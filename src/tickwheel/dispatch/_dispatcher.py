@@ -1,0 +1,175 @@
+"""TaskDispatcher and its two factories (Eureka's ``TaskDispatchers``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from tickwheel._clock import Clock, SystemClock
+from tickwheel._histogram import HistogramSnapshot
+from tickwheel._validate import check_delay_ms, check_positive_int
+from tickwheel.dispatch._acceptor import AcceptorExecutor
+from tickwheel.dispatch._shaper import TrafficShaper
+from tickwheel.dispatch._types import DispatcherClosed, TaskProcessor
+from tickwheel.dispatch._workers import WorkerPool
+
+__all__ = [
+    "DispatcherStats",
+    "TaskDispatcher",
+    "create_batching_dispatcher",
+    "create_non_batching_dispatcher",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherStats:
+    """A snapshot of a dispatcher's counters and gauges."""
+
+    name: str
+    accepted: int
+    replayed: int
+    expired: int
+    overridden: int
+    queue_overflows: int
+    dropped: int
+    processor_errors: int
+    batches: dict[str, int]  # executions by result
+    tasks: dict[str, int]  # tasks by the result of their execution
+    acceptor_queue: int
+    reprocess_queue: int
+    pending: int
+    batch_size: HistogramSnapshot
+    wait_ms: HistogramSnapshot
+
+
+class TaskDispatcher(Generic[T]):
+    """Accepts tasks by id, batches them, and runs them on worker threads."""
+
+    def __init__(self, name: str, processor: TaskProcessor[T], *, batching: bool,
+                 max_buffer_size: int, max_batch_size: int, worker_count: int,
+                 max_batching_delay_ms: int, congestion_retry_delay_ms: int,
+                 network_failure_retry_ms: int, clock: Clock | None) -> None:
+        max_buffer_size = check_positive_int("max_buffer_size", max_buffer_size)
+        max_batch_size = check_positive_int("max_batch_size", max_batch_size)
+        if max_batch_size > max_buffer_size:
+            raise ValueError(f"max_batch_size ({max_batch_size}) must not exceed "
+                             f"max_buffer_size ({max_buffer_size})")
+        worker_count = check_positive_int("worker_count", worker_count)
+        for arg, value in (("max_batching_delay_ms", max_batching_delay_ms),
+                           ("congestion_retry_delay_ms", congestion_retry_delay_ms),
+                           ("network_failure_retry_ms", network_failure_retry_ms)):
+            if check_delay_ms(arg, value) < 0:
+                raise ValueError(f"{arg} must be >= 0, got {value}")
+        self.name = name
+        self._clock = SystemClock() if clock is None else clock
+        self._lock = threading.Lock()
+        self._closed = False
+        shaper = TrafficShaper(self._clock, congestion_retry_delay_ms, network_failure_retry_ms)
+        self._acceptor = AcceptorExecutor(
+            name, max_buffer_size, max_batch_size, max_batching_delay_ms, shaper,
+            self._clock, max_acceptor_queue=max(10 * max_buffer_size, 100_000))
+        self._workers = WorkerPool(name, worker_count, self._acceptor, processor, batching)
+
+    def process(self, task_id: Hashable, task: T, expiry_ms: int) -> None:
+        """Queue ``task``; ``expiry_ms`` is the clock time after which it is dropped.
+        A task with the id of one still pending replaces it."""
+        if self._closed:
+            raise DispatcherClosed(f"dispatcher {self.name!r} is closed")
+        self._acceptor.process(task_id, task, expiry_ms)
+
+    def close(self, timeout_s: float = 5.0) -> int:
+        """Stop the acceptor and the workers (each within ``timeout_s``); return the
+        number of tasks still pending, which are logged, not silently lost."""
+        with self._lock:
+            if self._closed:
+                return 0
+            self._closed = True
+        held = self._acceptor.stop(timeout_s)
+        self._workers.stop(timeout_s)
+        if held:
+            log.warning("dispatcher %s closed with %d tasks still pending", self.name, held)
+        return held
+
+    def __enter__(self) -> TaskDispatcher[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def work_per_worker(self) -> list[int]:
+        """Tasks each worker has executed (how evenly the work spreads)."""
+        return list(self._workers.work_per_worker)
+
+    def stats(self) -> DispatcherStats:
+        a, w = self._acceptor, self._workers
+        return DispatcherStats(
+            name=self.name,
+            accepted=a.accepted,
+            replayed=a.replayed,
+            expired=a.expired,
+            overridden=a.overridden,
+            queue_overflows=a.queue_overflows,
+            dropped=w.dropped + a.reprocess_overflows,
+            processor_errors=w.processor_errors,
+            batches={r.value: n for r, n in w.results.items()},
+            tasks={r.value: n for r, n in w.task_results.items()},
+            acceptor_queue=a.acceptor_queue_size,
+            reprocess_queue=a.reprocess_queue_size,
+            pending=a.pending_size,
+            batch_size=a.batch_sizes.snapshot(),
+            wait_ms=a.wait_ms.snapshot(),
+        )
+
+
+def create_batching_dispatcher(
+    name: str,
+    processor: TaskProcessor[T],
+    *,
+    max_buffer_size: int = 10_000,
+    max_batch_size: int = 250,
+    worker_count: int = 20,
+    max_batching_delay_ms: int = 500,
+    congestion_retry_delay_ms: int = 1_000,
+    network_failure_retry_ms: int = 100,
+    clock: Clock | None = None,
+) -> TaskDispatcher[T]:
+    """Workers call ``processor.process_batch`` with up to ``max_batch_size`` tasks."""
+    return TaskDispatcher(
+        name, processor, batching=True, max_buffer_size=max_buffer_size,
+        max_batch_size=max_batch_size, worker_count=worker_count,
+        max_batching_delay_ms=max_batching_delay_ms,
+        congestion_retry_delay_ms=congestion_retry_delay_ms,
+        network_failure_retry_ms=network_failure_retry_ms, clock=clock)
+
+
+def create_non_batching_dispatcher(
+    name: str,
+    processor: TaskProcessor[T],
+    *,
+    max_buffer_size: int = 10_000,
+    worker_count: int = 20,
+    max_batching_delay_ms: int = 500,
+    congestion_retry_delay_ms: int = 1_000,
+    network_failure_retry_ms: int = 100,
+    clock: Clock | None = None,
+) -> TaskDispatcher[T]:
+    """Workers call ``processor.process`` with one task at a time."""
+    return TaskDispatcher(
+        name, processor, batching=False, max_buffer_size=max_buffer_size, max_batch_size=1,
+        worker_count=worker_count, max_batching_delay_ms=max_batching_delay_ms,
+        congestion_retry_delay_ms=congestion_retry_delay_ms,
+        network_failure_retry_ms=network_failure_retry_ms, clock=clock)
+
+

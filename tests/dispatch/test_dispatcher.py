@@ -1,0 +1,366 @@
+"""Eureka's batcher: AcceptorExecutorTest, TaskExecutorsTest, TaskDispatchersTest."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tickwheel import (
+    DispatcherClosed,
+    ManualClock,
+    ProcessingResult,
+    TaskDispatcher,
+    create_batching_dispatcher,
+    create_non_batching_dispatcher,
+)
+from tickwheel.dispatch._shaper import MAX_DELAY_MS, TrafficShaper
+
+FAR = 10**12  # an expiry nobody reaches
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.002)
+    return predicate()
+
+
+class Recorder:
+    """A processor that records what it saw and answers from a script."""
+
+    def __init__(self, script: list[ProcessingResult] | None = None,
+                 pause_s: float = 0.0) -> None:
+        self.script = list(script or [])
+        self.pause_s = pause_s
+        self.batches: list[list[object]] = []
+        self.lock = threading.Lock()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def _answer(self) -> ProcessingResult:
+        with self.lock:
+            return self.script.pop(0) if self.script else ProcessingResult.SUCCESS
+
+    def process(self, task: object) -> ProcessingResult:
+        return self.process_batch([task])
+
+    def process_batch(self, tasks: list[object]) -> ProcessingResult:
+        self.gate.wait(10)
+        if self.pause_s:
+            time.sleep(self.pause_s)
+        with self.lock:
+            self.batches.append(list(tasks))
+        return self._answer()
+
+    @property
+    def seen(self) -> list[object]:
+        with self.lock:
+            return [t for b in self.batches for t in b]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_000)
+
+
+@pytest.fixture
+def closing() -> Iterator[list[TaskDispatcher[object]]]:
+    made: list[TaskDispatcher[object]] = []
+    yield made
+    for d in made:
+        d.close(timeout_s=5)
+
+
+def batching(closing: list[TaskDispatcher[object]], processor: Recorder, clock: ManualClock,
+             **kw: int) -> TaskDispatcher[object]:
+    d: TaskDispatcher[object] = create_batching_dispatcher("test", processor, clock=clock,
+                                                           **kw)  # type: ignore[arg-type]
+    closing.append(d)
+    return d
+
+
+# -- AcceptorExecutorTest ----------------------------------------------------------------
+
+
+def test_tasks_are_dispatched_to_workers(closing: list[TaskDispatcher[object]],
+                                         clock: ManualClock) -> None:
+    p = Recorder()
+    d = create_non_batching_dispatcher("single", p, worker_count=2, clock=clock)
+    closing.append(d)
+    d.process("a", "task-a", FAR)
+    assert wait_until(lambda: p.seen == ["task-a"])
+    assert d.stats().accepted == 1
+
+
+def test_batch_size_is_constrained_by_max_batch_size(closing: list[TaskDispatcher[object]],
+                                                     clock: ManualClock) -> None:
+    p = Recorder()
+    p.gate.clear()
+    d = batching(closing, p, clock, max_batch_size=5, worker_count=1, max_batching_delay_ms=0)
+    for i in range(6):
+        d.process(i, i, FAR)
+    p.gate.set()
+    assert wait_until(lambda: len(p.seen) == 6)
+    assert max(len(b) for b in p.batches) <= 5
+
+
+def test_a_new_task_overrides_the_old_one_and_keeps_its_place(
+        closing: list[TaskDispatcher[object]], clock: ManualClock) -> None:
+    p = Recorder()
+    d = batching(closing, p, clock, max_batch_size=10, worker_count=1,
+                 max_batching_delay_ms=100)
+    d.process("x", "x-old", FAR)
+    d.process("y", "y", FAR)
+    d.process("x", "x-new", FAR)
+    assert wait_until(lambda: d.stats().pending == 2)
+    clock.advance(100)  # the oldest has now waited max_batching_delay_ms
+    assert wait_until(lambda: len(p.seen) == 2)
+    assert p.seen == ["x-new", "y"]
+    assert d.stats().overridden == 1
+
+
+def test_republished_tasks_are_handled_first(closing: list[TaskDispatcher[object]],
+                                             clock: ManualClock) -> None:
+    p = Recorder([ProcessingResult.TRANSIENT_ERROR])
+    d = create_non_batching_dispatcher("single", p, worker_count=1, clock=clock,
+                                       network_failure_retry_ms=0)
+    closing.append(d)
+    p.gate.clear()
+    for t in ("a", "b", "c"):
+        d.process(t, t, FAR)
+    p.gate.set()
+    assert wait_until(lambda: len(p.seen) == 4)
+    assert p.seen == ["a", "a", "b", "c"]  # the failed task went back to the front
+    assert d.stats().replayed == 1
+
+
+def test_when_the_buffer_overflows_the_oldest_task_is_removed(
+        closing: list[TaskDispatcher[object]], clock: ManualClock) -> None:
+    p = Recorder()
+    d = batching(closing, p, clock, max_buffer_size=3, max_batch_size=3, worker_count=1,
+                 max_batching_delay_ms=1_000)
+    p.gate.clear()
+    d.process("warm", "warm", FAR)  # occupies the only worker (it waits at the gate)
+    clock.advance(1_000)
+    assert wait_until(lambda: d.stats().batch_size.count == 1)
+    for t in ("a", "b", "c", "d"):
+        d.process(t, t, FAR)
+    assert wait_until(lambda: d.stats().queue_overflows == 1)
+    p.gate.set()
+    assert wait_until(lambda: len(p.seen) == 4)
+    assert p.seen == ["warm", "b", "c", "d"]
+
+
+def test_a_batch_waits_up_to_the_batching_delay(closing: list[TaskDispatcher[object]],
+                                                clock: ManualClock) -> None:
+    p = Recorder()
+    d = batching(closing, p, clock, max_batch_size=10, worker_count=1,
+                 max_batching_delay_ms=500)
+    for i in range(3):
+        d.process(i, i, FAR)
+    time.sleep(0.05)  # the acceptor polls; with the clock stopped nothing may go out
+    assert p.seen == []
+    clock.advance(499)
+    time.sleep(0.05)
+    assert p.seen == []
+    clock.advance(1)
+    assert wait_until(lambda: p.seen == [0, 1, 2])
+    assert p.batches == [[0, 1, 2]]  # one batch: the delay filled it
+
+
+def test_a_full_batch_goes_out_without_waiting_for_the_delay(
+        closing: list[TaskDispatcher[object]], clock: ManualClock) -> None:
+    # Beyond Eureka, which waits for the delay even when a batch is full.
+    p = Recorder()
+    d = batching(closing, p, clock, max_batch_size=4, worker_count=1,
+                 max_batching_delay_ms=60_000)
+    for i in range(4):
+        d.process(i, i, FAR)
+    assert wait_until(lambda: p.seen == [0, 1, 2, 3])
+
+
+def test_expired_tasks_are_dropped(closing: list[TaskDispatcher[object]],
+                                   clock: ManualClock) -> None:
+    p = Recorder()
+    d = batching(closing, p, clock, max_batch_size=10, worker_count=1,
+                 max_batching_delay_ms=100)
+    d.process("stale", "stale", clock.now_ms())  # already expired at drain
+    d.process("soon", "soon", clock.now_ms() + 50)  # expires while it waits
+    d.process("ok", "ok", FAR)
+    clock.advance(100)
+    assert wait_until(lambda: p.seen == ["ok"])
+    assert d.stats().expired == 2
+
+
+# -- TaskExecutorsTest -------------------------------------------------------------------
+
+
+def test_success_is_processed_once(closing: list[TaskDispatcher[object]],
+                                   clock: ManualClock) -> None:
+    p = Recorder()
+    d = batching(closing, p, clock, max_batch_size=2, worker_count=2,
+                 max_batching_delay_ms=60_000)
+    d.process(1, 1, FAR)
+    d.process(2, 2, FAR)
+    assert wait_until(lambda: sorted(p.seen) == [1, 2])  # type: ignore[type-var]
+    time.sleep(0.05)
+    assert len(p.seen) == 2
+    assert d.stats().batches["success"] >= 1 and d.stats().replayed == 0
+
+
+def test_a_transient_error_is_reprocessed_once(closing: list[TaskDispatcher[object]],
+                                               clock: ManualClock) -> None:
+    p = Recorder([ProcessingResult.TRANSIENT_ERROR])
+    d = batching(closing, p, clock, max_batch_size=2, worker_count=1,
+                 max_batching_delay_ms=60_000, network_failure_retry_ms=100)
+    d.process(1, 1, FAR)
+    d.process(2, 2, FAR)
+    assert wait_until(lambda: len(p.seen) == 2)
+    time.sleep(0.05)
+    assert len(p.seen) == 2  # the shaper holds the retry back until the clock moves
+    clock.advance(100)
+    assert wait_until(lambda: len(p.seen) == 4)
+    assert p.batches == [[1, 2], [1, 2]]
+    s = d.stats()
+    assert (s.replayed, s.batches["transient_error"], s.batches["success"]) == (2, 1, 1)
+
+
+def test_a_permanent_error_is_never_retried(closing: list[TaskDispatcher[object]],
+                                            clock: ManualClock) -> None:
+    p = Recorder([ProcessingResult.PERMANENT_ERROR])
+    d = batching(closing, p, clock, max_batch_size=2, worker_count=1,
+                 max_batching_delay_ms=60_000)
+    d.process(1, 1, FAR)
+    d.process(2, 2, FAR)
+    assert wait_until(lambda: d.stats().dropped == 2)
+    clock.advance(10_000)
+    time.sleep(0.05)
+    assert len(p.seen) == 2 and d.stats().replayed == 0
+
+
+def test_a_processor_that_raises_counts_as_permanent_and_the_worker_survives(
+        closing: list[TaskDispatcher[object]], clock: ManualClock) -> None:
+    class Flaky(Recorder):
+        def process_batch(self, tasks: list[object]) -> ProcessingResult:
+            if tasks == ["boom"]:
+                raise RuntimeError("processor bug")
+            return super().process_batch(tasks)
+
+    p = Flaky()
+    d = batching(closing, p, clock, max_batch_size=1, worker_count=1, max_batching_delay_ms=0)
+    d.process("boom", "boom", FAR)
+    assert wait_until(lambda: d.stats().processor_errors == 1)
+    d.process("after", "after", FAR)  # the same (only) worker is still alive
+    assert wait_until(lambda: p.seen == ["after"])
+    assert d.stats().batches["permanent_error"] == 1
+
+
+# -- TaskDispatchersTest -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_work_spreads_across_all_workers(closing: list[TaskDispatcher[object]],
+                                         batch: bool) -> None:
+    p = Recorder(pause_s=0.002)
+    d: TaskDispatcher[object]
+    if batch:
+        d = create_batching_dispatcher("spread", p, worker_count=3, max_batch_size=5,
+                                       max_batching_delay_ms=0)
+    else:
+        d = create_non_batching_dispatcher("spread", p, worker_count=3)
+    closing.append(d)
+    n = 600 if batch else 300
+    for i in range(n):
+        d.process(i, i, FAR)
+    assert wait_until(lambda: len(p.seen) == n, 30)
+    shares = d.work_per_worker
+    assert sum(shares) == n
+    assert min(shares) >= 0.9 * n / 3, shares
+
+
+# -- the traffic shaper ------------------------------------------------------------------
+
+
+class BackwardsClock:
+    def __init__(self) -> None:
+        self.now = 10_000
+        self.realtime = False
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+def test_traffic_shaper_delays(clock: ManualClock) -> None:
+    shaper = TrafficShaper(clock, congestion_retry_delay_ms=1_000, network_failure_retry_ms=100)
+    assert shaper.transmission_delay() == 0
+    shaper.register_failure(ProcessingResult.TRANSIENT_ERROR)
+    assert shaper.transmission_delay() == 100
+    clock.advance(40)
+    assert shaper.transmission_delay() == 60
+    shaper.register_failure(ProcessingResult.CONGESTION)  # congestion is checked first
+    assert shaper.transmission_delay() == 1_000
+    clock.advance(1_000)
+    assert shaper.transmission_delay() == 0
+    shaper.register_failure(ProcessingResult.SUCCESS)
+    assert shaper.transmission_delay() == 0
+
+
+def test_traffic_shaper_caps_delays_at_30_s(clock: ManualClock) -> None:
+    shaper = TrafficShaper(clock, congestion_retry_delay_ms=10**9, network_failure_retry_ms=10**9)
+    shaper.register_failure(ProcessingResult.CONGESTION)
+    assert shaper.transmission_delay() == MAX_DELAY_MS == 30_000
+
+
+def test_a_clock_that_goes_backwards_resets_the_delay() -> None:
+    c = BackwardsClock()
+    shaper = TrafficShaper(c, congestion_retry_delay_ms=1_000, network_failure_retry_ms=100)
+    shaper.register_failure(ProcessingResult.CONGESTION)
+    c.now -= 5_000
+    assert shaper.transmission_delay() == 0
+
+
+# -- the dispatcher's edges --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kw", "arg"), [({"max_buffer_size": 0}, "max_buffer_size"),
+                                         ({"max_batch_size": 0}, "max_batch_size"),
+                                         ({"max_batch_size": 20, "max_buffer_size": 10},
+                                          "max_batch_size"),
+                                         ({"worker_count": 0}, "worker_count"),
+                                         ({"max_batching_delay_ms": -1},
+                                          "max_batching_delay_ms")])
+def test_bad_sizes_are_rejected(kw: dict[str, int], arg: str) -> None:
+    with pytest.raises(ValueError, match=arg):
+        create_batching_dispatcher("bad", Recorder(), **kw)  # type: ignore[arg-type]
+
+
+def test_close_reports_pending_tasks_and_refuses_new_ones(clock: ManualClock) -> None:
+    p = Recorder()
+    d = create_batching_dispatcher("closing", p, max_batch_size=10, worker_count=2,
+                                   max_batching_delay_ms=60_000, clock=clock)
+    for i in range(7):
+        d.process(i, i, FAR)
+    assert wait_until(lambda: d.stats().pending == 7)
+    started = time.monotonic()
+    assert d.close(timeout_s=5) == 7
+    assert time.monotonic() - started < 5
+    with pytest.raises(DispatcherClosed):
+        d.process("late", "late", FAR)
+    assert d.close() == 0
+
+
+def test_close_while_busy_lets_the_running_batch_finish(clock: ManualClock) -> None:
+    p = Recorder(pause_s=0.2)
+    with create_batching_dispatcher("busy", p, max_batch_size=2, worker_count=1,
+                                    max_batching_delay_ms=0, clock=clock) as d:
+        d.process(1, 1, FAR)
+        d.process(2, 2, FAR)
+        assert wait_until(lambda: d.stats().batch_size.total == 2)
+        time.sleep(0.05)  # the worker is inside process_batch now
+    assert d.closed
+    assert p.seen == [1, 2]
