@@ -3,13 +3,17 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The compiled core is built from these: any change rebuilds it, or tests would run
+# the stale extension instead of the edited source.
+SOURCES := $(shell find src/tickwheel -name '*.py')
 
 .PHONY: run test lint typecheck unit bench clean
 
-$(STAMP): pyproject.toml setup.py requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
+$(STAMP): pyproject.toml setup.py requirements-dev.txt $(SOURCES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	rm -rf build
 	$(BIN)/python -m pip install --quiet --no-build-isolation -e .
 	touch $(STAMP)
 

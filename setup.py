@@ -44,6 +44,9 @@ CORE = [
     "src/tickwheel/timers/_timing_wheel.py",
     "src/tickwheel/timers/_hashed_wheel.py",
     "src/tickwheel/timers/_heap.py",
+    "src/tickwheel/purgatory/_operation.py",
+    "src/tickwheel/purgatory/_watchers.py",
+    "src/tickwheel/purgatory/_purgatory.py",
 ]
 
 

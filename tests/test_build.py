@@ -29,6 +29,16 @@ def test_the_install_uses_the_compiled_core_where_a_compiler_exists() -> None:
     assert tickwheel.compiled is True
 
 
+def test_no_compiled_module_is_older_than_its_source() -> None:
+    # An edited source next to an old extension would silently run the old code.
+    stale = []
+    for ext in (ROOT / "src" / "tickwheel").rglob("*.so"):
+        source = ext.parent / (ext.name.split(".")[0] + ".py")
+        if source.exists() and source.stat().st_mtime > ext.stat().st_mtime:
+            stale.append(source.relative_to(ROOT))
+    assert not stale, f"rebuild the compiled core (make test does): {stale}"
+
+
 @pytest.mark.slow
 def test_the_pure_python_sources_pass_the_timer_specification(tmp_path: Path) -> None:
     pure = tmp_path / "pure"

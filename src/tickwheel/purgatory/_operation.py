@@ -16,11 +16,16 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
+from tickwheel._compat import provide_mypyc_attr
 from tickwheel._validate import Millis
 from tickwheel.timers import TimerTask
 
 if TYPE_CHECKING:
+    from mypy_extensions import mypyc_attr
+
     from tickwheel.purgatory._purgatory import Purgatory
+
+provide_mypyc_attr(globals())
 
 __all__ = ["DelayedOperation", "Outcome"]
 
@@ -35,6 +40,7 @@ class Outcome(enum.Enum):
     CANCELLED = "cancelled"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DelayedOperation(TimerTask):
     """Subclass it and implement :meth:`try_complete`, :meth:`on_complete` and
     :meth:`on_expiration`.

@@ -62,6 +62,10 @@ class Watchers:
             shard.count -= 1
             if not ops:
                 del shard.lists[key]
+                if not shard.lists:
+                    # A dict never shrinks its table; an empty shard starts afresh so
+                    # memory returns to where it was once the operations are gone.
+                    shard.lists = {}
             return True
 
     def snapshot(self, key: Hashable) -> list[DelayedOperation]:
