@@ -23,7 +23,7 @@ run: $(STAMP)
 test: lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -92,22 +92,29 @@ def test_every_liveness_signal_keeps_a_member_alive(coordinator: GroupCoordinato
     assert coordinator.expired_members == 0
 
 
-def test_a_rebalance_keeps_members_alive_and_sync_restarts_their_sessions(
+def test_a_rebalance_keeps_members_alive_and_removes_those_that_do_not_rejoin(
         coordinator: GroupCoordinator, clock: ManualClock) -> None:
     a, b = stable_group(coordinator, 2)
-    coordinator.join_group("g", None, 10_000)  # a newcomer starts a rebalance
+    c = coordinator.join_group("g", None, 10_000)  # a newcomer starts a rebalance
     run_for(coordinator, clock, 30_000)  # nobody heartbeats, but the group is rebalancing
-    assert {a, b} <= set(coordinator.groups["g"].members)
-    coordinator.sync_group("g", a)
-    run_for(coordinator, clock, 10_100)  # now the sessions count again
-    # The first expiry starts a new rebalance, which keeps the other two alive until
-    # the group syncs again (the model has no rebalance timeout; see the module doc).
     group = coordinator.groups["g"]
-    assert coordinator.expired_members == 1 and len(group.members) == 2
+    assert set(group.members) == {a, b, c}
+    assert coordinator.sync_group("g", a) is GroupError.REBALANCE_IN_PROGRESS  # join first
+    coordinator.join_group("g", a, 10_000)
+    assert coordinator.sync_group("g", a) is GroupError.NONE
+    assert set(group.members) == {a, c}  # b never rejoined
+    assert coordinator.removed_on_rebalance == 1
+    assert coordinator.listener.expired == [("g", b)]  # type: ignore[attr-defined]
+    run_for(coordinator, clock, 10_100)  # fresh sessions, and nobody heartbeats
+    # One expires first; its departure starts a rebalance that keeps the other alive.
+    assert coordinator.expired_members == 1 and len(group.members) == 1
     assert group.state is GroupState.PREPARING_REBALANCE
-    coordinator.sync_group("g", next(iter(group.members)))
+    [last] = group.members
+    coordinator.join_group("g", last, 10_000)
+    coordinator.sync_group("g", last)
     run_for(coordinator, clock, 10_100)
-    assert coordinator.expired_members == 2 and len(group.members) == 1
+    assert coordinator.expired_members == 2 and group.members == {}
+    assert group.state is GroupState.EMPTY
 
 
 def test_leave_group_cancels_the_session(coordinator: GroupCoordinator,

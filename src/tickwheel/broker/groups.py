@@ -10,10 +10,12 @@ that happens before the deadline, the member is removed and the group rebalances
 The operations share the group's lock (as in Kafka), so a heartbeat check never runs
 concurrently with a change to the group.
 
-Left out of the model: the rebalance itself is reduced to join (the group prepares a
-rebalance) and sync (it becomes Stable, with fresh sessions for every member). Kafka
-also bounds the join phase with a rebalance timeout (``DelayedJoin``) that removes
-members who did not rejoin; here a group stays rebalancing until someone syncs.
+The rebalance is reduced to its two steps: a join (or a member's failure) makes the
+group prepare a rebalance, and every member must join again; a sync by a member that
+did completes it: members that did not rejoin are removed (Kafka removes them when the
+join phase ends), the group becomes Stable and the others start fresh sessions. Left
+out: Kafka's rebalance timeout (``DelayedJoin``); here the join phase lasts until a
+member syncs.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Member:
     session_timeout_ms: int
     latest_heartbeat_ms: int = 0
     heartbeat_satisfied: bool = False
+    rejoined: bool = True
 
 
 @dataclass(slots=True)
@@ -117,6 +120,7 @@ class GroupCoordinator:
         self.timer = TimingWheelTimer(clock=self.clock, executor=None)
         self.heartbeat_purgatory = Purgatory("Heartbeat", timer=self.timer, reaper=False)
         self.expired_members = 0
+        self.removed_on_rebalance = 0
         self.rebalances = 0
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -136,12 +140,13 @@ class GroupCoordinator:
                 self._prepare_rebalance(group)
             member = group.members[member_id]
             member.session_timeout_ms = session_timeout_ms
+            member.rejoined = True
             self.complete_and_schedule_next_expiration(group, member)
         return member_id
 
     def sync_group(self, group_id: str, member_id: str) -> GroupError:
-        """Complete the rebalance: the group becomes Stable with a new generation, and
-        every member gets a fresh session (members that crashed meanwhile expire)."""
+        """Complete the rebalance: members that did not rejoin are removed, the group
+        becomes Stable with a new generation, and the others start fresh sessions."""
         group = self.groups.get(group_id)
         if group is None:
             return GroupError.UNKNOWN_MEMBER_ID
@@ -150,6 +155,13 @@ class GroupCoordinator:
             if member is None:
                 return GroupError.UNKNOWN_MEMBER_ID
             if group.rebalancing:
+                if not member.rejoined:
+                    return GroupError.REBALANCE_IN_PROGRESS  # join first
+                for other in [m for m in group.members.values() if not m.rejoined]:
+                    self._member_failed(group, other, "did not rejoin")
+                    del group.members[other.member_id]
+                    self.heartbeat_purgatory.cancel_for_key(
+                        self.member_key(group.group_id, other.member_id))
                 group.state = GroupState.STABLE
                 group.generation += 1
                 for other in list(group.members.values()):
@@ -242,10 +254,7 @@ class GroupCoordinator:
             if (group.state is GroupState.DEAD or group.rebalancing
                     or member.latest_heartbeat_ms + member.session_timeout_ms > op.deadline_ms):
                 return  # kept alive: a rebalance is on, or a newer session has started
-            log.info("group %s: member %s session expired", group.group_id, member.member_id)
-            with self._lock:
-                self.expired_members += 1
-            self.listener.member_expired(group.group_id, member.member_id)
+            self._member_failed(group, member, "session expired")
             self._remove_member(group, member.member_id)
 
     # -- internals -----------------------------------------------------------------------
@@ -256,6 +265,15 @@ class GroupCoordinator:
             if group is None:
                 group = self.groups[group_id] = Group(group_id)
             return group
+
+    def _member_failed(self, group: Group, member: Member, why: str) -> None:
+        log.info("group %s: member %s removed: %s", group.group_id, member.member_id, why)
+        with self._lock:
+            if why == "session expired":
+                self.expired_members += 1
+            else:
+                self.removed_on_rebalance += 1
+        self.listener.member_expired(group.group_id, member.member_id)
 
     def _remove_member(self, group: Group, member_id: str) -> None:
         del group.members[member_id]
@@ -268,6 +286,8 @@ class GroupCoordinator:
         if group.state is GroupState.PREPARING_REBALANCE:
             return
         group.state = GroupState.PREPARING_REBALANCE
+        for member in group.members.values():
+            member.rejoined = False  # everyone joins again
         with self._lock:
             self.rebalances += 1
         if self.on_rebalance is not None:
