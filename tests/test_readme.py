@@ -25,3 +25,11 @@ def test_purgatory_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     example = next(b for b in blocks() if "Purgatory(" in b)
     exec(compile(example, "README.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["done"]
+
+
+def test_dispatcher_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    example = next(b for b in blocks() if "create_batching_dispatcher" in b)
+    exec(compile(example, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    delivered = sum(int(line.split()[1]) for line in lines)
+    assert 600 <= delivered <= 1_000  # duplicates of a pending id override it

@@ -339,15 +339,28 @@ def test_bad_sizes_are_rejected(kw: dict[str, int], arg: str) -> None:
         create_batching_dispatcher("bad", Recorder(), **kw)  # type: ignore[arg-type]
 
 
-def test_close_reports_pending_tasks_and_refuses_new_ones(clock: ManualClock) -> None:
+def test_close_delivers_what_is_pending(clock: ManualClock) -> None:
     p = Recorder()
-    d = create_batching_dispatcher("closing", p, max_batch_size=10, worker_count=2,
+    d = create_batching_dispatcher("flush", p, max_batch_size=10, worker_count=2,
                                    max_batching_delay_ms=60_000, clock=clock)
     for i in range(7):
         d.process(i, i, FAR)
     assert wait_until(lambda: d.stats().pending == 7)
+    assert d.close(timeout_s=5) == 0  # the partial batch went out without the delay
+    assert sorted(p.seen) == list(range(7))  # type: ignore[type-var]
+
+
+def test_close_reports_what_it_could_not_deliver_and_refuses_new_tasks(
+        clock: ManualClock) -> None:
+    p = Recorder([ProcessingResult.CONGESTION] * 100)
+    d = create_batching_dispatcher("closing", p, max_batch_size=10, worker_count=2,
+                                   max_batching_delay_ms=0, congestion_retry_delay_ms=60_000,
+                                   clock=clock)
+    for i in range(7):
+        d.process(i, i, FAR)
+    assert wait_until(lambda: d.stats().replayed >= 1)  # congested: held back for 60 s
     started = time.monotonic()
-    assert d.close(timeout_s=5) == 7
+    assert d.close(timeout_s=0.5) == 7
     assert time.monotonic() - started < 5
     with pytest.raises(DispatcherClosed):
         d.process("late", "late", FAR)

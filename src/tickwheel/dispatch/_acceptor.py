@@ -67,6 +67,7 @@ class AcceptorExecutor:
         self._single_queue: queue.SimpleQueue[TaskHolder[Any]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._flushing = False
         self._counts_lock = threading.Lock()
         self.accepted = 0
         self.replayed = 0
@@ -130,14 +131,28 @@ class AcceptorExecutor:
     def pending_size(self) -> int:
         return len(self._pending)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, pending or handed out but not yet taken by a worker."""
+        return not (self._acceptor_queue or self._reprocess_queue or self._pending
+                    or not self._batch_queue.empty() or not self._single_queue.empty())
+
     # -- lifecycle -----------------------------------------------------------------------
 
-    def stop(self, timeout_s: float) -> int:
-        """Stop the acceptor thread; return how many tasks it still held (not lost
-        silently: the caller reports them)."""
+    def flush(self) -> None:
+        """From now on hand out whatever is pending without waiting to fill a batch."""
+        self._flushing = True
+        self._wake.set()
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop the acceptor thread: no more work is handed out."""
         self._stopping.set()
         self._wake.set()
         self._thread.join(timeout_s)
+
+    def held(self) -> int:
+        """How many tasks are still here (after ``stop``, and after the workers have
+        stopped: a worker may hand a failed batch back until then)."""
         held = len(self._acceptor_queue) + len(self._reprocess_queue) + len(self._pending)
         # Batches handed out but not yet taken by a worker are still ours too.
         while True:
@@ -242,7 +257,8 @@ class AcceptorExecutor:
         if not order:
             return False
         pending = self._pending
-        if len(pending) >= self.max_buffer_size or len(pending) >= self.max_batch_size:
+        if (self._flushing or len(pending) >= self.max_buffer_size
+                or len(pending) >= self.max_batch_size):
             return True
         oldest = pending.get(order[0])
         return oldest is None or now - oldest.submit_ms >= self.max_batching_delay_ms

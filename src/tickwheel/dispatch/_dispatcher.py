@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -85,14 +86,21 @@ class TaskDispatcher(Generic[T]):
         self._acceptor.process(task_id, task, expiry_ms)
 
     def close(self, timeout_s: float = 5.0) -> int:
-        """Stop the acceptor and the workers (each within ``timeout_s``); return the
+        """Refuse new tasks, deliver what is pending (partial batches go out at once)
+        for up to ``timeout_s``, then stop the acceptor and the workers; return the
         number of tasks still pending, which are logged, not silently lost."""
         with self._lock:
             if self._closed:
                 return 0
             self._closed = True
-        held = self._acceptor.stop(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        self._acceptor.flush()
+        while time.monotonic() < deadline and not (self._acceptor.idle
+                                                    and self._workers.busy == 0):
+            time.sleep(0.002)
+        self._acceptor.stop(max(0.1, deadline - time.monotonic()))
         self._workers.stop(timeout_s)
+        held = self._acceptor.held()
         if held:
             log.warning("dispatcher %s closed with %d tasks still pending", self.name, held)
         return held

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from tickwheel.dispatch._acceptor import AcceptorExecutor
@@ -34,6 +35,7 @@ class WorkerPool:
         self.task_results: dict[ProcessingResult, int] = dict.fromkeys(ProcessingResult, 0)
         self.dropped = 0
         self.processor_errors = 0
+        self.busy = 0  # workers inside the processor right now
         self.work_per_worker = [0] * count
         kind = "Batch" if batching else "Single"
         self._threads = [
@@ -45,9 +47,12 @@ class WorkerPool:
             t.start()
 
     def stop(self, timeout_s: float) -> None:
+        """Stop all workers within ``timeout_s`` in all (a worker inside a slow
+        processor call is left to finish on its own, as a daemon thread)."""
         self._stopping.set()
+        deadline = time.monotonic() + timeout_s
         for t in self._threads:
-            t.join(timeout_s)
+            t.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def alive(self) -> int:
@@ -67,14 +72,20 @@ class WorkerPool:
                 if single is None:
                     continue
                 holders = [single]
-            result = self._execute(holders)
+            with self._lock:
+                self.busy += 1
+            try:
+                result = self._execute(holders)
+                if result in (ProcessingResult.CONGESTION, ProcessingResult.TRANSIENT_ERROR):
+                    acceptor.reprocess(holders, result)
+            finally:
+                with self._lock:
+                    self.busy -= 1
             with self._lock:
                 self.results[result] += 1
                 self.task_results[result] += len(holders)
                 self.work_per_worker[index] += len(holders)
-            if result in (ProcessingResult.CONGESTION, ProcessingResult.TRANSIENT_ERROR):
-                acceptor.reprocess(holders, result)
-            elif result is ProcessingResult.PERMANENT_ERROR:
+            if result is ProcessingResult.PERMANENT_ERROR:
                 with self._lock:
                     self.dropped += len(holders)
                 log.warning("dispatcher %s: permanent error, dropping %d tasks",
