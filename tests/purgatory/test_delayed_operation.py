@@ -320,3 +320,17 @@ def test_memory_returns_to_baseline_after_a_million_operations_come_and_go(
     assert (stats.watched, stats.num_keys, stats.num_delayed) == (0, 0, 0)
     # A leak of one object per operation would leave ~1M blocks behind.
     assert left < 1_000, f"{left} memory blocks left behind"
+
+
+@pytest.mark.realtime
+def test_the_reaper_expires_on_a_real_clock_and_close_wakes_it() -> None:
+    purgatory = Purgatory("reaped")  # SystemClock, its own timer and reaper thread
+    op = MockOperation(30)
+    done = threading.Event()
+    op.add_done_callback(lambda _: done.set())
+    purgatory.try_complete_else_watch(op, ["k"])
+    assert done.wait(10), "the reaper did not expire the operation"
+    assert op.outcome is Outcome.EXPIRED
+    started = time.monotonic()
+    purgatory.close()
+    assert time.monotonic() - started < 2.0  # woken, not left to finish its 200 ms poll
