@@ -1,0 +1,190 @@
+"""The event log: the contract between the generator, both engines and users.
+
+One event per row (JSON Lines here; Parquet uses the same column names). Every row
+either parses into an :class:`Event` or becomes a :class:`Quarantined` row with the raw
+text, a short reason code and its ``ts_ms`` when known. Values of the wrong JSON type
+are quarantined, never coerced (a float is not a long, a bool is not a number).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Condition",
+    "Event",
+    "EventType",
+    "Outcome",
+    "Quarantined",
+    "Reason",
+    "parse_line",
+    "parse_row",
+]
+
+
+class EventType(enum.Enum):
+    WATCH = "watch"
+    UPDATE = "update"
+    CANCEL = "cancel"
+    TICK = "tick"
+
+
+class Condition(enum.Enum):
+    ALL_AT_LEAST = "all_at_least"  # every key's value reached its target (acks=all)
+    SUM_AT_LEAST = "sum_at_least"  # sum of (value - start) over keys >= min_total (fetch)
+    ANY_UPDATE = "any_update"  # any update of a key after registration (a heartbeat)
+    NONE = "none"  # expiry or cancel only ("do X at time T")
+
+
+class Reason(enum.Enum):
+    UNPARSEABLE = "unparseable"
+    MISSING_FIELD = "missing_field"
+    BAD_TYPE = "bad_type"
+    UNKNOWN_TYPE = "unknown_type"
+    UNKNOWN_CONDITION = "unknown_condition"
+    BAD_KEYS = "bad_keys"
+    BAD_TARGETS = "bad_targets"
+    VALUE_AND_ERROR = "value_and_error"
+    DUPLICATE_OP_ID = "duplicate_op_id"
+    LATE = "late"
+
+
+class Outcome(enum.Enum):
+    COMPLETED = "completed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    ts_ms: int
+    type: EventType
+    raw: str
+    op_id: str | None = None
+    keys: tuple[str, ...] = ()
+    deadline_ms: int = 0
+    condition: Condition | None = None
+    targets: dict[str, int] = field(default_factory=dict)
+    min_total: int = 0
+    key: str | None = None
+    value: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    raw: str
+    reason: Reason
+    ts_ms: int | None
+
+
+class _Bad(Exception):
+    def __init__(self, reason: Reason, ts_ms: int | None) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+        self.ts_ms = ts_ms
+
+
+def _long(row: dict[str, Any], name: str, ts: int | None) -> int:
+    if name not in row or row[name] is None:
+        raise _Bad(Reason.MISSING_FIELD, ts)
+    value = row[name]
+    if type(value) is not int:  # bool is an int subclass, and a float is not a long
+        raise _Bad(Reason.BAD_TYPE, ts)
+    return value
+
+
+def _string(row: dict[str, Any], name: str, ts: int | None) -> str:
+    if name not in row or row[name] is None:
+        raise _Bad(Reason.MISSING_FIELD, ts)
+    value = row[name]
+    if not isinstance(value, str):
+        raise _Bad(Reason.BAD_TYPE, ts)
+    return value
+
+
+def parse_line(line: str) -> Event | Quarantined:
+    """One JSON Lines row (not blank: blank lines are not rows)."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return Quarantined(line, Reason.UNPARSEABLE, None)
+    if not isinstance(row, dict):
+        return Quarantined(line, Reason.UNPARSEABLE, None)
+    return parse_row(row, line)
+
+
+def parse_row(row: dict[str, Any], raw: str) -> Event | Quarantined:
+    """A decoded row; ``raw`` is kept for the quarantine."""
+    ts: int | None = None
+    try:
+        ts = _long(row, "ts_ms", None)
+        kind = _string(row, "type", ts)
+        try:
+            event_type = EventType(kind)
+        except ValueError:
+            raise _Bad(Reason.UNKNOWN_TYPE, ts) from None
+        if event_type is EventType.WATCH:
+            return _watch(row, raw, ts)
+        if event_type is EventType.UPDATE:
+            key = _string(row, "key", ts)
+            has_value = row.get("value") is not None
+            has_error = row.get("error") is not None
+            if has_value and has_error:
+                raise _Bad(Reason.VALUE_AND_ERROR, ts)
+            if has_value:
+                return Event(ts, event_type, raw, key=key, value=_long(row, "value", ts))
+            if has_error:
+                return Event(ts, event_type, raw, key=key, error=_string(row, "error", ts))
+            raise _Bad(Reason.MISSING_FIELD, ts)
+        if event_type is EventType.CANCEL:
+            return Event(ts, event_type, raw, op_id=_string(row, "op_id", ts))
+        return Event(ts, event_type, raw)
+    except _Bad as bad:
+        return Quarantined(raw, bad.reason, bad.ts_ms)
+
+
+def _watch(row: dict[str, Any], raw: str, ts: int) -> Event:
+    op_id = _string(row, "op_id", ts)
+    deadline = _long(row, "deadline_ms", ts)
+    name = _string(row, "condition", ts)
+    try:
+        condition = Condition(name)
+    except ValueError:
+        raise _Bad(Reason.UNKNOWN_CONDITION, ts) from None
+    if "keys" not in row or row["keys"] is None:
+        raise _Bad(Reason.MISSING_FIELD, ts)
+    keys = row["keys"]
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise _Bad(Reason.BAD_TYPE, ts)
+    if len(set(keys)) != len(keys):
+        raise _Bad(Reason.BAD_KEYS, ts)
+    if condition is Condition.NONE:
+        if keys:
+            raise _Bad(Reason.BAD_KEYS, ts)  # `none` takes no keys
+        return Event(ts, EventType.WATCH, raw, op_id=op_id, deadline_ms=deadline,
+                     condition=condition)
+    if not keys:
+        raise _Bad(Reason.BAD_KEYS, ts)
+    targets: dict[str, int] = {}
+    min_total = 0
+    if condition in (Condition.ALL_AT_LEAST, Condition.SUM_AT_LEAST):
+        if "targets" not in row or row["targets"] is None:
+            raise _Bad(Reason.MISSING_FIELD, ts)
+        raw_targets = row["targets"]
+        if not isinstance(raw_targets, dict) or not all(
+                type(v) is int for v in raw_targets.values()):
+            raise _Bad(Reason.BAD_TYPE, ts)
+        if set(raw_targets) != set(keys):
+            raise _Bad(Reason.BAD_TARGETS, ts)
+        targets = dict(raw_targets)
+    if condition is Condition.SUM_AT_LEAST:
+        min_total = _long(row, "min_total", ts)
+        if min_total < 1:
+            raise _Bad(Reason.BAD_TARGETS, ts)
+    return Event(ts, EventType.WATCH, raw, op_id=op_id, keys=tuple(keys), deadline_ms=deadline,
+                 condition=condition, targets=targets, min_total=min_total)

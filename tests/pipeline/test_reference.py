@@ -1,0 +1,224 @@
+"""The reference engine: the pipeline's semantics, rule by rule."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from tickwheel.pipeline.events import Outcome, Reason
+from tickwheel.pipeline.reference import OutcomeRow, ReferenceEngine, RunResult
+
+ISSUE_EXAMPLE = """\
+{"ts_ms": 1000, "type": "watch", "op_id": "produce-17", "keys": ["t-0", "t-1"], "deadline_ms": 31000, "condition": "all_at_least", "targets": {"t-0": 120, "t-1": 88}}
+{"ts_ms": 1000, "type": "watch", "op_id": "fetch-3", "keys": ["t-0", "t-1"], "deadline_ms": 1500, "condition": "sum_at_least", "targets": {"t-0": 100, "t-1": 50}, "min_total": 5}
+{"ts_ms": 1002, "type": "watch", "op_id": "session-g1-m3", "keys": ["g1/m3"], "deadline_ms": 11002, "condition": "any_update"}
+{"ts_ms": 1003, "type": "watch", "op_id": "task-9", "keys": [], "deadline_ms": 60000, "condition": "none"}
+{"ts_ms": 1010, "type": "update", "key": "t-0", "value": 125}
+{"ts_ms": 1011, "type": "update", "key": "t-1", "error": "NOT_LEADER"}
+{"ts_ms": 1020, "type": "cancel", "op_id": "task-9"}
+{"ts_ms": 9000, "type": "tick"}
+"""  # noqa: E501
+
+
+def run(rows: list[dict[str, object]] | str, lateness_ms: int = 10_000) -> RunResult:
+    engine = ReferenceEngine(lateness_ms=lateness_ms)
+    if isinstance(rows, str):
+        engine.feed_lines(rows.splitlines())
+    else:
+        engine.feed_lines(json.dumps(r) for r in rows)
+    return engine.run()
+
+
+def by_id(result: RunResult) -> dict[str, OutcomeRow]:
+    return {o.op_id: o for o in result.outcomes}
+
+
+def watch(ts: int, op: str, keys: list[str], deadline: int, condition: str = "any_update",
+          **extra: object) -> dict[str, object]:
+    return {"ts_ms": ts, "type": "watch", "op_id": op, "keys": keys, "deadline_ms": deadline,
+            "condition": condition, **extra}
+
+
+def update(ts: int, key: str, value: int | None = None,
+           error: str | None = None) -> dict[str, object]:
+    row: dict[str, object] = {"ts_ms": ts, "type": "update", "key": key}
+    if value is not None:
+        row["value"] = value
+    if error is not None:
+        row["error"] = error
+    return row
+
+
+def test_the_issue_example() -> None:
+    result = run(ISSUE_EXAMPLE)
+    out = by_id(result)
+    assert out["fetch-3"] == OutcomeRow("fetch-3", Outcome.COMPLETED, 1010, 10,
+                                        ("t-0", "t-1"), None)
+    assert out["produce-17"] == OutcomeRow("produce-17", Outcome.ERROR, 1011, 11,
+                                           ("t-0", "t-1"), "NOT_LEADER")
+    assert out["task-9"] == OutcomeRow("task-9", Outcome.CANCELLED, 1020, 17, (), None)
+    assert "session-g1-m3" not in out and result.pending == 1
+    assert (result.rows_in, result.rows_applied, len(result.quarantine)) == (8, 8, 0)
+
+
+def test_watches_come_before_updates_at_one_ts_whatever_the_file_order() -> None:
+    result = run([update(5, "k", 1), watch(5, "w", ["k"], 100)])
+    assert by_id(result)["w"].outcome is Outcome.COMPLETED  # the update counts as later
+    assert by_id(result)["w"].resolved_ms == 5
+
+
+def test_deadlines_at_t_expire_before_the_events_at_t() -> None:
+    result = run([watch(0, "w", ["k"], 50), update(50, "k", 1)])
+    assert by_id(result)["w"] == OutcomeRow("w", Outcome.EXPIRED, 50, 50, ("k",), None)
+
+
+def test_a_watch_already_past_its_deadline_tries_once_then_expires_at_its_ts() -> None:
+    result = run([update(0, "k", 10),
+                  watch(7, "met", ["k"], 3, "all_at_least", targets={"k": 5}),
+                  watch(7, "unmet", ["k"], 7, "all_at_least", targets={"k": 50})])
+    out = by_id(result)
+    assert (out["met"].outcome, out["met"].resolved_ms) == (Outcome.COMPLETED, 7)
+    assert (out["unmet"].outcome, out["unmet"].resolved_ms) == (Outcome.EXPIRED, 7)
+
+
+def test_values_only_grow_and_sums_floor_each_key_at_zero() -> None:
+    result = run([update(0, "a", 100), update(1, "a", 50),  # stays at 100
+                  watch(2, "sum", ["a", "b"], 1_000, "sum_at_least",
+                        targets={"a": 90, "b": 500}, min_total=15),
+                  update(3, "b", 0),  # below its start: contributes 0, not -500
+                  update(4, "a", 104),
+                  update(5, "a", 105)])
+    assert (by_id(result)["sum"].resolved_ms, by_id(result)["sum"].outcome) == (
+        5, Outcome.COMPLETED)
+
+
+def test_all_at_least_needs_a_value_for_every_key() -> None:
+    result = run([watch(0, "p", ["a", "b"], 1_000, "all_at_least", targets={"a": 1, "b": 0}),
+                  update(1, "a", 5), update(2, "b", 0)])
+    assert by_id(result)["p"].resolved_ms == 2
+
+
+def test_any_update_completes_on_an_update_that_does_not_raise_the_value() -> None:
+    result = run([update(0, "m", 9), watch(1, "s", ["m"], 100), update(2, "m", 3)])
+    assert by_id(result)["s"].resolved_ms == 2
+
+
+def test_the_smallest_error_wins_at_one_ts() -> None:
+    result = run([watch(0, "p", ["a", "b"], 100, "all_at_least", targets={"a": 1, "b": 1}),
+                  update(5, "b", error="UNKNOWN_TOPIC_OR_PARTITION"),
+                  update(5, "a", error="NOT_LEADER")])
+    assert by_id(result)["p"].error == "NOT_LEADER"
+    assert by_id(result)["p"].outcome is Outcome.ERROR
+
+
+def test_errors_come_after_values_at_one_ts() -> None:
+    result = run([watch(0, "p", ["a"], 100, "all_at_least", targets={"a": 1}),
+                  update(5, "a", error="NOT_LEADER"), update(5, "a", 1)])
+    assert by_id(result)["p"].outcome is Outcome.COMPLETED
+
+
+def test_cancels_of_unknown_or_resolved_operations_are_counted_not_outcomes() -> None:
+    result = run([watch(0, "w", ["k"], 100), update(1, "k", 1),
+                  {"ts_ms": 2, "type": "cancel", "op_id": "w"},
+                  {"ts_ms": 2, "type": "cancel", "op_id": "never"}])
+    assert [o.outcome for o in result.outcomes] == [Outcome.COMPLETED]
+    assert result.ignored_cancels == 2
+
+
+def test_duplicate_op_ids_keep_only_a_unique_earliest_watch() -> None:
+    result = run([watch(1, "a", ["k"], 100), watch(2, "a", ["k"], 100),
+                  watch(3, "b", ["k"], 100), watch(3, "b", ["j"], 100),
+                  watch(9, "b", ["k"], 100)])
+    reasons = [q.reason for q in result.quarantine]
+    assert reasons == [Reason.DUPLICATE_OP_ID] * 4  # a's second, and all three b's
+    assert result.rows_applied == 1
+
+
+@pytest.mark.parametrize(("line", "reason", "ts"), [
+    ("not json", Reason.UNPARSEABLE, None),
+    ("[1, 2]", Reason.UNPARSEABLE, None),
+    ('{"type": "tick"}', Reason.MISSING_FIELD, None),
+    ('{"ts_ms": 1.5, "type": "tick"}', Reason.BAD_TYPE, None),
+    ('{"ts_ms": true, "type": "tick"}', Reason.BAD_TYPE, None),
+    ('{"ts_ms": 1, "type": "poke"}', Reason.UNKNOWN_TYPE, 1),
+    ('{"ts_ms": 1, "type": "update", "key": "k", "value": "5"}', Reason.BAD_TYPE, 1),
+    ('{"ts_ms": 1, "type": "update", "key": 7, "value": 5}', Reason.BAD_TYPE, 1),
+    ('{"ts_ms": 1, "type": "update", "key": "k"}', Reason.MISSING_FIELD, 1),
+    ('{"ts_ms": 1, "type": "update", "key": "k", "value": 1, "error": "E"}',
+     Reason.VALUE_AND_ERROR, 1),
+    ('{"ts_ms": 1, "type": "cancel"}', Reason.MISSING_FIELD, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
+     '"condition": "soon"}', Reason.UNKNOWN_CONDITION, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
+     '"condition": "all_at_least", "targets": {"j": 1}}', Reason.BAD_TARGETS, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
+     '"condition": "sum_at_least", "targets": {"k": 1}, "min_total": 0}', Reason.BAD_TARGETS, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k", "k"], "deadline_ms": 9, '
+     '"condition": "any_update"}', Reason.BAD_KEYS, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": [], "deadline_ms": 9, '
+     '"condition": "any_update"}', Reason.BAD_KEYS, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
+     '"condition": "none"}', Reason.BAD_KEYS, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": 5, "keys": ["k"], "deadline_ms": 9, '
+     '"condition": "any_update"}', Reason.BAD_TYPE, 1),
+])
+def test_malformed_rows_are_quarantined_with_a_reason(line: str, reason: Reason,
+                                                      ts: int | None) -> None:
+    result = run(line + "\n\n")  # the blank line is not a row
+    assert [(q.raw, q.reason, q.ts_ms) for q in result.quarantine] == [(line, reason, ts)]
+    assert result.rows_in == 1 and result.rows_applied == 0 and result.outcomes == []
+
+
+def test_unknown_fields_and_targets_of_other_conditions_are_ignored() -> None:
+    result = run([watch(0, "w", ["k"], 100, targets={"zzz": 1}, colour="blue"),
+                  update(1, "k", 1)])
+    assert by_id(result)["w"].outcome is Outcome.COMPLETED
+
+
+def test_late_rows_are_quarantined_and_nothing_is_lost() -> None:
+    rows = [watch(50_000, "w", ["k"], 90_000), update(39_999, "k", 1),  # late by 1 ms
+            update(40_000, "k", 2), {"ts_ms": 60_000, "type": "tick"}, "garbage"]
+    engine = ReferenceEngine(lateness_ms=10_000)
+    engine.feed_lines(r if isinstance(r, str) else json.dumps(r) for r in rows)
+    result = engine.run()
+    assert [(q.reason, q.ts_ms) for q in result.quarantine] == [
+        (Reason.LATE, 39_999), (Reason.UNPARSEABLE, None)]
+    assert result.rows_in == result.rows_applied + len(result.quarantine) == 5
+    assert result.pending == 1  # the update at 40,000 came before the watch at 50,000
+
+
+def test_outcomes_do_not_depend_on_row_order_within_the_lateness_bound() -> None:
+    rng = random.Random(3)
+    rows: list[dict[str, object]] = []
+    for i in range(300):
+        ts = i * 10
+        keys = rng.sample([f"k{j}" for j in range(8)], rng.randint(1, 3))
+        cond = rng.choice(["all_at_least", "sum_at_least", "any_update", "none"])
+        extra: dict[str, object] = {}
+        if cond == "all_at_least":
+            extra["targets"] = {k: rng.randint(0, 40) for k in keys}
+        elif cond == "sum_at_least":
+            extra.update(targets={k: rng.randint(0, 20) for k in keys},
+                         min_total=rng.randint(1, 30))
+        rows.append(watch(ts, f"op{i}", [] if cond == "none" else keys,
+                          ts + rng.randint(-5, 400), cond, **extra))
+        for _ in range(2):
+            rows.append(update(ts + rng.randint(0, 9), rng.choice(keys), rng.randint(0, 60)))
+        if rng.random() < 0.1:
+            rows.append(update(ts, rng.choice(keys), error=rng.choice(["E1", "E2"])))
+        if rng.random() < 0.1:
+            rows.append({"ts_ms": ts + 5, "type": "cancel", "op_id": f"op{rng.randrange(i + 1)}"})
+    reference = sorted(run(rows).outcomes, key=lambda o: o.op_id)
+    assert len(reference) > 200
+    for _ in range(5):
+        shuffled = rows[:]
+        # Disorder within the bound: shuffle inside windows of 50 rows (< 10 s apart).
+        for start in range(0, len(shuffled), 50):
+            window = shuffled[start:start + 50]
+            rng.shuffle(window)
+            shuffled[start:start + 50] = window
+        again = run(shuffled)
+        assert not again.quarantine
+        assert sorted(again.outcomes, key=lambda o: o.op_id) == reference
