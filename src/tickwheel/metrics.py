@@ -1,0 +1,168 @@
+"""One Prometheus collector over the ``stats()`` snapshots of timers, purgatories and
+dispatchers (``pip install tickwheel[metrics]``).
+
+    from prometheus_client import REGISTRY, start_http_server
+    from tickwheel.metrics import TickwheelCollector
+
+    collector = TickwheelCollector().add_timer("requests", timer).add_purgatory(purgatory)
+    REGISTRY.register(collector)
+    start_http_server(9100)
+
+Names are ``tickwheel_<component>_<what>``, labelled by the component's name; counters
+end in ``_total``; lateness, batch sizes and waits are histograms in milliseconds.
+Every scrape reads fresh snapshots: nothing is cached or sampled in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+try:
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import Collector
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "tickwheel.metrics needs prometheus_client: pip install 'tickwheel[metrics]'"
+    ) from exc
+
+from tickwheel._histogram import HistogramSnapshot
+from tickwheel.dispatch import TaskDispatcher
+from tickwheel.purgatory import Purgatory
+from tickwheel.timers import TimerBase
+
+__all__ = ["TickwheelCollector"]
+
+
+def _buckets(snapshot: HistogramSnapshot) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    running = 0
+    for bound, n in zip(snapshot.bounds, snapshot.counts, strict=False):
+        running += n
+        out.append((str(bound), float(running)))
+    out.append(("+Inf", float(snapshot.count)))
+    return out
+
+
+class _Families:
+    """Metric families of one kind of component, filled one component at a time."""
+
+    def __init__(self, prefix: str, label: str, counters: Iterable[tuple[str, str]],
+                 gauges: Iterable[tuple[str, str]],
+                 histograms: Iterable[tuple[str, str]]) -> None:
+        self.label = label
+        self.counters = {n: CounterMetricFamily(f"{prefix}_{n}", h, labels=[label])
+                         for n, h in counters}
+        self.gauges = {n: GaugeMetricFamily(f"{prefix}_{n}", h, labels=[label])
+                       for n, h in gauges}
+        self.histograms = {n: HistogramMetricFamily(f"{prefix}_{n}", h, labels=[label])
+                           for n, h in histograms}
+
+    def add(self, name: str, values: dict[str, Any]) -> None:
+        for n, family in self.counters.items():
+            family.add_metric([name], float(values[n]))
+        for n, gauge in self.gauges.items():
+            gauge.add_metric([name], float(values[n]))
+        for n, histogram in self.histograms.items():
+            snap: HistogramSnapshot = values[n]
+            histogram.add_metric([name], _buckets(snap), float(snap.total))
+
+    def all(self) -> Iterator[Metric]:
+        yield from self.counters.values()
+        yield from self.gauges.values()
+        yield from self.histograms.values()
+
+
+class TickwheelCollector(Collector):
+    """Register it with a ``prometheus_client`` registry; add components to it."""
+
+    def __init__(self) -> None:
+        self._timers: dict[str, TimerBase] = {}
+        self._purgatories: dict[str, Purgatory] = {}
+        self._dispatchers: dict[str, TaskDispatcher[Any]] = {}
+
+    def add_timer(self, name: str, timer: TimerBase) -> TickwheelCollector:
+        self._timers[name] = timer
+        return self
+
+    def add_purgatory(self, purgatory: Purgatory) -> TickwheelCollector:
+        self._purgatories[purgatory.name] = purgatory
+        return self
+
+    def add_dispatcher(self, dispatcher: TaskDispatcher[Any]) -> TickwheelCollector:
+        self._dispatchers[dispatcher.name] = dispatcher
+        return self
+
+    def collect(self) -> Iterator[Metric]:
+        timers = _Families(
+            "tickwheel_timer", "timer",
+            [("scheduled", "Tasks added"), ("expired", "Tasks that ran"),
+             ("cancelled", "Tasks cancelled while pending"),
+             ("errors", "Tasks whose run() raised")],
+            [("pending", "Tasks pending")],
+            [("lateness_ms", "Milliseconds from a task's expiration to its dispatch")])
+        for name, timer in self._timers.items():
+            s = timer.stats()
+            timers.add(name, {"scheduled": s.scheduled, "expired": s.expired,
+                              "cancelled": s.cancelled, "errors": s.errors,
+                              "pending": s.pending, "lateness_ms": s.lateness_ms})
+        yield from timers.all()
+
+        purgatories = _Families(
+            "tickwheel_purgatory", "purgatory",
+            [("completed", "Operations completed early"),
+             ("expired", "Operations that reached their deadline"),
+             ("cancelled", "Operations cancelled"), ("purges", "Purge runs"),
+             ("purged", "Watcher entries removed by purges"),
+             ("errors", "Operations whose completion raised")],
+            [("delayed", "Operations in the timer"), ("watched", "Watcher entries"),
+             ("keys", "Keys with watchers")],
+            [("expiry_lateness_ms", "Milliseconds from a deadline to the expiry")])
+        for name, purgatory in self._purgatories.items():
+            p = purgatory.stats()
+            purgatories.add(name, {
+                "completed": p.completed, "expired": p.expired, "cancelled": p.cancelled,
+                "purges": p.purges, "purged": p.purged, "errors": p.errors,
+                "delayed": p.num_delayed, "watched": p.watched, "keys": p.num_keys,
+                "expiry_lateness_ms": p.expiry_lateness_ms})
+        yield from purgatories.all()
+
+        dispatchers = _Families(
+            "tickwheel_dispatcher", "dispatcher",
+            [("accepted", "Tasks accepted"), ("replayed", "Tasks handed back for a retry"),
+             ("expired", "Tasks dropped at their expiry"),
+             ("overridden", "Tasks replaced by a newer task with the same id"),
+             ("queue_overflows", "Tasks dropped because the buffer was full"),
+             ("dropped", "Tasks dropped after a permanent error"),
+             ("processor_errors", "Processor calls that raised")],
+            [("acceptor_queue", "Tasks in the acceptor queue"),
+             ("reprocess_queue", "Tasks waiting for a retry"),
+             ("pending", "Tasks pending in the buffer")],
+            [("batch_size", "Tasks per batch handed to a worker"),
+             ("wait_ms", "Milliseconds from acceptance to hand-over")])
+        executions = CounterMetricFamily("tickwheel_dispatcher_executions",
+                                         "Processor calls by result",
+                                         labels=["dispatcher", "result"])
+        tasks = CounterMetricFamily("tickwheel_dispatcher_tasks",
+                                    "Tasks by the result of the call that carried them",
+                                    labels=["dispatcher", "result"])
+        for name, dispatcher in self._dispatchers.items():
+            d = dispatcher.stats()
+            dispatchers.add(name, {
+                "accepted": d.accepted, "replayed": d.replayed, "expired": d.expired,
+                "overridden": d.overridden, "queue_overflows": d.queue_overflows,
+                "dropped": d.dropped, "processor_errors": d.processor_errors,
+                "acceptor_queue": d.acceptor_queue, "reprocess_queue": d.reprocess_queue,
+                "pending": d.pending, "batch_size": d.batch_size, "wait_ms": d.wait_ms})
+            for result, n in d.batches.items():
+                executions.add_metric([name, result], float(n))
+            for result, n in d.tasks.items():
+                tasks.add_metric([name, result], float(n))
+        yield from dispatchers.all()
+        yield executions
+        yield tasks

@@ -1,0 +1,81 @@
+"""One collector exports every component's counters; a scrape reads them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tickwheel import (
+    DelayedOperation,
+    ManualClock,
+    ProcessingResult,
+    Purgatory,
+    TimingWheelTimer,
+    create_batching_dispatcher,
+)
+
+prometheus_client = pytest.importorskip("prometheus_client")
+from tickwheel.metrics import TickwheelCollector  # noqa: E402
+
+
+class Never(DelayedOperation):
+    def try_complete(self) -> bool:
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+
+class Ok:
+    def process(self, task: object) -> ProcessingResult:
+        return ProcessingResult.SUCCESS
+
+    def process_batch(self, tasks: list[object]) -> ProcessingResult:
+        return ProcessingResult.SUCCESS
+
+
+def test_a_scrape_reads_timers_purgatories_and_dispatchers() -> None:
+    clock = ManualClock(0)
+    timer = TimingWheelTimer(clock=clock, executor=None)
+    timer.schedule(5, lambda: None)
+    timer.schedule(50, lambda: None).cancel()
+    timer.schedule(10_000, lambda: None)
+    clock.advance(7)  # the first one runs 2 ms late
+    timer.advance_clock(0)
+    purgatory = Purgatory("produce", timer=TimingWheelTimer(clock=clock, executor=None),
+                          reaper=False)
+    purgatory.try_complete_else_watch(Never(3), ["k1", "k2"])
+    dispatcher = create_batching_dispatcher("notify", Ok(), max_batch_size=2,
+                                            max_batching_delay_ms=0)
+    dispatcher.process("a", "a", 2**62)
+    dispatcher.process("a", "a2", 2**62)
+    deadline = time.monotonic() + 10
+    while dispatcher.stats().tasks["success"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(TickwheelCollector().add_timer("requests", timer)
+                      .add_purgatory(purgatory).add_dispatcher(dispatcher))
+    value = registry.get_sample_value
+    t = {"timer": "requests"}
+    assert value("tickwheel_timer_pending", t) == 1
+    assert value("tickwheel_timer_scheduled_total", t) == 3
+    assert value("tickwheel_timer_expired_total", t) == 1
+    assert value("tickwheel_timer_cancelled_total", t) == 1
+    assert value("tickwheel_timer_lateness_ms_bucket", {**t, "le": "1"}) == 0
+    assert value("tickwheel_timer_lateness_ms_bucket", {**t, "le": "2"}) == 1
+    assert value("tickwheel_timer_lateness_ms_sum", t) == 2
+    p = {"purgatory": "produce"}
+    assert (value("tickwheel_purgatory_watched", p), value("tickwheel_purgatory_keys", p),
+            value("tickwheel_purgatory_delayed", p)) == (2, 2, 1)
+    clock.advance(3)
+    purgatory.advance_clock(0)
+    assert value("tickwheel_purgatory_expired_total", p) == 1
+    assert value("tickwheel_purgatory_watched", p) == 0  # read afresh at every scrape
+    d = {"dispatcher": "notify"}
+    assert value("tickwheel_dispatcher_accepted_total", d) == 2
+    assert value("tickwheel_dispatcher_tasks_total", {**d, "result": "success"}) >= 1
+    text = prometheus_client.generate_latest(registry).decode()
+    assert "# TYPE tickwheel_dispatcher_batch_size histogram" in text
+    dispatcher.close()
