@@ -1,0 +1,258 @@
+"""Workloads for the pipeline: the broker models, driven on a simulated clock, write
+the event log.
+
+Replicated partitions take acks=all produces (some followers are slow; now and then a
+leader moves away and back, or a partition disappears); followers and consumers fetch
+with min bytes; consumer groups heartbeat and some members crash, so their sessions
+expire; plain tasks are scheduled and some cancelled. Every delayed operation the
+models create becomes a ``watch`` row; what can complete it becomes ``update`` rows:
+
+====================  ==============  ==========================================
+operation             condition       keys (values)
+====================  ==============  ==========================================
+DelayedProduce        all_at_least    partition (its high watermark)
+DelayedFetch          sum_at_least    ``<partition>:leo_bytes`` for followers,
+                                      ``<partition>:hw_bytes`` for consumers
+                                      (bytes of the log up to that offset)
+DelayedHeartbeat      any_update      ``<group>/<member>`` (a liveness signal)
+scheduled task        none            (none)
+====================  ==============  ==========================================
+
+A leader change or a deleted partition becomes an ``update`` with an ``error`` on the
+partition and its byte keys. Seeded: the same arguments give the same log.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Hashable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tickwheel._clock import ManualClock
+from tickwheel.broker import BrokerListener
+from tickwheel.broker.groups import DelayedHeartbeat, GroupCoordinator
+from tickwheel.broker.replication import CONSUMER, DelayedFetch, DelayedProduce, ReplicaManager
+from tickwheel.purgatory import DelayedOperation
+
+__all__ = ["GeneratorConfig", "generate", "write_event_log"]
+
+STEP_MS = 10
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    events: int = 100_000
+    seed: int = 1
+    partitions: int = 12
+    groups: int = 4
+    members_per_group: int = 6
+    malformed_fraction: float = 0.0  # extra malformed rows, as a fraction of events
+    disorder_ms: int = 0  # rows may be written up to this much out of ts order
+    rows_per_file: int = 20_000
+
+
+class _LogWriter(BrokerListener):
+    """Turns what the models do into rows."""
+
+    def __init__(self, clock: ManualClock, manager: ReplicaManager) -> None:
+        self.clock = clock
+        self.manager = manager
+        self.rows: list[dict[str, Any]] = []
+        self._ids: dict[int, str] = {}
+        self._next = 0
+
+    def _row(self, **fields: Any) -> None:
+        self.rows.append({"ts_ms": self.clock.now_ms(), **fields})
+
+    def _op_id(self, op: DelayedOperation, kind: str) -> str:
+        self._next += 1
+        op_id = f"{kind}-{self._next}"
+        self._ids[id(op)] = op_id
+        return op_id
+
+    def byte_position(self, partition: str, offset: int) -> int:
+        return self.manager.partitions[partition].log.bytes_between(0, offset)
+
+    def produce_appended(self, partition: str, first_offset: int, last_offset: int,
+                         size_bytes: int) -> None:
+        log = self.manager.partitions[partition].log
+        self._row(type="update", key=f"{partition}:leo_bytes",
+                  value=log.bytes_between(0, log.log_end_offset))
+
+    def high_watermark_moved(self, partition: str, high_watermark: int) -> None:
+        self._row(type="update", key=partition, value=high_watermark)
+        self._row(type="update", key=f"{partition}:hw_bytes",
+                  value=self.byte_position(partition, high_watermark))
+
+    def heartbeat(self, group_id: str, member_id: str) -> None:
+        self._row(type="update", key=f"{group_id}/{member_id}", value=self.clock.now_ms())
+
+    def operation_watched(self, op: DelayedOperation, keys: tuple[Hashable, ...]) -> None:
+        deadline = op.expiration_ms
+        if isinstance(op, DelayedProduce):
+            targets = {p: s.required_offset for p, s in op.statuses.items() if s.acks_pending}
+            self._row(type="watch", op_id=self._op_id(op, "produce"), keys=list(targets),
+                      deadline_ms=deadline, condition="all_at_least", targets=targets)
+        elif isinstance(op, DelayedFetch):
+            suffix = "leo_bytes" if op.from_follower else "hw_bytes"
+            starts = {f"{p}:{suffix}": self.byte_position(p, s.start.message_offset)
+                      for p, s in op.statuses.items()}
+            kind = "follower-fetch" if op.from_follower else "fetch"
+            self._row(type="watch", op_id=self._op_id(op, kind), keys=list(starts),
+                      deadline_ms=deadline, condition="sum_at_least", targets=starts,
+                      min_total=op.min_bytes)
+        elif isinstance(op, DelayedHeartbeat):
+            # The model starts the next session after the heartbeat that ended the last
+            # one; in the log a watch comes before the updates of its ts_ms, so the
+            # session starts 1 ms later or that same heartbeat would complete it.
+            key = f"{op.group.group_id}/{op.member.member_id}"
+            self.rows.append({"ts_ms": self.clock.now_ms() + 1, "type": "watch",
+                              "op_id": self._op_id(op, "session"), "keys": [key],
+                              "deadline_ms": deadline, "condition": "any_update"})
+
+    def task(self, delay_ms: int) -> str:
+        self._next += 1
+        op_id = f"task-{self._next}"
+        self._row(type="watch", op_id=op_id, keys=[], deadline_ms=self.clock.now_ms() + delay_ms,
+                  condition="none")
+        return op_id
+
+    def partition_error(self, partition: str, error: str) -> None:
+        for key in (partition, f"{partition}:leo_bytes", f"{partition}:hw_bytes"):
+            self._row(type="update", key=key, error=error)
+
+
+def generate(config: GeneratorConfig) -> list[dict[str, Any]]:
+    """The rows of one workload, in the order they happened."""
+    if config.events < 1:
+        raise ValueError(f"events must be >= 1, got {config.events}")
+    rng = random.Random(config.seed)
+    clock = ManualClock(1_000_000)
+    manager = ReplicaManager(clock=clock, replica_lag_time_max_ms=5_000, segment_bytes=64_000)
+    writer = _LogWriter(clock, manager)
+    manager.listener = writer
+    coordinator = GroupCoordinator(clock=clock, listener=writer)
+    partitions = [f"t{i // 4}-{i % 4}" for i in range(config.partitions)]
+    for p in partitions:
+        manager.create_partition(p, replicas=[0, 1, 2])
+    slow = {p: rng.random() < 0.25 for p in partitions}  # one follower of these lags
+    members: dict[str, str] = {}
+    for g in range(config.groups):
+        name = f"g{g}"
+        for _ in range(config.members_per_group):
+            members[coordinator.join_group(name, None, session_timeout_ms=6_000)] = name
+        coordinator.sync_group(name, next(m for m, gg in members.items() if gg == name))
+    alive = set(members)
+    tasks: list[str] = []
+    moved: dict[str, int] = {}  # partition -> ms until its leader comes back
+    step = 0
+    while len(writer.rows) < config.events:
+        step += 1
+        clock.advance(STEP_MS)
+        live = [p for p in partitions if p in manager.partitions]
+        for _ in range(rng.randint(0, 3)):  # acks=all produces
+            chosen = rng.sample(live, k=min(len(live), rng.randint(1, 2)))
+            manager.append_records({p: [rng.randint(50, 900)] for p in chosen}, -1,
+                                   rng.choice([500, 2_000, 30_000]), lambda _r: None)
+        for p in live:  # followers fetch; a slow one only now and then
+            if not manager.partitions[p].is_leader:
+                continue
+            for r in (1, 2):
+                if r == 2 and slow[p] and rng.random() < 0.97:
+                    continue
+                if rng.random() < 0.5:
+                    leo = manager.partitions[p].log.log_end_offset
+                    manager.fetch(r, {p: leo}, rng.choice([1, 1_000]), 1 << 20,
+                                  rng.choice([0, 500]), lambda _r: None)
+        if rng.random() < 0.3 and live:  # consumers
+            chosen = rng.sample(live, k=min(len(live), 2))
+            offsets = {p: max(0, manager.partitions[p].high_watermark.message_offset
+                              - rng.randint(0, 3)) for p in chosen}
+            manager.fetch(CONSUMER, offsets, rng.choice([500, 2_000, 5_000]), 1 << 20,
+                          rng.choice([300, 1_000]), lambda _r: None)
+        if step % 100 == 0:  # every second: heartbeats, crashes, rebalances
+            for m in sorted(alive):
+                if rng.random() < 0.01:
+                    alive.discard(m)  # crashed: its session will expire
+                elif rng.random() < 0.35:
+                    coordinator.heartbeat(members[m], m)
+            for group_id in sorted({members[m] for m in members}):
+                group = coordinator.groups.get(group_id)
+                if group is not None and group.rebalancing:
+                    back = sorted(m for m in alive
+                                  if members[m] == group_id and m in group.members)
+                    for m in back:
+                        coordinator.join_group(group_id, m, session_timeout_ms=6_000)
+                    if back:
+                        coordinator.sync_group(group_id, back[0])
+            for _ in range(rng.randint(0, 2)):  # new members join now and then
+                group_id = f"g{rng.randrange(config.groups)}"
+                member_id = coordinator.join_group(group_id, None, session_timeout_ms=6_000)
+                members[member_id] = group_id
+                alive.add(member_id)
+        if rng.random() < 0.05:  # plain scheduled tasks, some cancelled
+            tasks.append(writer.task(rng.randint(100, 20_000)))
+        if tasks and rng.random() < 0.02:
+            writer._row(type="cancel", op_id=tasks.pop(rng.randrange(len(tasks))))
+        if rng.random() < 0.002 and live:  # a leader moves away, and back later
+            p = rng.choice(live)
+            if manager.partitions[p].is_leader:
+                writer.partition_error(p, "NOT_LEADER_OR_FOLLOWER")
+                manager.change_leader(p, 1)
+                moved[p] = 2_000
+        for p in list(moved):
+            moved[p] -= STEP_MS
+            if moved[p] <= 0:
+                del moved[p]
+                if p in manager.partitions:
+                    manager.change_leader(p, 0)
+        if step == 3_000 and len(live) > 4:  # one partition is deleted
+            victim = live[-1]
+            writer.partition_error(victim, "UNKNOWN_TOPIC_OR_PARTITION")
+            manager.delete_partition(victim)
+        if step % 100 == 50:
+            writer._row(type="tick")
+        manager.advance_clock(0)
+        coordinator.advance_clock(0)
+    manager.close()
+    coordinator.close()
+    return writer.rows[: config.events]
+
+
+_MALFORMED = [
+    "{not json",
+    '["a", "list"]',
+    '{"type": "tick"}',
+    '{"ts_ms": "soon", "type": "tick"}',
+    '{"ts_ms": 5, "type": "explode"}',
+    '{"ts_ms": 5, "type": "update", "key": "k", "value": 1.5}',
+    '{"ts_ms": 5, "type": "update", "key": "k", "value": 1, "error": "E"}',
+    '{"ts_ms": 5, "type": "watch", "op_id": "x", "keys": ["k"], "deadline_ms": 9, '
+    '"condition": "eventually"}',
+]
+
+
+def write_event_log(config: GeneratorConfig, directory: Path) -> dict[str, int]:
+    """Write the workload as JSON Lines files ``events-00001.jsonl``, ... in time order
+    (with bounded disorder and malformed rows if asked); return counts."""
+    rows = generate(config)
+    rng = random.Random(config.seed + 1)
+    lines = [(r["ts_ms"], json.dumps(r, separators=(",", ":"))) for r in rows]
+    if config.disorder_ms > 0:
+        # Each row moves by a random delay below the bound; sorting on the shifted times
+        # keeps every row within disorder_ms of its place.
+        lines.sort(key=lambda x: x[0] + rng.randrange(config.disorder_ms))
+    text = [line for _, line in lines]
+    malformed = int(len(text) * config.malformed_fraction)
+    for _ in range(malformed):
+        text.insert(rng.randrange(len(text) + 1), rng.choice(_MALFORMED))
+    directory.mkdir(parents=True, exist_ok=True)
+    files = 0
+    for start in range(0, len(text), config.rows_per_file):
+        files += 1
+        (directory / f"events-{files:05d}.jsonl").write_text(
+            "\n".join(text[start:start + config.rows_per_file]) + "\n")
+    return {"rows": len(text), "malformed": malformed, "files": files}
