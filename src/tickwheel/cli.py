@@ -1,0 +1,161 @@
+"""The ``tickwheel`` command (``pip install 'tickwheel[cli]'``).
+
+Exit codes: 0 success, 1 the work failed, 2 bad arguments (as click does).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from pathlib import Path
+from typing import Annotated
+
+try:
+    import typer
+    from rich.console import Console
+    from rich.table import Table
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise SystemExit("the tickwheel command needs its extra: pip install 'tickwheel[cli]'") \
+        from exc
+
+from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
+from tickwheel.pipeline.io import input_files, read_events, write_outcomes, write_quarantine
+from tickwheel.pipeline.reference import DEFAULT_LATENESS_MS, ReferenceEngine
+from tickwheel.pipeline.report import summarize
+
+app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
+                  add_completion=False)
+console = Console()
+if not console.is_terminal:  # logs and pipes get the whole table, not an 80-column cut
+    console = Console(width=120)
+
+
+class Engine(enum.Enum):
+    local = "local"
+    spark = "spark"
+
+
+class BenchTarget(enum.Enum):
+    timers = "timers"
+    purgatory = "purgatory"
+    dispatcher = "dispatcher"
+    pipeline = "pipeline"
+
+
+@app.command()
+def generate(
+    output: Annotated[Path, typer.Option(help="directory to write the event log into")],
+    events: Annotated[int, typer.Option(min=1, help="rows to generate")] = 100_000,
+    seed: Annotated[int, typer.Option(help="same seed, same log")] = 1,
+    malformed: Annotated[float, typer.Option(min=0.0, max=1.0,
+                                             help="extra malformed rows, as a fraction")] = 0.0,
+    disorder_ms: Annotated[int, typer.Option(min=0, help="bounded disorder of rows")] = 0,
+    rows_per_file: Annotated[int, typer.Option(min=1)] = 20_000,
+) -> None:
+    """Generate a workload from the broker models and write it as JSON Lines files."""
+    started = time.monotonic()
+    with console.status(f"generating {events:,} events"):
+        stats = write_event_log(GeneratorConfig(
+            events=events, seed=seed, malformed_fraction=malformed, disorder_ms=disorder_ms,
+            rows_per_file=rows_per_file), output)
+    console.print(f"wrote {stats['rows']:,} rows ({stats['malformed']:,} malformed) in "
+                  f"{stats['files']} files to {output} in {time.monotonic() - started:.1f} s")
+
+
+@app.command()
+def run(
+    input: Annotated[Path, typer.Option("--input", help="event log directory")],
+    output: Annotated[Path, typer.Option(help="writes outcomes/ and quarantine/ here")],
+    engine: Annotated[Engine, typer.Option(help="which engine resolves the log")] = Engine.local,
+    lateness_ms: Annotated[int, typer.Option(min=0, help="rows this far behind the largest "
+                                             "ts_ms read so far are late")] = DEFAULT_LATENESS_MS,
+    checkpoint: Annotated[Path | None, typer.Option(help="Spark checkpoint directory")] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master URL")] = None,
+) -> None:
+    """Resolve an event log: every operation's outcome, and every bad row quarantined."""
+    if engine is Engine.spark:
+        console.print("[red]the Spark engine is not built yet; use --engine local[/red]")
+        raise typer.Exit(2)
+    if checkpoint is not None or master is not None:
+        console.print("[red]--checkpoint and --master apply to the Spark engine only[/red]")
+        raise typer.Exit(2)
+    try:
+        files = input_files(input)
+    except FileNotFoundError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    reference = ReferenceEngine(lateness_ms=lateness_ms)
+    started = time.monotonic()
+    with console.status(f"reading {len(files)} files"):
+        for row in read_events(input):
+            reference.feed(row)
+    with console.status("resolving"):
+        result = reference.run()
+    elapsed = time.monotonic() - started
+    write_outcomes(result.outcomes, output / "outcomes")
+    write_quarantine(result.quarantine, output / "quarantine")
+    table = Table(title=f"local engine: {result.rows_in:,} rows in {elapsed:.1f} s "
+                        f"({result.rows_in / max(elapsed, 1e-9):,.0f} events/s)")
+    table.add_column("")
+    table.add_column("count", justify="right")
+    table.add_row("rows applied", f"{result.rows_applied:,}")
+    table.add_row("rows quarantined", f"{len(result.quarantine):,}")
+    for reason, n in sorted(result.quarantined_by_reason().items()):
+        table.add_row(f"  {reason}", f"{n:,}")
+    table.add_row("outcomes", f"{len(result.outcomes):,}")
+    table.add_row("still pending at the end", f"{result.pending:,}")
+    table.add_row("cancels of unknown or resolved operations", f"{result.ignored_cancels:,}")
+    console.print(table)
+    if result.rows_in != result.rows_applied + len(result.quarantine):
+        console.print("[red]rows were lost: in != applied + quarantined[/red]")
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    output: Annotated[Path, typer.Option(help="an engine's output directory")],
+) -> None:
+    """Tables of outcomes, latencies and quarantined rows from an output directory."""
+    if not (output / "outcomes").is_dir():
+        console.print(f"[red]{output} has no outcomes/ directory[/red]")
+        raise typer.Exit(2)
+    summary = summarize(output)
+    kinds = Table(title=f"{summary.total_outcomes:,} outcomes")
+    for column in ("kind", "completed", "expired", "cancelled", "error", "p50 ms", "p90 ms",
+                   "p99 ms", "max ms"):
+        kinds.add_column(column, justify="left" if column == "kind" else "right")
+    for kind, counts in summary.outcomes.items():
+        p50, p90, p99, top = summary.latency[kind]
+        kinds.add_row(kind, *(f"{counts.get(o, 0):,}" for o in
+                              ("completed", "expired", "cancelled", "error")),
+                      *(f"{v:,}" for v in (p50, p90, p99, top)))
+    console.print(kinds)
+    quarantine = Table(title="quarantined rows")
+    quarantine.add_column("reason")
+    quarantine.add_column("rows", justify="right")
+    for reason, n in summary.quarantine.items():
+        quarantine.add_row(reason, f"{n:,}")
+    console.print(quarantine)
+
+
+@app.command()
+def bench(
+    what: Annotated[BenchTarget, typer.Argument(help="which benchmark")],
+) -> None:
+    """Run a benchmark (see `python -m tickwheel.bench --help` for its options)."""
+    if what is BenchTarget.pipeline:
+        console.print("[red]the pipeline benchmark comes with the Spark engine[/red]")
+        raise typer.Exit(2)
+    from tickwheel.bench.__main__ import main as bench_main
+
+    raise typer.Exit(bench_main([what.value]))
+
+
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The tickwheel command: generate, run, report, and its errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("typer")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+from typer.testing import CliRunner  # noqa: E402
+
+from tickwheel.cli import app  # noqa: E402
+from tickwheel.pipeline.io import read_outcomes  # noqa: E402
+
+runner = CliRunner()
+
+
+def test_generate_run_report(tmp_path: Path) -> None:
+    events, out = tmp_path / "events", tmp_path / "out"
+    result = runner.invoke(app, ["generate", "--events", "8000", "--output", str(events),
+                                 "--malformed", "0.01", "--rows-per-file", "3000"])
+    assert result.exit_code == 0, result.output
+    assert len(list(events.glob("*.jsonl"))) == 3
+    result = runner.invoke(app, ["run", "--engine", "local", "--input", str(events),
+                                 "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "rows quarantined" in result.output
+    outcomes = read_outcomes(out / "outcomes")
+    quarantine = read_outcomes(out / "quarantine")
+    assert len(quarantine) == 80 and {q["reason"] for q in quarantine} <= {
+        "unparseable", "missing_field", "bad_type", "unknown_type", "unknown_condition",
+        "value_and_error"}
+    assert outcomes and set(outcomes[0]) == {"op_id", "outcome", "resolved_ms", "latency_ms",
+                                             "keys", "error"}
+    assert all((o["error"] is None) == (o["outcome"] != "error") for o in outcomes)
+    result = runner.invoke(app, ["report", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "produce" in result.output and "quarantined rows" in result.output
+
+
+def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
+    rows = [
+        {"ts_ms": 1000, "type": "watch", "op_id": "p-1", "keys": ["a"], "deadline_ms": 5000,
+         "condition": "all_at_least", "targets": {"a": 3}},
+        {"ts_ms": 1001, "type": "update", "key": "a", "value": 3},
+        {"ts_ms": 1002, "type": "watch", "op_id": "t-1", "keys": [], "deadline_ms": 1500,
+         "condition": "none"},
+        {"ts_ms": 2000, "type": "tick"},
+    ]
+    jsonl, parquet = tmp_path / "jsonl", tmp_path / "parquet"
+    jsonl.mkdir()
+    parquet.mkdir()
+    (jsonl / "a.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (jsonl / "_ignored.jsonl").write_text("not even json\n")  # `_` names are not input
+    table = pa.table({
+        "ts_ms": pa.array([r["ts_ms"] for r in rows], pa.int64()),
+        "type": pa.array([r["type"] for r in rows]),
+        "op_id": pa.array([r.get("op_id") for r in rows]),
+        "keys": pa.array([r.get("keys") for r in rows], pa.list_(pa.string())),
+        "deadline_ms": pa.array([r.get("deadline_ms") for r in rows], pa.int64()),
+        "condition": pa.array([r.get("condition") for r in rows]),
+        "targets": pa.array([list(r["targets"].items()) if "targets" in r else None
+                             for r in rows], pa.map_(pa.string(), pa.int64())),
+        "key": pa.array([r.get("key") for r in rows]),
+        "value": pa.array([r.get("value") for r in rows], pa.int64()),
+    })
+    pq.write_table(table, parquet / "a.parquet")
+    results = []
+    for source in (jsonl, parquet):
+        out = tmp_path / f"out-{source.name}"
+        result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
+        assert result.exit_code == 0, result.output
+        results.append(sorted(read_outcomes(out / "outcomes"), key=lambda o: o["op_id"]))
+    assert results[0] == results[1]
+    assert [(o["op_id"], o["outcome"]) for o in results[0]] == [("p-1", "completed"),
+                                                                ("t-1", "expired")]
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--input", "/no/such/dir", "--output", "/tmp/x"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x"],
+    ["run", "--engine", "flink", "--input", ".", "--output", "/tmp/x"],
+    ["generate", "--events", "0", "--output", "/tmp/x"],
+    ["report", "--output", "/no/such/dir"],
+    ["bench", "pipeline"],
+])
+def test_bad_arguments_exit_2(args: list[str]) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+
+
+@pytest.mark.parametrize("command", ["generate", "run", "report", "bench"])
+def test_help_everywhere(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0 and "Usage" in result.output
