@@ -13,7 +13,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 from typer.testing import CliRunner  # noqa: E402
 
 from tickwheel.cli import app  # noqa: E402
-from tickwheel.pipeline.io import read_outcomes  # noqa: E402
+from tickwheel.pipeline.io import read_parquet_rows  # noqa: E402
 
 runner = CliRunner()
 
@@ -28,8 +28,8 @@ def test_generate_run_report(tmp_path: Path) -> None:
                                  "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert "rows quarantined" in result.output
-    outcomes = read_outcomes(out / "outcomes")
-    quarantine = read_outcomes(out / "quarantine")
+    outcomes = read_parquet_rows(out / "outcomes")
+    quarantine = read_parquet_rows(out / "quarantine")
     assert len(quarantine) == 80 and {q["reason"] for q in quarantine} <= {
         "unparseable", "missing_field", "bad_type", "unknown_type", "unknown_condition",
         "value_and_error"}
@@ -73,7 +73,7 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
         out = tmp_path / f"out-{source.name}"
         result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
         assert result.exit_code == 0, result.output
-        results.append(sorted(read_outcomes(out / "outcomes"), key=lambda o: o["op_id"]))
+        results.append(sorted(read_parquet_rows(out / "outcomes"), key=lambda o: o["op_id"]))
     assert results[0] == results[1]
     assert [(o["op_id"], o["outcome"]) for o in results[0]] == [("p-1", "completed"),
                                                                 ("t-1", "expired")]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from tickwheel.purgatory import DelayedOperation, Outcome
+from tickwheel.purgatory import DelayedOperation, Outcome, Purgatory
 
-__all__ = ["BrokerListener"]
+__all__ = ["BrokerListener", "watch_observed"]
 
 
 class BrokerListener:
@@ -35,3 +35,15 @@ class BrokerListener:
 
     def operation_resolved(self, op: DelayedOperation, outcome: Outcome) -> None:
         """A delayed operation completed, expired or was cancelled."""
+
+
+def watch_observed(purgatory: Purgatory, op: DelayedOperation, keys: tuple[Hashable, ...],
+                   listener: BrokerListener) -> bool:
+    """``try_complete_else_watch`` with the listener told what happens to ``op``: when
+    it is watched (it could not complete at once) and when it is resolved."""
+    op.add_done_callback(lambda done: listener.operation_resolved(
+        done, done.outcome or Outcome.CANCELLED))
+    completed = purgatory.try_complete_else_watch(op, keys)
+    if not completed and not op.is_completed:
+        listener.operation_watched(op, keys)
+    return completed

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tickwheel._clock import Clock, SystemClock
-from tickwheel.broker._listener import BrokerListener
-from tickwheel.purgatory import DelayedOperation, Outcome, Purgatory
+from tickwheel.broker._listener import BrokerListener, watch_observed
+from tickwheel.purgatory import DelayedOperation, Purgatory
 from tickwheel.timers import TimingWheelTimer
 
 __all__ = [
@@ -231,12 +231,7 @@ class GroupCoordinator:
         member.heartbeat_satisfied = False
         deadline = now + member.session_timeout_ms
         op = DelayedHeartbeat(self, group, member, deadline, member.session_timeout_ms)
-        listener = self.listener
-        op.add_done_callback(lambda done: listener.operation_resolved(
-            done, done.outcome or Outcome.CANCELLED))
-        if not self.heartbeat_purgatory.try_complete_else_watch(op, [key]) \
-                and not op.is_completed:
-            listener.operation_watched(op, (key,))
+        watch_observed(self.heartbeat_purgatory, op, (key,), self.listener)
 
     def try_complete_heartbeat(self, op: DelayedHeartbeat) -> bool:
         group = op.group

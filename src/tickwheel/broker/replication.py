@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tickwheel._clock import Clock, SystemClock
-from tickwheel.broker._listener import BrokerListener
-from tickwheel.purgatory import DelayedOperation, Outcome, Purgatory
+from tickwheel.broker._listener import BrokerListener, watch_observed
+from tickwheel.purgatory import DelayedOperation, Purgatory
 from tickwheel.timers import TimingWheelTimer
 
 __all__ = [
@@ -508,12 +508,7 @@ class ReplicaManager:
         return out
 
     def _watch(self, purgatory: Purgatory, op: DelayedOperation, keys: Iterable[str]) -> None:
-        listener = self.listener
-        op.add_done_callback(lambda done: listener.operation_resolved(
-            done, done.outcome or Outcome.CANCELLED))
-        watch_keys = tuple(keys)
-        if not purgatory.try_complete_else_watch(op, watch_keys) and not op.is_completed:
-            listener.operation_watched(op, watch_keys)
+        watch_observed(purgatory, op, tuple(keys), self.listener)
 
     # -- time ----------------------------------------------------------------------------
 

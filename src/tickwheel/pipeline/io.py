@@ -16,7 +16,7 @@ from typing import Any
 from tickwheel.pipeline.events import Event, Quarantined, parse_line, parse_row
 from tickwheel.pipeline.reference import OutcomeRow
 
-__all__ = ["input_files", "read_events", "read_outcomes", "write_outcomes",
+__all__ = ["input_files", "read_events", "read_parquet_rows", "write_outcomes",
            "write_quarantine"]
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -85,8 +85,9 @@ def write_quarantine(rows: list[Quarantined], directory: Path) -> Path:
     return path
 
 
-def read_outcomes(directory: Path) -> list[dict[str, Any]]:
-    """Rows of every Parquet file under ``directory`` (an engine's ``outcomes/``)."""
+def read_parquet_rows(directory: Path) -> list[dict[str, Any]]:
+    """Rows of every Parquet file in ``directory`` (an engine's ``outcomes/`` or
+    ``quarantine/``)."""
     _, pq = _pyarrow()
     rows: list[dict[str, Any]] = []
     for path in sorted(directory.glob("*.parquet")):

@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from tickwheel.pipeline.io import read_outcomes
+from tickwheel.pipeline.io import read_parquet_rows
 
 __all__ = ["Summary", "kind_of", "summarize"]
 
@@ -37,14 +37,14 @@ class Summary:
 
 
 def summarize(output: Path) -> Summary:
-    outcomes = read_outcomes(output / "outcomes")
+    outcomes = read_parquet_rows(output / "outcomes")
     by_kind: dict[str, Counter[str]] = defaultdict(Counter)
     latencies: dict[str, list[int]] = defaultdict(list)
     for row in outcomes:
         kind = kind_of(row["op_id"])
         by_kind[kind][row["outcome"]] += 1
         latencies[kind].append(row["latency_ms"])
-    quarantine = Counter(r["reason"] for r in read_outcomes(output / "quarantine"))
+    quarantine = Counter(r["reason"] for r in read_parquet_rows(output / "quarantine"))
     latency = {}
     for kind, values in latencies.items():
         values.sort()
