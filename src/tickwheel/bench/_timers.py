@@ -329,31 +329,34 @@ def run_timers(
     results: list[Result] = []
     for n in sizes:
         for gc_on in gc_modes:
-            for name in impls:
-                impl = IMPLEMENTATIONS[name]()
-                samples: dict[str, list[float]] = {}
-                for rep in range(repeat):
+            impl_objects = {name: IMPLEMENTATIONS[name]() for name in impls}
+            samples: dict[tuple[str, str], list[float]] = {}
+            # Repetitions are the outer loop: every implementation runs once per round,
+            # so a machine that drifts during the run shifts all of them alike.
+            for rep in range(repeat):
+                for name, impl in impl_objects.items():
                     rng = random.Random(1_000 + rep)
                     if not gc_on:
                         gc.disable()
                     try:
                         if "W1" in workloads:
                             s, e = w1(impl, n, rng)
-                            samples.setdefault("W1 schedule", []).append(s)
-                            samples.setdefault("W1 expire", []).append(e)
+                            samples.setdefault((name, "W1 schedule"), []).append(s)
+                            samples.setdefault((name, "W1 expire"), []).append(e)
                         skip = impl.cancel_is_linear and n > SCHED_MAX_N
                         if "W2" in workloads and not skip:
-                            samples.setdefault("W2 cancel 99%", []).append(w2(impl, n, rng))
+                            samples.setdefault((name, "W2 cancel 99%"), []).append(
+                                w2(impl, n, rng))
                         if "W3" in workloads and not skip:
-                            samples.setdefault("W3 steady", []).append(w3(impl, n, rng))
+                            samples.setdefault((name, "W3 steady"), []).append(w3(impl, n, rng))
                     finally:
                         gc.enable()
                         impl.make()  # drop this repetition's timers
                         gc.collect()
-                    progress(f"N={n:,} gc={'on' if gc_on else 'off'} {name} rep {rep + 1}")
-                for workload, vals in samples.items():
-                    results.append(Result(workload, name, n, gc_on, statistics.median(vals),
-                                          "ops/s", tuple(vals)))
+                progress(f"N={n:,} gc={'on' if gc_on else 'off'} round {rep + 1}/{repeat}")
+            for (name, workload), vals in samples.items():
+                results.append(Result(workload, name, n, gc_on, statistics.median(vals),
+                                      "ops/s", tuple(vals)))
         if "W4" in workloads:
             for name in impls:
                 impl = IMPLEMENTATIONS[name]()

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tickwheel._clock import Clock, SystemClock
+from tickwheel._clock import Clock, ManualClock, SystemClock
 from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel._validate import Millis, check_delay_ms
 from tickwheel.timers._driver import Driver
@@ -67,6 +68,13 @@ class TimerBase(TaskOwner):
         executor: Executor | _DefaultExecutor | None,
     ) -> None:
         self._clock: Clock = SystemClock() if clock is None else clock
+        # The two clocks tickwheel ships are compiled classes: reading them directly
+        # spares every schedule a generic method call through the Clock protocol.
+        # Exact types only: a subclass may read time its own way.
+        clock_type = type(self._clock)
+        self._manual: ManualClock | None = (
+            self._clock if clock_type is ManualClock else None)  # type: ignore[assignment]
+        self._system = clock_type is SystemClock
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._waiting_until: int | None = None
@@ -131,22 +139,30 @@ class TimerBase(TaskOwner):
     def closed(self) -> bool:
         return self._closed
 
+    def _now(self) -> int:
+        manual = self._manual
+        if manual is not None:
+            return manual._now_ms
+        if self._system:
+            return time.monotonic_ns() // 1_000_000
+        return self._clock.now_ms()
+
     def add(self, task: TimerTask) -> None:
         """Schedule ``task`` to run ``task.delay_ms`` from now (moving it if pending)."""
-        now = self._clock.now_ms()
+        now = self._now()
         self._add(task, now + task._delay_ms, now)
 
     def schedule(self, delay_ms: Millis, fn: Callable[..., object], *args: Any) -> TimerTask:
         """Run ``fn(*args)`` after ``delay_ms``; a delay <= 0 is due at once."""
         task = CallbackTask(delay_ms, fn, args)
-        now = self._clock.now_ms()
+        now = self._now()
         self._add(task, now + task._delay_ms, now)
         return task
 
     def schedule_at(self, deadline_ms: Millis, fn: Callable[..., object], *args: Any) -> TimerTask:
         """Run ``fn(*args)`` once the clock reads ``deadline_ms``."""
         deadline = check_delay_ms("deadline_ms", deadline_ms)
-        now = self._clock.now_ms()
+        now = self._now()
         task = CallbackTask(deadline - now, fn, args)
         self._add(task, deadline, now)
         return task
