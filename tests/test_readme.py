@@ -33,3 +33,10 @@ def test_dispatcher_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     lines = capsys.readouterr().out.splitlines()
     delivered = sum(int(line.split()[1]) for line in lines)
     assert 600 <= delivered <= 1_000  # duplicates of a pending id override it
+
+
+def test_real_clock_example_runs() -> None:
+    example = next(b for b in blocks() if "threading.Event()" in b)
+    scope: dict[str, object] = {}
+    exec(compile(example, "README.md", "exec"), scope)
+    assert scope["done"].is_set()  # type: ignore[attr-defined]
