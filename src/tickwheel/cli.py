@@ -21,7 +21,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
 from tickwheel.pipeline.io import input_files, read_events, write_outcomes, write_quarantine
 from tickwheel.pipeline.reference import DEFAULT_LATENESS_MS, ReferenceEngine
-from tickwheel.pipeline.report import summarize
+from tickwheel.pipeline.report import plot, summarize
 
 app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
                   add_completion=False)
@@ -114,8 +114,11 @@ def run(
 @app.command()
 def report(
     output: Annotated[Path, typer.Option(help="an engine's output directory")],
+    plot_path: Annotated[Path | None, typer.Option(
+        "--plot", help="where to write the plot (default: OUTPUT/report.png)")] = None,
 ) -> None:
-    """Tables of outcomes, latencies and quarantined rows from an output directory."""
+    """Tables of outcomes, latencies and quarantined rows, and a plot, from an output
+    directory."""
     if not (output / "outcomes").is_dir():
         console.print(f"[red]{output} has no outcomes/ directory[/red]")
         raise typer.Exit(2)
@@ -136,6 +139,7 @@ def report(
     for reason, n in summary.quarantine.items():
         quarantine.add_row(reason, f"{n:,}")
     console.print(quarantine)
+    console.print(f"plot: {plot(output, plot_path)}")
 
 
 @app.command()

@@ -70,7 +70,7 @@ def pipeline(events: int = 200_000) -> None:
     from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
     from tickwheel.pipeline.io import read_events, write_outcomes, write_quarantine
     from tickwheel.pipeline.reference import ReferenceEngine
-    from tickwheel.pipeline.report import summarize
+    from tickwheel.pipeline.report import plot, summarize
 
     out = Path(tempfile.mkdtemp(prefix="tickwheel-demo-"))
     print(f"\npipeline: generating {events:,} events from the broker models ...")
@@ -98,7 +98,7 @@ def pipeline(events: int = 200_000) -> None:
             ("completed", 11), ("expired", 9), ("cancelled", 11), ("error", 7)))
               + f"{p50:>9,}{p99:>9,}")
     print(f"\nquarantined by reason: {summary.quarantine}")
-    print(f"outputs (Parquet): {out / 'output'}")
+    print(f"outputs (Parquet): {out / 'output'}; plot: {plot(out / 'output')}")
 
 
 def main() -> None:

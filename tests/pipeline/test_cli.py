@@ -39,6 +39,7 @@ def test_generate_run_report(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert "produce" in result.output and "quarantined rows" in result.output
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:

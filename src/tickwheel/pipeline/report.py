@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tickwheel.pipeline.io import read_parquet_rows
 
-__all__ = ["Summary", "kind_of", "summarize"]
+__all__ = ["Summary", "kind_of", "plot", "summarize"]
 
 
 def kind_of(op_id: str) -> str:
@@ -52,3 +52,61 @@ def summarize(output: Path) -> Summary:
                          _percentile(values, 0.99), values[-1])
     return Summary({k: dict(v) for k, v in sorted(by_kind.items())}, dict(sorted(
         latency.items())), dict(sorted(quarantine.items())))
+
+
+OUTCOME_COLOURS = {"completed": "#2a9d8f", "expired": "#e76f51", "cancelled": "#8d99ae",
+                   "error": "#9b2226"}
+
+
+def plot(output: Path, path: Path | None = None) -> Path:
+    """Write a PNG: the latency distribution per operation kind, and outcomes over event
+    time. Needs matplotlib (``pip install 'tickwheel[cli]'``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError("plots need matplotlib: pip install 'tickwheel[cli]'") from exc
+    rows = read_parquet_rows(output / "outcomes")
+    path = output / "report.png" if path is None else path
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        by_kind[kind_of(row["op_id"])].append(max(1, row["latency_ms"]))
+    top = max((max(v) for v in by_kind.values()), default=1)
+    edges = [1.0]
+    while edges[-1] < top:
+        edges.append(edges[-1] * 1.25)
+    for kind, values in sorted(by_kind.items()):
+        left.hist(values, bins=edges, histtype="step", linewidth=1.6,
+                  label=f"{kind} ({len(values):,})")
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel("latency (ms, registration to outcome; 0 is drawn at 1)")
+    left.set_ylabel("operations")
+    left.set_title("latency per operation kind")
+    left.legend(fontsize=8)
+    if rows:
+        start = min(r["resolved_ms"] for r in rows)
+        end = max(r["resolved_ms"] for r in rows)
+        width = max(1, (end - start) // 60 + 1)
+        counts: dict[str, list[int]] = {o: [0] * 60 for o in OUTCOME_COLOURS}
+        for r in rows:
+            counts[r["outcome"]][min(59, (r["resolved_ms"] - start) // width)] += 1
+        xs = [(start + i * width - start) / 1000 for i in range(60)]
+        bottom = [0] * 60
+        for outcome, colour in OUTCOME_COLOURS.items():
+            right.bar(xs, counts[outcome], width=width / 1000, bottom=bottom, color=colour,
+                      label=outcome, align="edge")
+            bottom = [b + c for b, c in zip(bottom, counts[outcome], strict=True)]
+        right.set_ylim(0, max(bottom) * 1.25 + 1)
+    right.set_xlabel("event time (s from the first outcome)")
+    right.set_ylabel("outcomes")
+    right.set_title("outcomes over event time")
+    right.legend(fontsize=8, loc="upper center", ncol=4)
+    fig.suptitle(f"{len(rows):,} outcomes from {output}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
