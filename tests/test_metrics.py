@@ -79,3 +79,23 @@ def test_a_scrape_reads_timers_purgatories_and_dispatchers() -> None:
     text = prometheus_client.generate_latest(registry).decode()
     assert "# TYPE tickwheel_dispatcher_batch_size histogram" in text
     dispatcher.close()
+
+
+def test_a_pipeline_run_is_exported() -> None:
+    from tickwheel.pipeline.reference import ReferenceEngine
+
+    engine = ReferenceEngine()
+    engine.feed_lines([
+        '{"ts_ms": 1, "type": "watch", "op_id": "a", "keys": ["k"], "deadline_ms": 9,'
+        ' "condition": "any_update"}',
+        '{"ts_ms": 2, "type": "update", "key": "k", "value": 1}',
+        "not json",
+    ])
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(TickwheelCollector().add_pipeline_run("local", engine.run()))
+    value = registry.get_sample_value
+    assert value("tickwheel_pipeline_rows_in_total", {"pipeline": "local"}) == 3
+    assert value("tickwheel_pipeline_quarantined_total",
+                 {"pipeline": "local", "reason": "unparseable"}) == 1
+    assert value("tickwheel_pipeline_outcomes_total",
+                 {"pipeline": "local", "outcome": "completed"}) == 1

@@ -33,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from tickwheel._histogram import HistogramSnapshot
 from tickwheel.dispatch import TaskDispatcher
+from tickwheel.pipeline.reference import RunResult
 from tickwheel.purgatory import Purgatory
 from tickwheel.timers import TimerBase
 
@@ -85,6 +86,7 @@ class TickwheelCollector(Collector):
         self._timers: dict[str, TimerBase] = {}
         self._purgatories: dict[str, Purgatory] = {}
         self._dispatchers: dict[str, TaskDispatcher[Any]] = {}
+        self._pipelines: dict[str, RunResult] = {}
 
     def add_timer(self, name: str, timer: TimerBase) -> TickwheelCollector:
         self._timers[name] = timer
@@ -96,6 +98,11 @@ class TickwheelCollector(Collector):
 
     def add_dispatcher(self, dispatcher: TaskDispatcher[Any]) -> TickwheelCollector:
         self._dispatchers[dispatcher.name] = dispatcher
+        return self
+
+    def add_pipeline_run(self, name: str, result: RunResult) -> TickwheelCollector:
+        """A pipeline run's counts (the latest result registered under ``name``)."""
+        self._pipelines[name] = result
         return self
 
     def collect(self) -> Iterator[Metric]:
@@ -166,3 +173,30 @@ class TickwheelCollector(Collector):
         yield from dispatchers.all()
         yield executions
         yield tasks
+        yield from self._collect_pipelines()
+
+    def _collect_pipelines(self) -> Iterator[Metric]:
+        rows = _Families(
+            "tickwheel_pipeline", "pipeline",
+            [("rows_in", "Rows read"), ("rows_applied", "Rows applied"),
+             ("ignored_cancels", "Cancels of unknown or resolved operations")],
+            [("pending", "Operations still pending at the end of the input")], [])
+        quarantined = CounterMetricFamily("tickwheel_pipeline_quarantined",
+                                          "Rows quarantined, by reason",
+                                          labels=["pipeline", "reason"])
+        outcomes = CounterMetricFamily("tickwheel_pipeline_outcomes",
+                                       "Operations resolved, by outcome",
+                                       labels=["pipeline", "outcome"])
+        for name, r in self._pipelines.items():
+            rows.add(name, {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
+                            "ignored_cancels": r.ignored_cancels, "pending": r.pending})
+            for reason, n in r.quarantined_by_reason().items():
+                quarantined.add_metric([name, reason], float(n))
+            by_outcome: dict[str, int] = {}
+            for o in r.outcomes:
+                by_outcome[o.outcome.value] = by_outcome.get(o.outcome.value, 0) + 1
+            for outcome, n in sorted(by_outcome.items()):
+                outcomes.add_metric([name, outcome], float(n))
+        yield from rows.all()
+        yield quarantined
+        yield outcomes
