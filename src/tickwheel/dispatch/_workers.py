@@ -54,10 +54,6 @@ class WorkerPool:
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
 
-    @property
-    def alive(self) -> int:
-        return sum(t.is_alive() for t in self._threads)
-
     def _run(self, index: int) -> None:
         acceptor = self._acceptor
         while not self._stopping.is_set():

@@ -11,7 +11,7 @@ memory incidents). A key whose list becomes empty is removed at once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -111,9 +111,3 @@ class Watchers:
     @property
     def num_keys(self) -> int:
         return sum(len(s.lists) for s in self._shards)
-
-    def keys(self) -> Iterator[Hashable]:
-        for shard in self._shards:
-            with shard.lock:
-                keys = list(shard.lists)
-            yield from keys

@@ -28,10 +28,6 @@ class Driver:
     def start(self) -> None:
         self._thread.start()
 
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
     def stop_soon(self) -> None:
         """Ask the loop to end after its current pass, without waiting."""
         self._stop.set()
@@ -40,10 +36,6 @@ class Driver:
         self._stop.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
