@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import random
 import threading
 
 import pytest
@@ -367,3 +368,63 @@ def test_cancel_from_many_threads_counts_exactly(timer: TimerBase, clock: Manual
     assert sum(wins) == 2_000
     assert len(timer) == 0
     assert timer.stats().cancelled == 2_000
+
+
+def test_add_cancel_and_advance_from_many_threads_at_once(timer: TimerBase,
+                                                          clock: ManualClock) -> None:
+    runs: dict[int, int] = {}
+    runs_lock = threading.Lock()
+    tasks: list[TimerTask] = []
+    tasks_lock = threading.Lock()
+    cancelled: set[int] = set()
+    stop = threading.Event()
+
+    def ran(i: int) -> None:
+        with runs_lock:
+            runs[i] = runs.get(i, 0) + 1
+
+    def adder(base: int) -> None:
+        rng = random.Random(base)
+        for i in range(base, base + 1_500):
+            task = timer.schedule(rng.randint(0, 300), ran, i)
+            with tasks_lock:
+                tasks.append(task)
+
+    def canceller(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(1_500):
+            with tasks_lock:
+                if not tasks:
+                    continue
+                i = rng.randrange(len(tasks))
+                task = tasks[i]
+            if task.cancel():
+                with runs_lock:
+                    cancelled.add(int(task._args[0]))  # type: ignore[attr-defined]
+
+    def advancer() -> None:
+        while not stop.is_set():
+            clock.advance(7)
+            timer.advance_clock(0)
+
+    threads = [threading.Thread(target=adder, args=(k * 10_000,)) for k in range(4)]
+    threads += [threading.Thread(target=canceller, args=(k,)) for k in range(2)]
+    mover = threading.Thread(target=advancer)
+    mover.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    stop.set()
+    mover.join(timeout=60)
+    clock.advance(10_000)
+    timer.advance_clock(0)
+    for _ in range(3):  # HashedWheelTimer moves at most 100k new timeouts per tick
+        clock.advance(1_000)
+        timer.advance_clock(0)
+    assert len(timer) == 0
+    assert all(n == 1 for n in runs.values()), "a task ran twice"
+    assert not cancelled & set(runs), "a cancelled task ran"
+    assert len(runs) + len(cancelled) == 6_000
+    s = timer.stats()
+    assert (s.scheduled, s.expired, s.cancelled) == (6_000, len(runs), len(cancelled))
