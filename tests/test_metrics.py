@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-import pytest
+import prometheus_client
 
 from tickwheel import (
     DelayedOperation,
@@ -14,9 +14,7 @@ from tickwheel import (
     TimingWheelTimer,
     create_batching_dispatcher,
 )
-
-prometheus_client = pytest.importorskip("prometheus_client")
-from tickwheel.metrics import TickwheelCollector  # noqa: E402
+from tickwheel.metrics import TickwheelCollector
 
 
 class Never(DelayedOperation):

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
-pytest.importorskip("typer")
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
-from typer.testing import CliRunner  # noqa: E402
-
-from tickwheel.cli import app  # noqa: E402
-from tickwheel.pipeline.io import read_parquet_rows  # noqa: E402
+from tickwheel.cli import app
+from tickwheel.pipeline.io import read_parquet_rows
 
 runner = CliRunner()
 
