@@ -1,0 +1,293 @@
+"""The purgatory applied to events: the semantics both engines share.
+
+A :class:`Resolver` takes well-formed events in ``(ts_ms, kind)`` order, in as many
+calls as the caller likes, and resolves delayed operations with a
+:class:`~tickwheel.Purgatory` on a :class:`~tickwheel.ManualClock`:
+
+- before the events at time t, every operation whose deadline is at or before t
+  expires (``resolved_ms`` = its deadline);
+- at one ``ts_ms``: watches, then updates with a value, then updates with an error,
+  then cancels, so no outcome depends on the order rows arrived in;
+- of the watches sharing an ``op_id``, a unique earliest one is applied and every
+  other is quarantined as ``duplicate_op_id`` (two at the earliest ``ts_ms`` are both
+  quarantined), which a stream can decide as it goes: every later watch of an id
+  already seen is a duplicate;
+- a watch tries to complete at once (try-complete-else-watch); one whose deadline is
+  at or before its ``ts_ms`` tries once and otherwise expires at once
+  (``resolved_ms`` = its ``ts_ms``); an update raises its key's value to the largest
+  seen and runs ``check_and_complete`` on the key; an error completes every operation
+  watching the key (with the smallest error, if several reach it at one ``ts_ms``);
+  a cancel of an unknown or resolved operation is counted, not an outcome.
+
+The reference engine runs one resolver over a whole log; the Spark engine runs one
+per shard of the op-id space and keeps it in the state store between micro-batches
+(:meth:`Resolver.snapshot` / :meth:`Resolver.restore`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tickwheel._clock import ManualClock
+from tickwheel.pipeline.events import Condition, Event, EventType, Outcome, Quarantined, Reason
+from tickwheel.purgatory import DelayedOperation, Purgatory
+from tickwheel.purgatory import Outcome as OpOutcome
+from tickwheel.timers import TimingWheelTimer
+
+__all__ = ["OutcomeRow", "Resolver", "order_key"]
+
+# Within one ts_ms: watches, updates with a value, updates with an error, cancels.
+WATCH, VALUE, ERROR, CANCEL, TICK = range(5)
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRow:
+    op_id: str
+    outcome: Outcome
+    resolved_ms: int
+    latency_ms: int
+    keys: tuple[str, ...]
+    error: str | None
+
+
+def kind_of(ev: Event) -> int:
+    if ev.type is EventType.WATCH:
+        return WATCH
+    if ev.type is EventType.UPDATE:
+        return VALUE if ev.error is None else ERROR
+    if ev.type is EventType.CANCEL:
+        return CANCEL
+    return TICK
+
+
+def order_key(ev: Event) -> tuple[int, int]:
+    """Sort key that puts events in the order a resolver applies them."""
+    return ev.ts_ms, kind_of(ev)
+
+
+class _LogOperation(DelayedOperation):
+    __slots__ = ("error", "event", "resolver", "seen_updates")
+
+    def __init__(self, resolver: Resolver, event: Event, delay_ms: int,
+                 seen_updates: dict[str, int] | None = None) -> None:
+        super().__init__(delay_ms)
+        self.resolver = resolver
+        self.event = event
+        self.error: str | None = None
+        if seen_updates is None:
+            counts = resolver.update_counts
+            seen_updates = {k: counts.get(k, 0) for k in event.keys}
+        self.seen_updates = seen_updates
+
+    def try_complete(self) -> bool:
+        resolver = self.resolver
+        ev = self.event
+        if resolver.errors_now:
+            errors = [resolver.errors_now[k] for k in ev.keys if k in resolver.errors_now]
+            if errors:
+                self.error = min(errors)
+                return self.force_complete()
+        values = resolver.values
+        condition = ev.condition
+        if condition is Condition.ALL_AT_LEAST:
+            met = all(k in values and values[k] >= ev.targets[k] for k in ev.keys)
+        elif condition is Condition.SUM_AT_LEAST:
+            total = sum(max(0, values[k] - ev.targets[k]) for k in ev.keys if k in values)
+            met = total >= ev.min_total
+        elif condition is Condition.ANY_UPDATE:
+            counts = resolver.update_counts
+            met = any(counts.get(k, 0) > n for k, n in self.seen_updates.items())
+        else:
+            met = False
+        return self.force_complete() if met else False
+
+    def on_complete(self) -> None:
+        ev = self.event
+        resolver = self.resolver
+        if self.outcome is OpOutcome.EXPIRED:
+            resolver.record(ev, Outcome.EXPIRED, ev.deadline_ms, None)
+        elif self.error is not None:
+            resolver.record(ev, Outcome.ERROR, resolver.now, self.error)
+        else:
+            resolver.record(ev, Outcome.COMPLETED, resolver.now, None)
+
+
+class Resolver:
+    """Resolves operations from events given in order; see the module doc.
+
+    Outcomes and duplicate watches accumulate in ``outcomes`` and ``quarantine``; the
+    caller takes them away (:meth:`drain`) as often as it likes.
+    """
+
+    def __init__(self, now_ms: int | None = None) -> None:
+        self.values: dict[str, int] = {}
+        self.update_counts: dict[str, int] = {}
+        self.errors_now: dict[str, str] = {}
+        self.seen_op_ids: set[str] = set()
+        self.pending: dict[str, _LogOperation] = {}
+        self.outcomes: list[OutcomeRow] = []
+        self.quarantine: list[Quarantined] = []
+        self.applied = 0
+        self.ignored_cancels = 0
+        self.now = now_ms
+        self._clock: ManualClock | None = None
+        self._purgatory: Purgatory | None = None
+
+    # -- applying events ---------------------------------------------------------
+
+    def apply(self, events: Iterable[Event]) -> None:
+        """Apply events sorted by :func:`order_key`, none earlier than ``now``."""
+        for ts, group in itertools.groupby(events, key=lambda e: e.ts_ms):
+            self.advance_to(ts)
+            batch = list(group)
+            self._watch_all([ev for ev in batch if ev.type is EventType.WATCH])
+            purgatory = self._the_purgatory()
+            for ev in batch:
+                kind = kind_of(ev)
+                if kind == WATCH:
+                    continue
+                self.applied += 1
+                if kind == VALUE:
+                    assert ev.key is not None and ev.value is not None
+                    if ev.value > self.values.get(ev.key, ev.value - 1):
+                        self.values[ev.key] = ev.value
+                    self.update_counts[ev.key] = self.update_counts.get(ev.key, 0) + 1
+                    purgatory.check_and_complete(ev.key)
+                elif kind == ERROR:
+                    assert ev.key is not None and ev.error is not None
+                    known = self.errors_now.get(ev.key)
+                    self.errors_now[ev.key] = ev.error if known is None else min(known,
+                                                                                 ev.error)
+                elif kind == CANCEL:
+                    self._flush_errors()
+                    assert ev.op_id is not None
+                    op = self.pending.get(ev.op_id)
+                    if op is not None and op.cancel():
+                        del self.pending[ev.op_id]
+                        self.record(op.event, Outcome.CANCELLED, ts, None)
+                    else:
+                        self.ignored_cancels += 1
+            self._flush_errors()
+
+    def advance_to(self, t: int) -> None:
+        """Time is now ``t``: operations with a deadline at or before it expire."""
+        if self.now is not None and t < self.now:
+            raise ValueError(f"t must not go back in time: {t} < now {self.now}")
+        self.now = t
+        if self._clock is None:
+            self._clock = ManualClock(t)
+        else:
+            self._clock.set(t)
+        self._the_purgatory().advance_clock(0)
+
+    def record(self, ev: Event, outcome: Outcome, resolved_ms: int, error: str | None) -> None:
+        assert ev.op_id is not None
+        self.pending.pop(ev.op_id, None)
+        self.outcomes.append(OutcomeRow(ev.op_id, outcome, resolved_ms,
+                                        resolved_ms - ev.ts_ms, ev.keys, error))
+
+    def drain(self) -> tuple[list[OutcomeRow], list[Quarantined]]:
+        """What was resolved and quarantined since the last drain."""
+        outcomes, quarantine = self.outcomes, self.quarantine
+        self.outcomes, self.quarantine = [], []
+        return outcomes, quarantine
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of a pending operation."""
+        return min((op.event.deadline_ms for op in self.pending.values()), default=None)
+
+    def close(self) -> None:
+        if self._purgatory is not None:
+            self._purgatory.close()
+
+    # -- keeping it between micro-batches -----------------------------------------
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """Everything needed to go on later, as plain values (picklable, compact)."""
+        ops = [(_event_fields(op.event), op.seen_updates) for op in self.pending.values()]
+        return (1, self.now, self.values, self.update_counts, sorted(self.seen_op_ids), ops,
+                self.applied, self.ignored_cancels)
+
+    @classmethod
+    def restore(cls, snapshot: tuple[Any, ...]) -> Resolver:
+        version, now, values, counts, seen, ops, applied, ignored = snapshot
+        if version != 1:
+            raise ValueError(f"snapshot version {version} is not supported")
+        resolver = cls(now)
+        resolver.values = values
+        resolver.update_counts = counts
+        resolver.seen_op_ids = set(seen)
+        resolver.applied = applied
+        resolver.ignored_cancels = ignored
+        if now is not None:
+            resolver.advance_to(now)
+            for fields, seen_updates in ops:
+                ev = _event_from_fields(fields)
+                resolver._register(ev, seen_updates)
+        return resolver
+
+    # -- internals ---------------------------------------------------------------
+
+    def _the_purgatory(self) -> Purgatory:
+        if self._purgatory is None:
+            assert self._clock is not None, "advance_to() first"
+            self._purgatory = Purgatory(
+                "resolver", timer=TimingWheelTimer(clock=self._clock, executor=None),
+                reaper=False)
+        return self._purgatory
+
+    def _watch_all(self, watches: list[Event]) -> None:
+        if not watches:
+            return
+        counts: dict[str, int] = {}
+        for ev in watches:
+            assert ev.op_id is not None
+            counts[ev.op_id] = counts.get(ev.op_id, 0) + 1
+        seen = self.seen_op_ids
+        for ev in watches:
+            assert ev.op_id is not None
+            if ev.op_id in seen or counts[ev.op_id] > 1:
+                self.quarantine.append(Quarantined(ev.raw, Reason.DUPLICATE_OP_ID, ev.ts_ms))
+            else:
+                self.applied += 1
+                self._watch(ev)
+        seen.update(counts)
+
+    def _watch(self, ev: Event) -> None:
+        assert ev.op_id is not None
+        if ev.deadline_ms <= ev.ts_ms:
+            op = _LogOperation(self, ev, 0)
+            if not op.safe_try_complete() and op.cancel():
+                self.record(ev, Outcome.EXPIRED, ev.ts_ms, None)
+            return
+        self._register(ev, None)
+
+    def _register(self, ev: Event, seen_updates: dict[str, int] | None) -> None:
+        assert ev.op_id is not None and self.now is not None
+        op = _LogOperation(self, ev, ev.deadline_ms - self.now, seen_updates)
+        self.pending[ev.op_id] = op
+        # `none` watches no key: its own id keeps it in the purgatory until it expires.
+        keys: tuple[Hashable, ...] = ev.keys or (("op", ev.op_id),)
+        self._the_purgatory().try_complete_else_watch(op, keys)
+
+    def _flush_errors(self) -> None:
+        if self.errors_now:
+            purgatory = self._the_purgatory()
+            for key in list(self.errors_now):
+                purgatory.check_and_complete(key)
+            self.errors_now.clear()
+
+
+def _event_fields(ev: Event) -> tuple[Any, ...]:
+    assert ev.condition is not None
+    return (ev.ts_ms, ev.raw, ev.op_id, ev.keys, ev.deadline_ms, ev.condition.value,
+            ev.targets, ev.min_total)
+
+
+def _event_from_fields(fields: tuple[Any, ...]) -> Event:
+    ts, raw, op_id, keys, deadline, condition, targets, min_total = fields
+    return Event(ts, EventType.WATCH, raw, op_id=op_id, keys=tuple(keys), deadline_ms=deadline,
+                 condition=Condition(condition), targets=targets, min_total=min_total)
