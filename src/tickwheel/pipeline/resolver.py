@@ -107,6 +107,7 @@ class _LogOperation(DelayedOperation):
     def on_complete(self) -> None:
         ev = self.event
         resolver = self.resolver
+        assert resolver.now is not None
         if self.outcome is OpOutcome.EXPIRED:
             resolver.record(ev, Outcome.EXPIRED, ev.deadline_ms, None)
         elif self.error is not None:
