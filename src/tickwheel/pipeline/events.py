@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 __all__ = [
     "Condition",
@@ -59,8 +60,10 @@ class Outcome(enum.Enum):
     ERROR = "error"
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """A well-formed row. A tuple: cheap to build and to pickle, which the Spark
+    engine does for every row it moves between processes."""
+
     ts_ms: int
     type: EventType
     raw: str
@@ -68,7 +71,7 @@ class Event:
     keys: tuple[str, ...] = ()
     deadline_ms: int = 0
     condition: Condition | None = None
-    targets: dict[str, int] = field(default_factory=dict)
+    targets: Mapping[str, int] = {}  # read-only, so one shared empty default is safe
     min_total: int = 0
     key: str | None = None
     value: int | None = None

@@ -1,0 +1,210 @@
+"""One shard of a streaming engine: the resolver behind a watermark.
+
+The Spark engine splits the op-id space into shards. Watches and cancels go to the
+shard of their ``op_id``; updates and ticks are *shared*, copied to every shard, so an
+operation never spans shards and every shard knows every key's value. Each shard
+works through its rows in bulk (a Spark group is a shard, not a key: the cost per
+group, not per row, is what Spark makes expensive).
+
+Rows arrive in micro-batches, out of order within the lateness bound. A shard holds
+rows until the watermark ``W`` passes them and then applies, in ``(ts_ms, kind)``
+order, every held row with ``ts_ms < W``; time then stands at ``W - 1`` (deadlines up
+to it expire). A row with ``ts_ms < W`` when it arrives is late and is quarantined.
+So outcomes never depend on how rows were cut into batches, and once the watermark
+passes the last row (the engine's end of input), a shard has applied exactly what the
+reference engine applies.
+
+Nothing here imports Spark: the engine moves bytes in and out, this decides.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tickwheel.pipeline.events import Event, EventType, Quarantined, Reason, parse_line
+from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
+
+__all__ = ["SHARED", "Shard", "ShardStatus", "pack", "route", "shard_of"]
+
+SHARED = -1  # a row every shard gets (update, tick)
+_SHARED_TYPES = ("update", "tick")
+
+
+def shard_of(op_id: str, shards: int) -> int:
+    """Stable across processes and runs (``hash()`` of a str is not)."""
+    return zlib.crc32(op_id.encode("utf-8", "surrogatepass")) % shards
+
+
+def route(line: str, shards: int) -> tuple[int, int | None]:
+    """Where a row goes (a shard, or :data:`SHARED`) and its ``ts_ms`` if it is a
+    long. Malformed rows go to one shard, which quarantines them."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return shard_of(line, shards), None
+    if not isinstance(row, dict):
+        return shard_of(line, shards), None
+    ts = row.get("ts_ms")
+    ts_ms = ts if type(ts) is int else None
+    kind = row.get("type")
+    if kind in _SHARED_TYPES:
+        return SHARED, ts_ms
+    op_id = row.get("op_id")
+    if isinstance(op_id, str):
+        return shard_of(op_id, shards), ts_ms
+    return shard_of(line, shards), ts_ms
+
+
+def pack(lines: Iterable[str], shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
+    """Cut rows into one chunk per shard: ``(shard, max ts_ms, own rows, shared rows)``,
+    rows joined by newlines (a row read from a text file holds none). Shared rows are
+    in every chunk; a chunk is made for a shard only if it has rows."""
+    own: list[list[str]] = [[] for _ in range(shards)]
+    shared: list[str] = []
+    tops: list[int | None] = [None] * shards
+    shared_top: int | None = None
+    for line in lines:
+        if not line.strip():
+            continue
+        where, ts = route(line, shards)
+        if where == SHARED:
+            shared.append(line)
+            if ts is not None and (shared_top is None or ts > shared_top):
+                shared_top = ts
+        else:
+            own[where].append(line)
+            top = tops[where]
+            if ts is not None and (top is None or ts > top):
+                tops[where] = ts
+    shared_blob = "\n".join(shared).encode()
+    chunks = []
+    for shard in range(shards):
+        if not own[shard] and not shared:
+            continue
+        top = tops[shard]
+        if shared_top is not None and (top is None or shared_top > top):
+            top = shared_top
+        chunks.append((shard, top, "\n".join(own[shard]).encode(), shared_blob))
+    return chunks
+
+
+def unpack(blob: bytes) -> list[str]:
+    return blob.decode().split("\n") if blob else []
+
+
+@dataclass(frozen=True, slots=True)
+class ShardStatus:
+    """Counters of one shard; summed over shards they account for every row:
+    ``rows_in == rows_applied + quarantined + held``."""
+
+    shard: int
+    seq: int
+    watermark_ms: int
+    rows_in: int
+    rows_applied: int
+    quarantined: int
+    held: int
+    pending: int
+    ignored_cancels: int
+    max_ts_ms: int | None
+
+
+class Shard:
+    """Rows in (:meth:`take`), outcomes out (:meth:`release`)."""
+
+    def __init__(self, shard: int) -> None:
+        self.shard = shard
+        self.resolver = Resolver()
+        # (event, counted here): a shared row counts in shard 0 only, so the sum of the
+        # shards' counters is the number of rows read.
+        self.held: list[tuple[Event, bool]] = []
+        self.rows_in = 0
+        self.rows_applied = 0
+        self.quarantined = 0
+        self.max_ts: int | None = None  # of rows taken, not late: where time has reached
+        self.seq = 0
+        self.timer_ms: int | None = None  # the Spark timer registered for this shard
+
+    def take(self, own: list[str], shared: list[str], watermark_ms: int) -> list[Quarantined]:
+        """Hold the rows of a chunk; return those quarantined (malformed or late)."""
+        out: list[Quarantined] = []
+        counts_shared = self.shard == 0
+        for lines, counted in ((own, True), (shared, counts_shared)):
+            for line in lines:
+                if not line.strip():
+                    continue
+                row = parse_line(line)
+                if counted:
+                    self.rows_in += 1
+                if isinstance(row, Quarantined):
+                    if counted:
+                        out.append(row)
+                    continue
+                if watermark_ms > 0 and row.ts_ms < watermark_ms:
+                    if counted:
+                        out.append(Quarantined(row.raw, Reason.LATE, row.ts_ms))
+                    continue
+                if not counted and row.type not in (EventType.UPDATE, EventType.TICK):
+                    continue  # only ever a shared row that parses differently than routed
+                self.held.append((row, counted))
+                if self.max_ts is None or row.ts_ms > self.max_ts:
+                    self.max_ts = row.ts_ms
+        self.quarantined += len(out)
+        return out
+
+    def release(self, watermark_ms: int) -> tuple[list[OutcomeRow], list[Quarantined]]:
+        """Apply every held row below the watermark; time moves to ``watermark - 1``."""
+        resolver = self.resolver
+        if watermark_ms <= 0:  # Spark's watermark before any event time was seen
+            return [], []
+        due = [(ev, counted) for ev, counted in self.held if ev.ts_ms < watermark_ms]
+        if due:
+            self.held = [(ev, c) for ev, c in self.held if ev.ts_ms >= watermark_ms]
+            due.sort(key=lambda item: order_key(item[0]))
+            resolver.apply(ev for ev, _ in due)
+        if resolver.now is None or watermark_ms - 1 > resolver.now:
+            resolver.advance_to(watermark_ms - 1)
+        outcomes, duplicates = resolver.drain()
+        self.rows_applied += sum(1 for _, counted in due if counted) - len(duplicates)
+        self.quarantined += len(duplicates)
+        return outcomes, duplicates
+
+    def next_timer_ms(self) -> int | None:
+        """When the watermark must next wake this shard: just past its earliest held
+        row or pending deadline."""
+        held = min((ev.ts_ms for ev, _ in self.held), default=None)
+        deadline = self.resolver.next_deadline()
+        times = [t for t in (held, deadline) if t is not None]
+        return min(times) + 1 if times else None
+
+    def status(self, watermark_ms: int) -> ShardStatus:
+        self.seq += 1
+        return ShardStatus(self.shard, self.seq, watermark_ms, self.rows_in, self.rows_applied,
+                           self.quarantined, sum(1 for _, c in self.held if c),
+                           len(self.resolver.pending), self.resolver.ignored_cancels,
+                           self.max_ts)
+
+    def snapshot(self) -> tuple[Any, ...]:
+        return (1, self.shard, self.resolver.snapshot(),
+                [(ev.raw, counted) for ev, counted in self.held], self.rows_in,
+                self.rows_applied, self.quarantined, self.max_ts, self.seq, self.timer_ms)
+
+    @classmethod
+    def restore(cls, snapshot: tuple[Any, ...]) -> Shard:
+        version, shard_id, resolver, held, rows_in, applied, quarantined, max_ts, seq, timer = (
+            snapshot)
+        if version != 1:
+            raise ValueError(f"shard snapshot version {version} is not supported")
+        shard = cls(shard_id)
+        shard.resolver = Resolver.restore(resolver)
+        for raw, counted in held:
+            ev = parse_line(raw)
+            assert isinstance(ev, Event)
+            shard.held.append((ev, counted))
+        shard.rows_in, shard.rows_applied, shard.quarantined = rows_in, applied, quarantined
+        shard.max_ts, shard.seq, shard.timer_ms = max_ts, seq, timer
+        return shard

@@ -1,0 +1,392 @@
+"""The Spark engine: the purgatory as a Spark Structured Streaming job.
+
+Needs ``pip install 'tickwheel[spark]'`` (PySpark, pandas, protobuf, pyarrow) and a
+JVM. One query:
+
+1. a text file source over the event directory (``*.jsonl``, ``*.json``), and a
+   second one over ``CHECKPOINT/control/`` that only ever carries end-of-input markers;
+2. ``mapInArrow`` cuts each Arrow batch of rows into one chunk per shard (see
+   :mod:`tickwheel.pipeline.shard`): watches and cancels by ``op_id``, updates and
+   ticks to every shard, and gives each chunk the largest ``ts_ms`` it holds;
+3. an event-time watermark on that, ``lateness_ms`` behind the largest ``ts_ms``;
+4. ``transformWithStateInPandas`` grouped by shard, in event time: each shard keeps a
+   :class:`~tickwheel.pipeline.shard.Shard` (held rows, pending operations, key
+   values) in the state store and one event-time timer at its next held row or
+   deadline; rows are parsed and checked in Python, by the same code as the reference
+   engine, so nothing is coerced;
+5. ``foreachBatch`` writes the batch's outcomes, quarantined rows and shard counters
+   to ``batch-<id>.parquet`` files, atomically and named by batch id, so a batch that
+   runs again after a crash replaces its own files: exactly once, with readers that
+   just read ``*.parquet``.
+
+Spark drops rows at or below the watermark before a stateful operator sees them, so
+the event-time column is not passed to it: shards find late rows themselves and
+quarantine them. A run with ``final=True`` ends the input: a marker row moves the
+watermark just past the last row, so every row is applied and the outcomes are the
+reference engine's (later rows at or before that point are late).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import re
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tickwheel.pipeline.events import Quarantined
+from tickwheel.pipeline.resolver import OutcomeRow
+from tickwheel.pipeline.shard import Shard, ShardStatus, pack, unpack
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.stateful_processor import (
+        ExpiredTimerInfo,
+        StatefulProcessorHandle,
+        TimerValues,
+    )
+
+__all__ = ["SparkEngine", "SparkRunResult", "spark_session"]
+
+log = logging.getLogger(__name__)
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+OUTPUT_SCHEMA = ("kind string, op_id string, outcome string, resolved_ms long, "
+                 "latency_ms long, keys array<string>, error string, raw string, "
+                 "reason string, ts_ms long, status string")
+CHUNK_SCHEMA = "shard int, ts long, own binary, shared binary"
+_LOCAL = re.compile(r"local\[(\d+|\*)\]")
+
+
+def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
+                  driver_memory: str = "4g") -> SparkSession:
+    """A session with what the engine needs: the RocksDB state store (required by
+    ``transformWithState``), this interpreter for Python workers, quiet logs."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(master).appName(app_name)
+             .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+             .config("spark.driver.memory", driver_memory)
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@dataclass(frozen=True, slots=True)
+class SparkRunResult:
+    """What a run left in the outputs and the state (summed over shards)."""
+
+    rows_in: int
+    rows_applied: int
+    quarantined: int
+    held: int  # read, not yet applied: the watermark has not passed them
+    pending: int
+    ignored_cancels: int
+    watermark_ms: int
+    batches: int
+    seconds: float
+    shards: list[ShardStatus] = field(default_factory=list)
+
+
+# A shard's state lives in the state store; between micro-batches the Python worker
+# usually keeps the same object, found by the token saved with the state. A token is
+# used once: a batch that fails and runs again finds no entry and reloads the state.
+_CACHE: dict[str, Shard] = {}
+_CACHE_LIMIT = 64
+
+
+def _processor_class() -> type:
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class ShardProcessor(StatefulProcessor):
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.handle = handle
+            self.token = handle.getValueState("token", "token string")
+            self.snapshot = handle.getValueState("snapshot", "snapshot binary")
+
+        # Spark's method and argument names.
+        def handleInputRows(self, key: Any, rows: Iterator[Any],  # noqa: N802
+                            timerValues: TimerValues) -> Iterator[Any]:  # noqa: N803
+            shard = self._load(int(key[0]))
+            watermark = timerValues.getCurrentWatermarkInMs()
+            quarantine: list[Quarantined] = []
+            for frame in rows:
+                for own, shared in zip(frame["own"].tolist(), frame["shared"].tolist(),
+                                       strict=True):
+                    quarantine.extend(shard.take(unpack(own), unpack(shared), watermark))
+            yield self._finish(shard, watermark, quarantine)
+
+        def handleExpiredTimer(self, key: Any, timerValues: TimerValues,  # noqa: N802, N803
+                               expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
+                               ) -> Iterator[Any]:
+            shard = self._load(int(key[0]))
+            if shard.timer_ms == expiredTimerInfo.getExpiryTimeInMs():
+                shard.timer_ms = None  # fired timers are gone
+            yield self._finish(shard, timerValues.getCurrentWatermarkInMs(), [])
+
+        def close(self) -> None:
+            pass
+
+        def _load(self, shard_id: int) -> Shard:
+            if not self.token.exists():
+                return Shard(shard_id)
+            saved_token = self.token.get()
+            assert saved_token is not None
+            token = saved_token[0]
+            cached = _CACHE.pop(token, None)
+            if cached is not None:
+                return cached
+            saved = self.snapshot.get()
+            assert saved is not None, "a token is saved with its snapshot"
+            return Shard.restore(pickle.loads(saved[0]))
+
+        def _save(self, shard: Shard) -> None:
+            token = uuid.uuid4().hex
+            self.snapshot.update((pickle.dumps(shard.snapshot(), protocol=5),))
+            self.token.update((token,))
+            while len(_CACHE) >= _CACHE_LIMIT:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[token] = shard
+
+        def _finish(self, shard: Shard, watermark: int,
+                    quarantine: list[Quarantined]) -> pd.DataFrame:
+            outcomes, duplicates = shard.release(watermark)
+            wake = shard.next_timer_ms()
+            if wake != shard.timer_ms:
+                if shard.timer_ms is not None:
+                    self.handle.deleteTimer(shard.timer_ms)
+                if wake is not None:
+                    self.handle.registerTimer(wake)
+                shard.timer_ms = wake
+            status = shard.status(watermark)
+            self._save(shard)
+            return _frame(outcomes, quarantine + duplicates, status)
+
+    return ShardProcessor
+
+
+def _frame(outcomes: list[OutcomeRow], quarantine: list[Quarantined],
+           status: ShardStatus) -> pd.DataFrame:
+    import pandas as pd
+
+    n_out, n_q = len(outcomes), len(quarantine)
+    none_out: list[Any] = [None] * n_out
+    none_q: list[Any] = [None] * n_q
+    columns: dict[str, list[Any]] = {
+        "kind": ["outcome"] * n_out + ["quarantine"] * n_q + ["status"],
+        "op_id": [o.op_id for o in outcomes] + none_q + [None],
+        "outcome": [o.outcome.value for o in outcomes] + none_q + [None],
+        "resolved_ms": [o.resolved_ms for o in outcomes] + none_q + [None],
+        "latency_ms": [o.latency_ms for o in outcomes] + none_q + [None],
+        "keys": [list(o.keys) for o in outcomes] + none_q + [None],
+        "error": [o.error for o in outcomes] + none_q + [None],
+        "raw": none_out + [q.raw for q in quarantine] + [None],
+        "reason": none_out + [q.reason.value for q in quarantine] + [None],
+        "ts_ms": none_out + [q.ts_ms for q in quarantine] + [None],
+        "status": none_out + none_q + [json.dumps(asdict(status))],
+    }
+    return pd.DataFrame({name: pd.Series(values, dtype=object)
+                         for name, values in columns.items()})
+
+
+def _packer(shards: int) -> Any:
+    def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        schema = pa.schema([("shard", pa.int32()), ("ts", pa.int64()), ("own", pa.binary()),
+                            ("shared", pa.binary())])
+        for batch in batches:
+            lines = batch.column(0).to_pylist()
+            control = batch.column(1).to_pylist()
+            chunks = pack((line for line, c in zip(lines, control, strict=True) if not c),
+                          shards)
+            for line, is_control in zip(lines, control, strict=True):
+                if is_control and line.strip():
+                    chunks.append((0, int(json.loads(line)["ts_ms"]), b"", b""))
+            if chunks:
+                shard_ids, tops, own, shared = zip(*chunks, strict=True)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(shard_ids, pa.int32()), pa.array(tops, pa.int64()),
+                     pa.array(own, pa.binary()), pa.array(shared, pa.binary())],
+                    schema=schema)
+
+    return pack_batches
+
+
+def _write_atomically(table: pa.Table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+class SparkEngine:
+    """Runs the query over ``input_dir`` until the input read so far is processed.
+
+    ``output_dir`` gets ``outcomes/`` and ``quarantine/`` (the contract's columns);
+    ``checkpoint_dir`` holds Spark's checkpoint, the shard counters and the control
+    input. Run it again on the same directories to go on where it stopped, after a
+    crash too. ``shards`` is fixed by the first run of a checkpoint.
+    """
+
+    def __init__(self, spark: SparkSession, input_dir: Path, output_dir: Path,
+                 checkpoint_dir: Path, lateness_ms: int = 10_000, shards: int | None = None,
+                 max_files_per_trigger: int | None = None) -> None:
+        if lateness_ms < 0:
+            raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
+        if shards is not None and shards < 1:
+            raise ValueError(f"shards must be >= 1, got {shards}")
+        if max_files_per_trigger is not None and max_files_per_trigger < 1:
+            raise ValueError(f"max_files_per_trigger must be >= 1, got {max_files_per_trigger}")
+        if not input_dir.is_dir():
+            raise FileNotFoundError(f"input directory {input_dir} does not exist")
+        self.spark = spark
+        self.input_dir = input_dir
+        self.output_dir = output_dir
+        self.checkpoint_dir = checkpoint_dir
+        self.lateness_ms = lateness_ms
+        self.max_files_per_trigger = max_files_per_trigger
+        self.shards = self._settle_shards(shards)
+        self.batches = 0
+
+    def _settle_shards(self, shards: int | None) -> int:
+        meta = self.checkpoint_dir / "tickwheel.json"
+        if meta.exists():
+            saved = json.loads(meta.read_text())
+            if shards is not None and shards != saved["shards"]:
+                raise ValueError(f"shards={shards} but the checkpoint {self.checkpoint_dir} "
+                                 f"was made with shards={saved['shards']}")
+            if saved["lateness_ms"] != self.lateness_ms:
+                raise ValueError(f"lateness_ms={self.lateness_ms} but the checkpoint "
+                                 f"{self.checkpoint_dir} was made with "
+                                 f"lateness_ms={saved['lateness_ms']}")
+            return int(saved["shards"])
+        if shards is None:
+            shards = max(1, self.spark.sparkContext.defaultParallelism)
+        (self.checkpoint_dir / "control").mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps({"shards": shards, "lateness_ms": self.lateness_ms}))
+        return shards
+
+    def _query_input(self) -> DataFrame:
+        from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
+
+        reader = self.spark.readStream.option("pathGlobFilter", "*.{jsonl,json}")
+        if self.max_files_per_trigger is not None:
+            reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
+        rows = reader.text(str(self.input_dir)).withColumn("control", F.lit(False))
+        control = (self.spark.readStream.text(str(self.checkpoint_dir / "control"))
+                   .withColumn("control", F.lit(True)))
+        chunks = (rows.unionByName(control)
+                  .mapInArrow(_packer(self.shards), CHUNK_SCHEMA)
+                  .withColumn("event_time", F.timestamp_millis("ts"))
+                  .withWatermark("event_time", f"{self.lateness_ms} milliseconds")
+                  # Not passed on: Spark would drop rows at or below the watermark
+                  # before the processor could quarantine them.
+                  .select("shard", "own", "shared"))
+        return chunks.groupBy("shard").transformWithStateInPandas(
+            _processor_class()(), OUTPUT_SCHEMA, "Append", "EventTime")
+
+    def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        t0 = time.perf_counter()
+        table = frame.toArrow()
+        log.info("toArrow %.1f s", time.perf_counter() - t0)
+        name = f"batch-{batch_id:09d}.parquet"
+        kinds = table["kind"]
+        outcomes = table.filter(pc.equal(kinds, "outcome")).select(
+            ["op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error"])
+        quarantine = table.filter(pc.equal(kinds, "quarantine")).select(
+            ["raw", "reason", "ts_ms"])
+        status = table.filter(pc.equal(kinds, "status")).select(["status"])
+        for sub, where in ((outcomes, self.output_dir / "outcomes"),
+                           (quarantine, self.output_dir / "quarantine")):
+            if sub.num_rows:
+                _write_atomically(sub, where / name)
+        if status.num_rows:
+            _write_atomically(pa.table({"status": status["status"]}),
+                              self.checkpoint_dir / "status" / name)
+        self.batches += 1
+        log.info("batch %d: %d outcomes, %d quarantined", batch_id, outcomes.num_rows,
+                 quarantine.num_rows)
+
+    def _run_once(self) -> None:
+        # One shuffle partition (and state store) per shard: Spark's default of 200
+        # costs a state-store commit each per batch. A checkpoint keeps its own value.
+        self.spark.conf.set("spark.sql.shuffle.partitions", str(self.shards))
+        query = (self._query_input().writeStream
+                 .foreachBatch(self._write_batch)
+                 .option("checkpointLocation", str(self.checkpoint_dir / "query"))
+                 .trigger(availableNow=True)
+                 .start())
+        query.awaitTermination()
+        for progress in query.recentProgress:
+            log.info("batch %s: %s rows, %s", progress.batchId, progress.numInputRows,
+                     progress.durationMs)
+
+    def statuses(self) -> list[ShardStatus]:
+        """The latest counters of each shard."""
+        import pyarrow.parquet as pq
+
+        latest: dict[int, ShardStatus] = {}
+        for path in sorted((self.checkpoint_dir / "status").glob("*.parquet")):
+            for text in pq.read_table(path)["status"].to_pylist():
+                status = ShardStatus(**json.loads(text))
+                known = latest.get(status.shard)
+                if known is None or status.seq > known.seq:
+                    latest[status.shard] = status
+        return [latest[s] for s in sorted(latest)]
+
+    def end_input(self) -> bool:
+        """Move the watermark just past the latest row read: every row is applied and
+        time stands at that row's ``ts_ms``, as in the reference engine. False if there
+        was nothing to move."""
+        statuses = self.statuses()
+        tops = [s.max_ts_ms for s in statuses if s.max_ts_ms is not None]
+        if not tops:
+            return False
+        end = max(tops)
+        if max(s.watermark_ms for s in statuses) > end:
+            return False
+        marker = self.checkpoint_dir / "control" / f"end-{uuid.uuid4().hex}.jsonl"
+        tmp = marker.with_name(f".{marker.name}")
+        tmp.write_text(json.dumps({"ts_ms": end + self.lateness_ms + 1}) + "\n")
+        os.replace(tmp, marker)
+        return True
+
+    def run(self, final: bool = True) -> SparkRunResult:
+        """Process what the input holds now; with ``final``, end the input too."""
+        started = time.perf_counter()
+        self._run_once()
+        if final and self.end_input():
+            self._run_once()
+        statuses = self.statuses()
+        return SparkRunResult(
+            rows_in=sum(s.rows_in for s in statuses),
+            rows_applied=sum(s.rows_applied for s in statuses),
+            quarantined=sum(s.quarantined for s in statuses),
+            held=sum(s.held for s in statuses),
+            pending=sum(s.pending for s in statuses),
+            ignored_cancels=sum(s.ignored_cancels for s in statuses),
+            watermark_ms=max((s.watermark_ms for s in statuses), default=0),
+            batches=self.batches,
+            seconds=time.perf_counter() - started,
+            shards=statuses,
+        )
