@@ -20,12 +20,20 @@ Nothing here imports Spark: the engine moves bytes in and out, this decides.
 from __future__ import annotations
 
 import json
+import marshal
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tickwheel.pipeline.events import Event, EventType, Quarantined, Reason, parse_line
+from tickwheel.pipeline.events import (
+    Condition,
+    Event,
+    EventType,
+    Quarantined,
+    Reason,
+    parse_line,
+)
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
 
 __all__ = ["SHARED", "Shard", "ShardStatus", "pack", "route", "shard_of"]
@@ -90,6 +98,14 @@ def pack(lines: Iterable[str], shards: int) -> list[tuple[int, int | None, bytes
             top = shared_top
         chunks.append((shard, top, "\n".join(own[shard]).encode(), shared_blob))
     return chunks
+
+
+def _plain(ev: Event, counted: bool) -> tuple[Any, ...]:
+    """An event as builtins only, for ``marshal``: several times faster than pickling
+    the tuple with its enums, and than parsing the raw row again."""
+    return (ev.ts_ms, ev.type.value, ev.raw, ev.op_id, ev.keys, ev.deadline_ms,
+            None if ev.condition is None else ev.condition.value, dict(ev.targets),
+            ev.min_total, ev.key, ev.value, ev.error, counted)
 
 
 def unpack(blob: bytes) -> list[str]:
@@ -190,7 +206,7 @@ class Shard:
 
     def snapshot(self) -> tuple[Any, ...]:
         return (1, self.shard, self.resolver.snapshot(),
-                [(ev.raw, counted) for ev, counted in self.held], self.rows_in,
+                marshal.dumps([_plain(ev, counted) for ev, counted in self.held]), self.rows_in,
                 self.rows_applied, self.quarantined, self.max_ts, self.seq, self.timer_ms)
 
     @classmethod
@@ -201,10 +217,14 @@ class Shard:
             raise ValueError(f"shard snapshot version {version} is not supported")
         shard = cls(shard_id)
         shard.resolver = Resolver.restore(resolver)
-        for raw, counted in held:
-            ev = parse_line(raw)
-            assert isinstance(ev, Event)
-            shard.held.append((ev, counted))
+        types = {t.value: t for t in EventType}
+        conditions: dict[str | None, Condition | None] = {c.value: c for c in Condition}
+        conditions[None] = None
+        shard.held = [
+            (Event(ts, types[kind], raw, op_id, keys, deadline, conditions[condition],
+                   targets, min_total, key, value, error), counted)
+            for (ts, kind, raw, op_id, keys, deadline, condition, targets, min_total, key,
+                 value, error, counted) in marshal.loads(held)]
         shard.rows_in, shard.rows_applied, shard.quarantined = rows_in, applied, quarantined
         shard.max_ts, shard.seq, shard.timer_ms = max_ts, seq, timer
         return shard

@@ -113,6 +113,9 @@ def _processor_class() -> type:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class ShardProcessor(StatefulProcessor):
+        def __init__(self, labels: list[int]) -> None:
+            self.shard_of_label = {label: shard for shard, label in enumerate(labels)}
+
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.handle = handle
             self.token = handle.getValueState("token", "token string")
@@ -121,7 +124,7 @@ def _processor_class() -> type:
         # Spark's method and argument names.
         def handleInputRows(self, key: Any, rows: Iterator[Any],  # noqa: N802
                             timerValues: TimerValues) -> Iterator[Any]:  # noqa: N803
-            shard = self._load(int(key[0]))
+            shard = self._load(self.shard_of_label[int(key[0])])
             watermark = timerValues.getCurrentWatermarkInMs()
             quarantine: list[Quarantined] = []
             for frame in rows:
@@ -133,7 +136,7 @@ def _processor_class() -> type:
         def handleExpiredTimer(self, key: Any, timerValues: TimerValues,  # noqa: N802, N803
                                expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
                                ) -> Iterator[Any]:
-            shard = self._load(int(key[0]))
+            shard = self._load(self.shard_of_label[int(key[0])])
             if shard.timer_ms == expiredTimerInfo.getExpiryTimeInMs():
                 shard.timer_ms = None  # fired timers are gone
             yield self._finish(shard, timerValues.getCurrentWatermarkInMs(), [])
@@ -203,7 +206,9 @@ def _frame(outcomes: list[OutcomeRow], quarantine: list[Quarantined],
                          for name, values in columns.items()})
 
 
-def _packer(shards: int) -> Any:
+def _packer(labels: list[int]) -> Any:
+    shards = len(labels)
+
     def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
@@ -220,7 +225,8 @@ def _packer(shards: int) -> Any:
             if chunks:
                 shard_ids, tops, own, shared = zip(*chunks, strict=True)
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(shard_ids, pa.int32()), pa.array(tops, pa.int64()),
+                    [pa.array([labels[s] for s in shard_ids], pa.int32()),
+                     pa.array(tops, pa.int64()),
                      pa.array(own, pa.binary()), pa.array(shared, pa.binary())],
                     schema=schema)
 
@@ -262,10 +268,10 @@ class SparkEngine:
         self.checkpoint_dir = checkpoint_dir
         self.lateness_ms = lateness_ms
         self.max_files_per_trigger = max_files_per_trigger
-        self.shards = self._settle_shards(shards)
+        self.shards, self.labels = self._settle_shards(shards)
         self.batches = 0
 
-    def _settle_shards(self, shards: int | None) -> int:
+    def _settle_shards(self, shards: int | None) -> tuple[int, list[int]]:
         meta = self.checkpoint_dir / "tickwheel.json"
         if meta.exists():
             saved = json.loads(meta.read_text())
@@ -276,12 +282,29 @@ class SparkEngine:
                 raise ValueError(f"lateness_ms={self.lateness_ms} but the checkpoint "
                                  f"{self.checkpoint_dir} was made with "
                                  f"lateness_ms={saved['lateness_ms']}")
-            return int(saved["shards"])
+            return int(saved["shards"]), [int(label) for label in saved["labels"]]
         if shards is None:
             shards = max(1, self.spark.sparkContext.defaultParallelism)
+        labels = self._labels(shards)
         (self.checkpoint_dir / "control").mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps({"shards": shards, "lateness_ms": self.lateness_ms}))
-        return shards
+        meta.write_text(json.dumps({"shards": shards, "labels": labels,
+                                    "lateness_ms": self.lateness_ms}))
+        return shards, labels
+
+    def _labels(self, shards: int) -> list[int]:
+        """A grouping value per shard that Spark's hash partitioner puts in a partition
+        of its own: shard numbers 0..n-1 would share partitions, and shards sharing a
+        partition run one after the other."""
+        from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
+
+        value = F.col("id").cast("int")
+        found = (self.spark.range(0, 64 * shards)
+                 .select(value.alias("label"), F.pmod(F.hash(value), F.lit(shards)).alias("p"))
+                 .groupBy("p").agg(F.min("label").alias("label")).collect())
+        labels = {int(row["p"]): int(row["label"]) for row in found}
+        if len(labels) != shards:
+            raise RuntimeError(f"no partition-distinct labels for {shards} shards")
+        return [labels[p] for p in range(shards)]
 
     def _query_input(self) -> DataFrame:
         from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
@@ -293,14 +316,14 @@ class SparkEngine:
         control = (self.spark.readStream.text(str(self.checkpoint_dir / "control"))
                    .withColumn("control", F.lit(True)))
         chunks = (rows.unionByName(control)
-                  .mapInArrow(_packer(self.shards), CHUNK_SCHEMA)
+                  .mapInArrow(_packer(self.labels), CHUNK_SCHEMA)
                   .withColumn("event_time", F.timestamp_millis("ts"))
                   .withWatermark("event_time", f"{self.lateness_ms} milliseconds")
                   # Not passed on: Spark would drop rows at or below the watermark
                   # before the processor could quarantine them.
                   .select("shard", "own", "shared"))
         return chunks.groupBy("shard").transformWithStateInPandas(
-            _processor_class()(), OUTPUT_SCHEMA, "Append", "EventTime")
+            _processor_class()(self.labels), OUTPUT_SCHEMA, "Append", "EventTime")
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
         import pyarrow as pa
