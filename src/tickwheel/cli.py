@@ -19,7 +19,13 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         from exc
 
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-from tickwheel.pipeline.io import input_files, read_events, write_outcomes, write_quarantine
+from tickwheel.pipeline.io import (
+    input_files,
+    read_events,
+    read_parquet_rows,
+    write_outcomes,
+    write_quarantine,
+)
 from tickwheel.pipeline.reference import DEFAULT_LATENESS_MS, ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
 
@@ -69,15 +75,29 @@ def run(
     engine: Annotated[Engine, typer.Option(help="which engine resolves the log")] = Engine.local,
     lateness_ms: Annotated[int, typer.Option(min=0, help="rows this far behind the largest "
                                              "ts_ms read so far are late")] = DEFAULT_LATENESS_MS,
-    checkpoint: Annotated[Path | None, typer.Option(help="Spark checkpoint directory")] = None,
-    master: Annotated[str | None, typer.Option(help="Spark master URL")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="Spark checkpoint directory (default: OUTPUT/_checkpoint)")] = None,
+    master: Annotated[str | None, typer.Option(
+        help="Spark master URL (default: local[2])")] = None,
+    shards: Annotated[int | None, typer.Option(
+        min=1, help="Spark: shards of the op-id space, fixed by a checkpoint's first run "
+                    "(default: the master's parallelism)")] = None,
+    max_files_per_trigger: Annotated[int | None, typer.Option(
+        min=1, help="Spark: input files per micro-batch (default: all new files)")] = None,
+    final: Annotated[bool, typer.Option(
+        help="Spark: end the input when done, so every row is applied (as the local "
+             "engine does); --no-final leaves the last lateness-ms of rows held for "
+             "more input")] = True,
 ) -> None:
     """Resolve an event log: every operation's outcome, and every bad row quarantined."""
     if engine is Engine.spark:
-        console.print("[red]the Spark engine is not built yet; use --engine local[/red]")
-        raise typer.Exit(2)
-    if checkpoint is not None or master is not None:
-        console.print("[red]--checkpoint and --master apply to the Spark engine only[/red]")
+        _run_spark(input, output, lateness_ms, checkpoint or output / "_checkpoint",
+                   master or "local[2]", shards, max_files_per_trigger, final)
+        return
+    spark_only = (checkpoint, master, shards, max_files_per_trigger)
+    if any(option is not None for option in spark_only) or not final:
+        console.print("[red]--checkpoint, --master, --shards, --max-files-per-trigger and "
+                      "--no-final apply to the Spark engine only[/red]")
         raise typer.Exit(2)
     try:
         files = input_files(input)
@@ -94,20 +114,62 @@ def run(
     elapsed = time.monotonic() - started
     write_outcomes(result.outcomes, output / "outcomes")
     write_quarantine(result.quarantine, output / "quarantine")
-    table = Table(title=f"local engine: {result.rows_in:,} rows in {elapsed:.1f} s "
-                        f"({result.rows_in / max(elapsed, 1e-9):,.0f} events/s)")
+    _print_run("local engine", elapsed, result.rows_in, result.rows_applied,
+               result.quarantined_by_reason(), len(result.outcomes), result.pending,
+               result.ignored_cancels, held=0)
+
+
+def _run_spark(input: Path, output: Path, lateness_ms: int, checkpoint: Path, master: str,
+               shards: int | None, max_files_per_trigger: int | None, final: bool) -> None:
+    try:
+        from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        console.print("[red]the Spark engine needs its extra: "
+                      "pip install 'tickwheel[spark]'[/red]")
+        raise typer.Exit(2) from exc
+    if not input.is_dir():
+        console.print(f"[red]input directory {input} does not exist[/red]")
+        raise typer.Exit(2)
+    with console.status(f"starting Spark ({master})"):
+        spark = spark_session(master)
+    try:
+        spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
+                                   shards=shards, max_files_per_trigger=max_files_per_trigger)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    with console.status(f"running the query ({spark_engine.shards} shards, checkpoint "
+                        f"{checkpoint})"):
+        result = spark_engine.run(final=final)
+    reasons: dict[str, int] = {}
+    for row in read_parquet_rows(output / "quarantine"):
+        reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
+    outcomes = len(read_parquet_rows(output / "outcomes"))
+    _print_run(f"Spark engine ({master}, {spark_engine.shards} shards, "
+               f"{result.batches} micro-batches)", result.seconds, result.rows_in,
+               result.rows_applied, reasons, outcomes, result.pending,
+               result.ignored_cancels, held=result.held)
+
+
+def _print_run(title: str, elapsed: float, rows_in: int, applied: int,
+               quarantined: dict[str, int], outcomes: int, pending: int, ignored: int,
+               held: int) -> None:
+    table = Table(title=f"{title}: {rows_in:,} rows in {elapsed:.1f} s "
+                        f"({rows_in / max(elapsed, 1e-9):,.0f} events/s)")
     table.add_column("")
     table.add_column("count", justify="right")
-    table.add_row("rows applied", f"{result.rows_applied:,}")
-    table.add_row("rows quarantined", f"{len(result.quarantine):,}")
-    for reason, n in sorted(result.quarantined_by_reason().items()):
+    table.add_row("rows applied", f"{applied:,}")
+    table.add_row("rows quarantined", f"{sum(quarantined.values()):,}")
+    for reason, n in sorted(quarantined.items()):
         table.add_row(f"  {reason}", f"{n:,}")
-    table.add_row("outcomes", f"{len(result.outcomes):,}")
-    table.add_row("still pending at the end", f"{result.pending:,}")
-    table.add_row("cancels of unknown or resolved operations", f"{result.ignored_cancels:,}")
+    if held:
+        table.add_row("rows held (the watermark has not passed them)", f"{held:,}")
+    table.add_row("outcomes", f"{outcomes:,}")
+    table.add_row("still pending at the end", f"{pending:,}")
+    table.add_row("cancels of unknown or resolved operations", f"{ignored:,}")
     console.print(table)
-    if result.rows_in != result.rows_applied + len(result.quarantine):
-        console.print("[red]rows were lost: in != applied + quarantined[/red]")
+    if rows_in != applied + sum(quarantined.values()) + held:
+        console.print("[red]rows were lost: in != applied + quarantined + held[/red]")
         raise typer.Exit(1)
 
 

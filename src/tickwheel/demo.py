@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from tickwheel import HashedWheelTimer, HeapTimer, TimerBase, TimingWheelTimer
 
@@ -62,43 +64,90 @@ def drive(timer: TimerBase, seed: int = 7) -> dict[str, float]:
     }
 
 
-def pipeline(events: int = 200_000) -> None:
+def pipeline(events: int = 300_000) -> None:
+    """The main job: a workload from the broker models, resolved by the Spark engine
+    (local mode) and by the reference engine, which must agree row for row."""
     import tempfile
     import time as _time
-    from pathlib import Path
 
     from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-    from tickwheel.pipeline.io import read_events, write_outcomes, write_quarantine
+    from tickwheel.pipeline.io import (
+        read_events,
+        read_parquet_rows,
+        write_outcomes,
+        write_quarantine,
+    )
     from tickwheel.pipeline.reference import ReferenceEngine
     from tickwheel.pipeline.report import plot, summarize
 
     out = Path(tempfile.mkdtemp(prefix="tickwheel-demo-"))
-    print(f"\npipeline: generating {events:,} events from the broker models ...")
+    print(f"\npipeline: generating {events:,} events from the broker models ...", flush=True)
     stats = write_event_log(GeneratorConfig(events=events, malformed_fraction=0.002,
                                             disorder_ms=2_000), out / "events")
+    print(f"wrote {stats['rows']:,} rows ({stats['malformed']:,} malformed) in "
+          f"{stats['files']} files to {out / 'events'}", flush=True)
+
     engine = ReferenceEngine()
     started = _time.monotonic()
     for row in read_events(out / "events"):
         engine.feed(row)
     result = engine.run()
-    elapsed = _time.monotonic() - started
-    write_outcomes(result.outcomes, out / "output" / "outcomes")
-    write_quarantine(result.quarantine, out / "output" / "quarantine")
-    print(f"local engine: {result.rows_in:,} rows in {elapsed:.1f} s "
-          f"({result.rows_in / elapsed:,.0f} events/s); {len(result.outcomes):,} outcomes, "
-          f"{len(result.quarantine):,} quarantined (of {stats['malformed']:,} malformed), "
-          f"{result.pending:,} still pending")
+    local_s = _time.monotonic() - started
+    write_outcomes(result.outcomes, out / "local" / "outcomes")
+    write_quarantine(result.quarantine, out / "local" / "quarantine")
+    print(f"local engine: {result.rows_in:,} rows in {local_s:.1f} s", flush=True)
     assert result.rows_in == result.rows_applied + len(result.quarantine)
-    summary = summarize(out / "output")
+
+    spark_s, spark_batches = _spark(out, lambda batch, outcomes, quarantined: print(
+        f"  spark micro-batch {batch}: {outcomes:,} outcomes, {quarantined:,} quarantined",
+        flush=True))
+    local_rows = sorted((o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, list(o.keys),
+                         o.error) for o in result.outcomes)
+    spark_rows = sorted((r["op_id"], r["outcome"], r["resolved_ms"], r["latency_ms"],
+                         r["keys"], r["error"])
+                        for r in read_parquet_rows(out / "spark" / "outcomes"))
+    local_q = sorted((q.reason.value, q.raw) for q in result.quarantine)
+    spark_q = sorted((r["reason"], r["raw"])
+                     for r in read_parquet_rows(out / "spark" / "quarantine"))
+
+    summary = summarize(out / "spark")
+    print(f"\n{'engine':<28}{'rows':>10}{'seconds':>9}{'events/s':>10}")
+    print(f"{'spark (local[2], 2 shards)':<28}{result.rows_in:>10,}{spark_s:>9.1f}"
+          f"{result.rows_in / spark_s:>10,.0f}")
+    print(f"{'local (reference)':<28}{result.rows_in:>10,}{local_s:>9.1f}"
+          f"{result.rows_in / local_s:>10,.0f}")
     header = f"{'kind':<16}{'completed':>11}{'expired':>9}{'cancelled':>11}{'error':>7}"
-    print("\n" + header + f"{'p50 ms':>9}{'p99 ms':>9}")
+    print("\n" + header + f"{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}")
     for kind, counts in summary.outcomes.items():
-        p50, _, p99, _ = summary.latency[kind]
+        p50, p90, p99, _ = summary.latency[kind]
         print(f"{kind:<16}" + "".join(f"{counts.get(o, 0):>{w},}" for o, w in (
             ("completed", 11), ("expired", 9), ("cancelled", 11), ("error", 7)))
-              + f"{p50:>9,}{p99:>9,}")
+              + f"{p50:>9,}{p90:>9,}{p99:>9,}")
     print(f"\nquarantined by reason: {summary.quarantine}")
-    print(f"outputs (Parquet): {out / 'output'}; plot: {plot(out / 'output')}")
+    print(f"still pending at the end: {result.pending:,}; Spark micro-batches: "
+          f"{spark_batches}")
+    print(f"outputs (Parquet): {out / 'spark'} and {out / 'local'}; "
+          f"plot: {plot(out / 'spark')}")
+    if spark_rows != local_rows or spark_q != local_q:
+        raise SystemExit(f"the engines disagree: spark {len(spark_rows):,} outcomes and "
+                         f"{len(spark_q):,} quarantined, local {len(local_rows):,} and "
+                         f"{len(local_q):,}")
+    print(f"the Spark and local engines agree on all {len(local_rows):,} outcomes and "
+          f"{len(local_q):,} quarantined rows")
+
+
+def _spark(out: Path, on_batch: Callable[[int, int, int], None]) -> tuple[float, int]:
+    from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
+
+    print("spark engine: starting local[2] ...", flush=True)
+    spark = spark_session("local[2]")
+    try:
+        engine = SparkEngine(spark, out / "events", out / "spark", out / "checkpoint",
+                             shards=2, max_files_per_trigger=4, on_batch=on_batch)
+        result = engine.run()
+    finally:
+        spark.stop()
+    return result.seconds, result.batches
 
 
 def main() -> None:

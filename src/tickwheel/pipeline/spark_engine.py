@@ -36,7 +36,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -253,7 +253,10 @@ class SparkEngine:
 
     def __init__(self, spark: SparkSession, input_dir: Path, output_dir: Path,
                  checkpoint_dir: Path, lateness_ms: int = 10_000, shards: int | None = None,
-                 max_files_per_trigger: int | None = None) -> None:
+                 max_files_per_trigger: int | None = None,
+                 on_batch: Callable[[int, int, int], None] | None = None) -> None:
+        """``on_batch(batch_id, outcomes, quarantined)`` is called after each
+        micro-batch's outputs are written (progress)."""
         if lateness_ms < 0:
             raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
         if shards is not None and shards < 1:
@@ -269,6 +272,7 @@ class SparkEngine:
         self.lateness_ms = lateness_ms
         self.max_files_per_trigger = max_files_per_trigger
         self.shards, self.labels = self._settle_shards(shards)
+        self.on_batch = on_batch
         self.batches = 0
 
     def _settle_shards(self, shards: int | None) -> tuple[int, list[int]]:
@@ -329,9 +333,7 @@ class SparkEngine:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        t0 = time.perf_counter()
         table = frame.toArrow()
-        log.info("toArrow %.1f s", time.perf_counter() - t0)
         name = f"batch-{batch_id:09d}.parquet"
         kinds = table["kind"]
         outcomes = table.filter(pc.equal(kinds, "outcome")).select(
@@ -347,6 +349,8 @@ class SparkEngine:
             _write_atomically(pa.table({"status": status["status"]}),
                               self.checkpoint_dir / "status" / name)
         self.batches += 1
+        if self.on_batch is not None:
+            self.on_batch(batch_id, outcomes.num_rows, quarantine.num_rows)
         log.info("batch %d: %d outcomes, %d quarantined", batch_id, outcomes.num_rows,
                  quarantine.num_rows)
 

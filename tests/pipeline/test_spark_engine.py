@@ -1,0 +1,234 @@
+"""The Spark engine: the reference engine's outcomes, row for row, as a streaming job
+that survives a hard kill. One Spark session for the whole test run (conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tickwheel.pipeline.io import read_events, read_parquet_rows
+from tickwheel.pipeline.reference import ReferenceEngine, RunResult
+from tickwheel.pipeline.spark_engine import SparkEngine
+
+pytestmark = pytest.mark.spark
+
+LATENESS_MS = 1_000
+
+
+def random_log(seed: int, rows: int = 1_500) -> list[str]:
+    """Few keys and timestamps, so there are ties; updates before watches; cancels of
+    completed, expired and unknown operations; errors; multi-key operations of every
+    keyed condition; duplicate op ids; malformed rows; disorder within the bound."""
+    rng = random.Random(seed)
+    keys = [f"k{i}" for i in range(6)]
+    lines: list[tuple[int, str]] = []
+    op_ids: list[str] = []
+    ts = 10_000
+    for _ in range(rows):
+        ts += rng.choice((0, 0, 1, 3, 10))
+        roll = rng.random()
+        row: dict[str, Any]
+        if roll < 0.35:
+            op_id = f"op-{len(op_ids)}" if rng.random() > 0.03 or not op_ids else \
+                rng.choice(op_ids)
+            op_ids.append(op_id)
+            condition = rng.choice(("all_at_least", "sum_at_least", "any_update", "none"))
+            watched = [] if condition == "none" else rng.sample(keys, rng.randint(1, 3))
+            row = {"ts_ms": ts, "type": "watch", "op_id": op_id, "keys": watched,
+                   "deadline_ms": ts + rng.choice((-5, 0, 20, 100, 400, 5_000)),
+                   "condition": condition}
+            if condition == "all_at_least":
+                row["targets"] = {k: rng.randint(0, 60) for k in watched}
+            elif condition == "sum_at_least":
+                row["targets"] = {k: rng.randint(0, 40) for k in watched}
+                row["min_total"] = rng.randint(1, 30)
+        elif roll < 0.75:
+            row = {"ts_ms": ts, "type": "update", "key": rng.choice(keys),
+                   "value": rng.randint(0, 80)}
+        elif roll < 0.8:
+            row = {"ts_ms": ts, "type": "update", "key": rng.choice(keys),
+                   "error": rng.choice(("NOT_LEADER", "UNKNOWN_PARTITION"))}
+        elif roll < 0.9:
+            row = {"ts_ms": ts, "type": "cancel",
+                   "op_id": rng.choice(op_ids) if op_ids and rng.random() < 0.9 else "nope"}
+        elif roll < 0.95:
+            row = {"ts_ms": ts, "type": "tick"}
+        else:
+            bad = rng.choice(('{"ts_ms": 1, "type": "update", "key": "k0", "value": 1.5}',
+                              'not json', '[1, 2]', '{"ts_ms": "12", "type": "tick"}',
+                              '{"type": "watch"}', '{"ts_ms": 5, "type": "launch"}'))
+            lines.append((ts, bad))
+            continue
+        lines.append((ts, json.dumps(row)))
+    # Disorder within the bound: each row moves back by less than the lateness.
+    jittered = sorted(lines, key=lambda item: item[0] - rng.randrange(LATENESS_MS // 2))
+    return [line for _, line in jittered]
+
+
+def write_files(lines: list[str], directory: Path, files: int, start: int = 0) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    size = -(-len(lines) // files)
+    now = time.time()
+    for i in range(files):
+        part = lines[i * size:(i + 1) * size]
+        path = directory / f"events-{start + i:05d}.jsonl"
+        path.write_text("\n".join(part) + "\n")
+        # Spark's file source reads files in modification-time order, as they appeared.
+        os.utime(path, (now + start + i, now + start + i))
+
+
+def reference(directory: Path) -> RunResult:
+    engine = ReferenceEngine(lateness_ms=LATENESS_MS)
+    for row in read_events(directory):
+        engine.feed(row)
+    return engine.run()
+
+
+def outcomes_of(output: Path) -> list[tuple[Any, ...]]:
+    rows = read_parquet_rows(output / "outcomes")
+    return sorted((r["op_id"], r["outcome"], r["resolved_ms"], r["latency_ms"],
+                   tuple(r["keys"]), r["error"]) for r in rows)
+
+
+def quarantine_of(output: Path) -> list[tuple[Any, ...]]:
+    return sorted((r["reason"], r["raw"], r["ts_ms"])
+                  for r in read_parquet_rows(output / "quarantine"))
+
+
+def expected_outcomes(result: RunResult) -> list[tuple[Any, ...]]:
+    return sorted((o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, o.keys, o.error)
+                  for o in result.outcomes)
+
+
+def expected_quarantine(result: RunResult) -> list[tuple[Any, ...]]:
+    return sorted((q.reason.value, q.raw, q.ts_ms) for q in result.quarantine)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path: Path,
+                                                            seed: int) -> None:
+    log = tmp_path / "in"
+    write_files(random_log(seed), log, files=4)
+    expected = reference(log)
+    assert {o.outcome.value for o in expected.outcomes} == {"completed", "expired",
+                                                            "cancelled", "error"}
+    assert expected.quarantined_by_reason().keys() >= {"duplicate_op_id", "unparseable"}
+
+    engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1)
+    result = engine.run()
+
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
+    assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
+    assert result.rows_in == expected.rows_in
+    assert result.rows_applied == expected.rows_applied
+    assert result.quarantined == len(expected.quarantine)
+    assert (result.held, result.pending) == (0, expected.pending)
+    assert result.ignored_cancels == expected.ignored_cancels
+
+
+def test_rows_behind_the_watermark_are_quarantined_as_late_never_lost(
+        spark: Any, tmp_path: Path) -> None:
+    log = tmp_path / "in"
+    log.mkdir()
+    early = [json.dumps({"ts_ms": 100_000 + i, "type": "update", "key": "k", "value": i})
+             for i in range(50)]
+    behind = [json.dumps({"ts_ms": 1_000 + i, "type": "watch", "op_id": f"w{i}",
+                          "keys": ["k"], "deadline_ms": 200_000, "condition": "any_update"})
+              for i in range(20)]
+    (log / "a.jsonl").write_text("\n".join(early) + "\n")
+    (log / "b.jsonl").write_text("\n".join(behind) + "\n")
+    # Spark's file source reads files in modification-time order.
+    os.utime(log / "b.jsonl", (time.time() + 10, time.time() + 10))
+    engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1)
+    result = engine.run()
+    late = [r for r in read_parquet_rows(tmp_path / "out" / "quarantine")
+            if r["reason"] == "late"]
+    assert sorted(r["raw"] for r in late) == sorted(behind)
+    assert result.rows_in == 70
+    assert result.rows_in == result.rows_applied + result.quarantined + result.held
+
+
+def test_a_run_without_final_holds_the_rows_the_watermark_has_not_passed(
+        spark: Any, tmp_path: Path) -> None:
+    log = tmp_path / "in"
+    write_files(random_log(3, rows=400), log, files=2)
+    engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                         lateness_ms=LATENESS_MS, shards=2)
+    first = engine.run(final=False)
+    assert first.held > 0
+    assert first.rows_in == first.rows_applied + first.quarantined + first.held
+    done = engine.run(final=True)
+    assert done.held == 0
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(reference(log))
+
+
+def test_a_checkpoint_keeps_its_shards(spark: Any, tmp_path: Path) -> None:
+    log = tmp_path / "in"
+    log.mkdir()
+    SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", shards=2)
+    with pytest.raises(ValueError, match="shards=3 but the checkpoint"):
+        SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", shards=3)
+
+
+KILLABLE_RUN = """
+import sys
+from pathlib import Path
+from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
+base = Path(sys.argv[1])
+engine = SparkEngine(spark_session("local[2]"), base / "in", base / "out", base / "ckpt",
+                     lateness_ms={lateness}, shards=2, max_files_per_trigger=1)
+engine.run(final=sys.argv[2] == "final")
+"""
+
+
+def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing(
+        tmp_path: Path) -> None:
+    lines = random_log(4, rows=3_000)
+    first, more = lines[:2_000], lines[2_000:]
+    script = KILLABLE_RUN.format(lateness=LATENESS_MS)
+    killed = tmp_path / "killed"
+    write_files(first, killed / "in", files=8)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    proc = subprocess.Popen([sys.executable, "-c", script, str(killed), "final"],
+                            start_new_session=True, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    status = killed / "ckpt" / "status"
+    deadline = time.monotonic() + 240
+    while not (status.is_dir() and len(list(status.glob("*.parquet"))) >= 2):
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no micro-batch finished in time"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
+    proc.wait()
+    done = len(list(status.glob("*.parquet")))
+    assert done < 9, "the kill came too late to interrupt anything"
+
+    write_files(more, killed / "in", files=2, start=8)
+    restart = subprocess.run([sys.executable, "-c", script, str(killed), "final"], check=False,
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert restart.returncode == 0, restart.stderr[-3000:]
+
+    whole = tmp_path / "whole"
+    shutil.copytree(killed / "in", whole / "in")
+    uninterrupted = subprocess.run([sys.executable, "-c", script, str(whole), "final"],
+                                   check=False, env=env, capture_output=True, text=True,
+                                   timeout=600)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+
+    got = outcomes_of(killed / "out")
+    assert len(set(got)) == len(got), "an outcome was written twice"
+    assert got == outcomes_of(whole / "out")
+    assert got == expected_outcomes(reference(whole / "in"))
+    assert quarantine_of(killed / "out") == quarantine_of(whole / "out")
