@@ -209,9 +209,6 @@ def bench(
     what: Annotated[BenchTarget, typer.Argument(help="which benchmark")],
 ) -> None:
     """Run a benchmark (see `python -m tickwheel.bench --help` for its options)."""
-    if what is BenchTarget.pipeline:
-        console.print("[red]the pipeline benchmark comes with the Spark engine[/red]")
-        raise typer.Exit(2)
     from tickwheel.bench.__main__ import main as bench_main
 
     raise typer.Exit(bench_main([what.value]))

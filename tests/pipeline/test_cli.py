@@ -80,11 +80,13 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [
     ["run", "--input", "/no/such/dir", "--output", "/tmp/x"],
-    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x"],
+    ["run", "--engine", "spark", "--input", "/no/such/dir", "--output", "/tmp/x"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--shards", "2"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--shards", "0"],
     ["run", "--engine", "flink", "--input", ".", "--output", "/tmp/x"],
     ["generate", "--events", "0", "--output", "/tmp/x"],
     ["report", "--output", "/no/such/dir"],
-    ["bench", "pipeline"],
+    ["bench", "sorting"],
 ])
 def test_bad_arguments_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, args)
@@ -95,3 +97,21 @@ def test_bad_arguments_exit_2(args: list[str]) -> None:
 def test_help_everywhere(command: str) -> None:
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0 and "Usage" in result.output
+
+
+@pytest.mark.spark
+def test_both_engines_write_the_same_outputs(spark: object, tmp_path: Path) -> None:
+    events = tmp_path / "events"
+    assert runner.invoke(app, ["generate", "--events", "3000", "--malformed", "0.01",
+                               "--rows-per-file", "1000", "--output", str(events)]).exit_code == 0
+    outputs = {}
+    for engine in ("local", "spark"):
+        out = tmp_path / engine
+        result = runner.invoke(app, ["run", "--engine", engine, "--input", str(events),
+                                     "--output", str(out)])
+        assert result.exit_code == 0, result.output
+        outputs[engine] = (
+            sorted(tuple(map(str, r.values())) for r in read_parquet_rows(out / "outcomes")),
+            sorted(tuple(map(str, r.values())) for r in read_parquet_rows(out / "quarantine")))
+    assert outputs["spark"] == outputs["local"]
+    assert len(outputs["local"][0]) > 1000 and len(outputs["local"][1]) == 30

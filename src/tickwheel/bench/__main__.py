@@ -57,12 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     dp.add_argument("--workers", type=int, default=20)
     dp.add_argument("--batch", type=int, default=250)
     dp.add_argument("--buffer", type=int, default=10_000)
+    pl = sub.add_parser("pipeline", help="Spark local[1], local[2] and the reference engine")
+    pl.add_argument("--events", type=int, default=1_000_000)
+    pl.add_argument("--repeat", type=int, default=1, help="repetitions (median reported)")
+    pl.add_argument("--shards", type=int, default=2)
+    pl.add_argument("--files-per-trigger", type=int, default=5,
+                    help="input files (50,000 rows each) per micro-batch")
     args = parser.parse_args(argv)
 
     import tickwheel
 
     if args.what == "dispatcher":
         return _dispatcher(args)
+
+    if args.what == "pipeline":
+        return _pipeline(args)
 
     if args.what == "purgatory":
         return _purgatory(args.operations, args.repeat, tickwheel.compiled)
@@ -143,3 +152,24 @@ def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _pipeline(args: argparse.Namespace) -> int:
+    from tickwheel.bench._pipeline import run_pipeline
+
+    for name in ("events", "repeat", "shards", "files_per_trigger"):
+        if getattr(args, name) < 1:
+            print(f"--{name.replace('_', '-')} must be >= 1", file=sys.stderr)
+            return 2
+    results = run_pipeline(args.events, args.repeat, args.shards, args.files_per_trigger,
+                           lambda msg: print(msg, file=sys.stderr, flush=True))
+    anchor = results[0].events_per_s
+    print(f"pipeline, {results[0].rows:,} events, median of {args.repeat}, "
+          f"{args.shards} shards, {args.files_per_trigger} files per micro-batch")
+    print("| engine | events/s | vs reference |")
+    print("|---|---:|---:|")
+    for r in results:
+        print(f"| {r.engine} | {r.events_per_s:,.0f} | {r.events_per_s / anchor:.2f}x |")
+    by_name = {r.engine: r.events_per_s for r in results}
+    print(f"local[2] / local[1]: {by_name['spark local[2]'] / by_name['spark local[1]']:.2f}x")
+    return 0
