@@ -150,10 +150,6 @@ def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def _pipeline(args: argparse.Namespace) -> int:
     from tickwheel.bench._pipeline import run_pipeline
 
@@ -173,3 +169,7 @@ def _pipeline(args: argparse.Namespace) -> int:
     by_name = {r.engine: r.events_per_s for r in results}
     print(f"local[2] / local[1]: {by_name['spark local[2]'] / by_name['spark local[1]']:.2f}x")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
