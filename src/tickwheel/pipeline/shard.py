@@ -19,7 +19,6 @@ Nothing here imports Spark: the engine moves bytes in and out, this decides.
 
 from __future__ import annotations
 
-import json
 import marshal
 import zlib
 from collections.abc import Iterable
@@ -36,10 +35,8 @@ from tickwheel.pipeline.events import (
 )
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
 
-__all__ = ["SHARED", "Shard", "ShardStatus", "pack", "route", "shard_of"]
+__all__ = ["Shard", "ShardStatus", "decode", "encode", "pack", "shard_of", "unpack"]
 
-SHARED = -1  # a row every shard gets (update, tick)
-_SHARED_TYPES = ("update", "tick")
 
 
 def shard_of(op_id: str, shards: int) -> int:
@@ -47,48 +44,35 @@ def shard_of(op_id: str, shards: int) -> int:
     return zlib.crc32(op_id.encode("utf-8", "surrogatepass")) % shards
 
 
-def route(line: str, shards: int) -> tuple[int, int | None]:
-    """Where a row goes (a shard, or :data:`SHARED`) and its ``ts_ms`` if it is a
-    long. Malformed rows go to one shard, which quarantines them."""
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError):
-        return shard_of(line, shards), None
-    if not isinstance(row, dict):
-        return shard_of(line, shards), None
-    ts = row.get("ts_ms")
-    ts_ms = ts if type(ts) is int else None
-    kind = row.get("type")
-    if kind in _SHARED_TYPES:
-        return SHARED, ts_ms
-    op_id = row.get("op_id")
-    if isinstance(op_id, str):
-        return shard_of(op_id, shards), ts_ms
-    return shard_of(line, shards), ts_ms
-
-
 def pack(lines: Iterable[str], shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
-    """Cut rows into one chunk per shard: ``(shard, max ts_ms, own rows, shared rows)``,
-    rows joined by newlines (a row read from a text file holds none). Shared rows are
-    in every chunk; a chunk is made for a shard only if it has rows."""
-    own: list[list[str]] = [[] for _ in range(shards)]
-    shared: list[str] = []
+    """Parse rows and cut them into one chunk per shard: ``(shard, max ts_ms of its
+    well-formed rows, own rows, shared rows)``. Rows travel as ``marshal``'d builtins
+    (:func:`encode`): parsed once here, in parallel over the input, instead of once per
+    shard. Shared rows are in every chunk; malformed rows go to one shard, which
+    quarantines them; a chunk is made for a shard only if it has rows."""
+    own: list[list[tuple[Any, ...]]] = [[] for _ in range(shards)]
+    shared: list[tuple[Any, ...]] = []
     tops: list[int | None] = [None] * shards
     shared_top: int | None = None
     for line in lines:
         if not line.strip():
             continue
-        where, ts = route(line, shards)
-        if where == SHARED:
-            shared.append(line)
-            if ts is not None and (shared_top is None or ts > shared_top):
+        row = parse_line(line)
+        if isinstance(row, Quarantined):
+            own[shard_of(line, shards)].append(encode(row))
+            continue
+        ts = row.ts_ms
+        if row.op_id is None:  # update, tick
+            shared.append(encode(row))
+            if shared_top is None or ts > shared_top:
                 shared_top = ts
         else:
-            own[where].append(line)
+            where = shard_of(row.op_id, shards)
+            own[where].append(encode(row))
             top = tops[where]
-            if ts is not None and (top is None or ts > top):
+            if top is None or ts > top:
                 tops[where] = ts
-    shared_blob = "\n".join(shared).encode()
+    shared_blob = marshal.dumps(shared)
     chunks = []
     for shard in range(shards):
         if not own[shard] and not shared:
@@ -96,20 +80,38 @@ def pack(lines: Iterable[str], shards: int) -> list[tuple[int, int | None, bytes
         top = tops[shard]
         if shared_top is not None and (top is None or shared_top > top):
             top = shared_top
-        chunks.append((shard, top, "\n".join(own[shard]).encode(), shared_blob))
+        chunks.append((shard, top, marshal.dumps(own[shard]), shared_blob))
     return chunks
 
 
-def _plain(ev: Event, counted: bool) -> tuple[Any, ...]:
-    """An event as builtins only, for ``marshal``: several times faster than pickling
+_TYPES = {t.value: t for t in EventType}
+_CONDITIONS: dict[str | None, Condition | None] = {c.value: c for c in Condition}
+_CONDITIONS[None] = None
+_REASONS = {r.value: r for r in Reason}
+
+
+def encode(row: Event | Quarantined) -> tuple[Any, ...]:
+    """A row as builtins only, for ``marshal``: several times faster than pickling
     the tuple with its enums, and than parsing the raw row again."""
-    return (ev.ts_ms, ev.type.value, ev.raw, ev.op_id, ev.keys, ev.deadline_ms,
-            None if ev.condition is None else ev.condition.value, dict(ev.targets),
-            ev.min_total, ev.key, ev.value, ev.error, counted)
+    if isinstance(row, Quarantined):
+        return (row.raw, row.reason.value, row.ts_ms)
+    return (row.ts_ms, row.type.value, row.raw, row.op_id, row.keys, row.deadline_ms,
+            None if row.condition is None else row.condition.value, dict(row.targets),
+            row.min_total, row.key, row.value, row.error)
 
 
-def unpack(blob: bytes) -> list[str]:
-    return blob.decode().split("\n") if blob else []
+def decode(fields: tuple[Any, ...]) -> Event | Quarantined:
+    if len(fields) == 3:
+        raw, reason, ts = fields
+        return Quarantined(raw, _REASONS[reason], ts)
+    ts, kind, raw, op_id, keys, deadline, condition, targets, min_total, key, value, error = (
+        fields)
+    return Event(ts, _TYPES[kind], raw, op_id, keys, deadline, _CONDITIONS[condition],
+                 targets, min_total, key, value, error)
+
+
+def unpack(blob: bytes) -> list[Event | Quarantined]:
+    return [decode(fields) for fields in marshal.loads(blob)] if blob else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +147,13 @@ class Shard:
         self.seq = 0
         self.timer_ms: int | None = None  # the Spark timer registered for this shard
 
-    def take(self, own: list[str], shared: list[str], watermark_ms: int) -> list[Quarantined]:
+    def take(self, own: list[Event | Quarantined], shared: list[Event | Quarantined],
+             watermark_ms: int) -> list[Quarantined]:
         """Hold the rows of a chunk; return those quarantined (malformed or late)."""
         out: list[Quarantined] = []
         counts_shared = self.shard == 0
-        for lines, counted in ((own, True), (shared, counts_shared)):
-            for line in lines:
-                if not line.strip():
-                    continue
-                row = parse_line(line)
+        for rows, counted in ((own, True), (shared, counts_shared)):
+            for row in rows:
                 if counted:
                     self.rows_in += 1
                 if isinstance(row, Quarantined):
@@ -164,8 +164,6 @@ class Shard:
                     if counted:
                         out.append(Quarantined(row.raw, Reason.LATE, row.ts_ms))
                     continue
-                if not counted and row.type not in (EventType.UPDATE, EventType.TICK):
-                    continue  # only ever a shared row that parses differently than routed
                 self.held.append((row, counted))
                 if self.max_ts is None or row.ts_ms > self.max_ts:
                     self.max_ts = row.ts_ms
@@ -206,25 +204,21 @@ class Shard:
 
     def snapshot(self) -> tuple[Any, ...]:
         return (1, self.shard, self.resolver.snapshot(),
-                marshal.dumps([_plain(ev, counted) for ev, counted in self.held]), self.rows_in,
+                marshal.dumps([encode(ev) for ev, _ in self.held]),
+                bytes(counted for _, counted in self.held), self.rows_in,
                 self.rows_applied, self.quarantined, self.max_ts, self.seq, self.timer_ms)
 
     @classmethod
     def restore(cls, snapshot: tuple[Any, ...]) -> Shard:
-        version, shard_id, resolver, held, rows_in, applied, quarantined, max_ts, seq, timer = (
-            snapshot)
+        (version, shard_id, resolver, held, counted, rows_in, applied, quarantined, max_ts, seq,
+         timer) = snapshot
         if version != 1:
             raise ValueError(f"shard snapshot version {version} is not supported")
         shard = cls(shard_id)
         shard.resolver = Resolver.restore(resolver)
-        types = {t.value: t for t in EventType}
-        conditions: dict[str | None, Condition | None] = {c.value: c for c in Condition}
-        conditions[None] = None
-        shard.held = [
-            (Event(ts, types[kind], raw, op_id, keys, deadline, conditions[condition],
-                   targets, min_total, key, value, error), counted)
-            for (ts, kind, raw, op_id, keys, deadline, condition, targets, min_total, key,
-                 value, error, counted) in marshal.loads(held)]
+        events = [decode(fields) for fields in marshal.loads(held)]
+        shard.held = [(ev, bool(c)) for ev, c in zip(events, counted, strict=True)
+                      if isinstance(ev, Event)]
         shard.rows_in, shard.rows_applied, shard.quarantined = rows_in, applied, quarantined
         shard.max_ts, shard.seq, shard.timer_ms = max_ts, seq, timer
         return shard

@@ -1,0 +1,84 @@
+"""Shards behind a watermark, without Spark: what the Spark engine does per
+micro-batch, played by hand."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from tests.pipeline.test_spark_engine import LATENESS_MS, random_log
+from tickwheel.pipeline.events import Reason
+from tickwheel.pipeline.reference import ReferenceEngine
+from tickwheel.pipeline.shard import Shard, pack, unpack
+
+
+def play(lines: list[str], shards: int, batch_rows: int) -> tuple[list[Shard], list, list]:
+    """Micro-batches of `batch_rows` rows; the watermark moves after each, as Spark's
+    does; at the end a marker moves it just past the last row."""
+    state = [Shard(s) for s in range(shards)]
+    outcomes: list = []
+    quarantine: list = []
+    watermark = 0
+    for start in range(0, len(lines), batch_rows):
+        top = None
+        for shard_id, chunk_top, own, shared in pack(lines[start:start + batch_rows], shards):
+            quarantine += state[shard_id].take(unpack(own), unpack(shared), watermark)
+            if chunk_top is not None and (top is None or chunk_top > top):
+                top = chunk_top
+        for i, shard in enumerate(state):
+            done, dups = shard.release(watermark)
+            outcomes += done
+            quarantine += dups
+            state[i] = Shard.restore(pickle.loads(pickle.dumps(shard.snapshot())))
+        if top is not None:
+            watermark = max(watermark, top - LATENESS_MS)
+    end = max(s.max_ts for s in state if s.max_ts is not None) + 1
+    for shard in state:
+        done, dups = shard.release(end)
+        outcomes += done
+        quarantine += dups
+    return state, outcomes, quarantine
+
+
+@pytest.mark.parametrize(("seed", "shards", "batch_rows"), [(1, 1, 100), (2, 3, 250),
+                                                            (3, 4, 37)])
+def test_shards_behind_a_watermark_resolve_as_the_reference_engine(
+        seed: int, shards: int, batch_rows: int) -> None:
+    lines = random_log(seed)
+    reference = ReferenceEngine(lateness_ms=LATENESS_MS)
+    reference.feed_lines(lines)
+    expected = reference.run()
+
+    state, outcomes, quarantine = play(lines, shards, batch_rows)
+
+    assert sorted(outcomes, key=repr) == sorted(expected.outcomes, key=repr)
+    assert sorted(map(repr, quarantine)) == sorted(map(repr, expected.quarantine))
+    assert sum(s.rows_in for s in state) == len(lines)
+    assert sum(s.rows_applied for s in state) == expected.rows_applied
+    assert sum(len(s.resolver.pending) for s in state) == expected.pending
+
+
+def test_a_row_below_the_watermark_is_late_and_counted_once_across_shards() -> None:
+    shards = [Shard(0), Shard(1)]
+    line = '{"ts_ms": 5, "type": "update", "key": "k", "value": 1}'
+    late = []
+    for shard_id, _, own, shared in pack([line], 2):
+        late += shards[shard_id].take(unpack(own), unpack(shared), watermark_ms=100)
+    assert [(q.reason, q.ts_ms) for q in late] == [(Reason.LATE, 5)]
+    assert sum(s.rows_in for s in shards) == 1
+    assert sum(s.quarantined for s in shards) == 1
+
+
+def test_the_next_timer_is_just_past_the_earliest_held_row_or_deadline() -> None:
+    shard = Shard(0)
+    watch = ('{"ts_ms": 50, "type": "watch", "op_id": "a", "keys": [], "deadline_ms": 70,'
+             ' "condition": "none"}')
+    (_, _, own, shared), = pack([watch], 1)
+    shard.take(unpack(own), unpack(shared), watermark_ms=10)
+    assert shard.next_timer_ms() == 51
+    shard.release(51)  # applies the watch; its deadline is next
+    assert shard.next_timer_ms() == 71
+    outcomes, _ = shard.release(71)
+    assert [(o.op_id, o.outcome.value, o.resolved_ms) for o in outcomes] == [("a", "expired", 70)]
+    assert shard.next_timer_ms() is None
