@@ -209,7 +209,7 @@ class Resolver:
     def snapshot(self) -> tuple[Any, ...]:
         """Everything needed to go on later, as plain values (picklable, compact)."""
         ops = [(_event_fields(op.event), op.seen_updates) for op in self.pending.values()]
-        return (1, self.now, self.values, self.update_counts, sorted(self.seen_op_ids), ops,
+        return (1, self.now, self.values, self.update_counts, list(self.seen_op_ids), ops,
                 self.applied, self.ignored_cancels)
 
     @classmethod
