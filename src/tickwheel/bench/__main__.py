@@ -129,7 +129,7 @@ def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
     if operations < ROUND or repeat < 1:
         raise SystemExit(f"--operations must be >= {ROUND} and --repeat >= 1")
     start = time.monotonic()
-    results, anchor = run_purgatory(
+    results, anchor, floor = run_purgatory(
         operations, repeat,
         lambda msg: print(f"[{time.monotonic() - start:7.1f}s] {msg}", file=sys.stderr,
                           flush=True))
@@ -147,6 +147,8 @@ def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
     print(f"\nanchor: TimingWheelTimer schedule+cancel {anchor / 1e3:,.0f}k pairs/s "
           f"({ROUND:,} pending); the naive baseline ended holding {leftover_entries():,} "
           "entries of completed operations")
+    print(f"floor: the operation's own code alone (constructed, try_complete twice, no "
+          f"purgatory) {floor / 1e3:,.0f}k ops/s = {floor / anchor:.2f}x the anchor")
     return 0
 
 

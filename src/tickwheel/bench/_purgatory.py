@@ -199,6 +199,25 @@ def _anchor_pairs(n: int, seed: int) -> float:
     return (n - ROUND) / (time.perf_counter() - t0)
 
 
+def _floor_ops(rounds: Rounds) -> float:
+    """Operations/s of the operation's own code alone: construct it and call
+    ``try_complete`` twice, as Kafka's watch protocol does (try, watch, try again),
+    with no watching, no timer and no key events. No purgatory running this operation
+    can be faster."""
+    versions = [0] * KEYS
+    elapsed = 0.0
+    n = 0
+    for keys, _events in rounds:
+        t0 = time.perf_counter()
+        for ks in keys:
+            op = _VersionedOp(versions, ks)
+            op.try_complete()
+            op.try_complete()
+        elapsed += time.perf_counter() - t0
+        n += len(keys)
+    return n / elapsed
+
+
 def _noop() -> None:
     return None
 
@@ -210,7 +229,8 @@ ENGINES: dict[str, Callable[..., tuple[float, float, int, int]]] = {
 
 
 def run_purgatory(n: int, repeat: int, progress: Callable[[str], None]
-                  ) -> tuple[list[PurgatoryResult], float]:
+                  ) -> tuple[list[PurgatoryResult], float, float]:
+    """The engines' results, the anchor's pairs/s and the floor's ops/s (medians)."""
     results = []
     for name, engine in ENGINES.items():
         speeds: list[tuple[float, float, int, int]] = []
@@ -237,10 +257,15 @@ def run_purgatory(n: int, repeat: int, progress: Callable[[str], None]
             speeds[0][2], speeds[0][3], seen["before"], seen["peak"], seen["after"],
         ))
     anchors = []
+    floors = []
     for rep in range(repeat):
         anchors.append(_anchor_pairs(n, rep))
-        progress(f"anchor: rep {rep + 1}/{repeat}")
-    return results, statistics.median(anchors)
+        rounds = _workload(n, seed=rep)
+        gc.collect()
+        floors.append(_floor_ops(rounds))
+        del rounds
+        progress(f"anchor and floor: rep {rep + 1}/{repeat}")
+    return results, statistics.median(anchors), statistics.median(floors)
 
 
 def _sample(seen: dict[str, int], stage: str) -> None:

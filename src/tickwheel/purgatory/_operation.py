@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 provide_mypyc_attr(globals())
 
-__all__ = ["DelayedOperation", "Outcome"]
+__all__ = ["DelayedOperation", "Outcome", "resolve", "safe_try_complete"]
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +95,11 @@ class DelayedOperation(TimerTask):
 
     def force_complete(self) -> bool:
         """Complete now; True for exactly one caller over the operation's life."""
-        return self._resolve(Outcome.COMPLETED)
+        return resolve(self, Outcome.COMPLETED)
 
     def safe_try_complete(self) -> bool:
         """``try_complete`` under the operation's lock."""
-        with self._op_lock:
-            if self._outcome is not None:
-                return False
-            return self.try_complete()
+        return safe_try_complete(self)
 
     def safe_try_complete_or_else(self, f: Callable[[], object]) -> bool:
         """Under the lock: ``try_complete``; if that fails, ``f()`` and one more
@@ -118,13 +115,13 @@ class DelayedOperation(TimerTask):
 
     def run(self) -> None:
         """The timer's expiry: complete (if nobody did first), then ``on_expiration``."""
-        if self._resolve(Outcome.EXPIRED):
+        if resolve(self, Outcome.EXPIRED):
             self.on_expiration()
 
     def cancel(self) -> bool:
         """Resolve the operation as cancelled: it leaves the timer and its watch lists
         and ``on_complete`` never runs. True if it was pending."""
-        return self._resolve(Outcome.CANCELLED)
+        return resolve(self, Outcome.CANCELLED)
 
     def add_done_callback(self, fn: Callable[[DelayedOperation], object]) -> None:
         """Call ``fn(op)`` once the operation is resolved (at once if it is already)."""
@@ -136,35 +133,59 @@ class DelayedOperation(TimerTask):
                 return
         fn(self)
 
-    def _resolve(self, outcome: Outcome) -> bool:
-        callbacks = None
-        won = False
-        try:
-            with self._op_lock:
-                if self._outcome is not None:
-                    return False
-                self._outcome = outcome
-                won = True
-                # Leave the timer before the work runs, so it is never counted again.
-                TimerTask.cancel(self)
-                callbacks, self._done_callbacks = self._done_callbacks, None
-                if outcome is not Outcome.CANCELLED:
-                    self.on_complete()
-        finally:
-            # Outside the operation's lock: the purgatory takes shard locks to unwatch,
-            # and a shard lock may be held by a thread waiting for this operation's lock.
-            # In `finally`, so an `on_complete` that raises still leaves no trace.
-            purgatory = self._purgatory
-            if won and purgatory is not None:
-                purgatory._resolved(self, outcome)
-        if callbacks:
-            for fn in callbacks:
-                try:
-                    fn(self)
-                except Exception:
-                    log.exception("done callback of %r raised", self)
-        return True
-
     def __repr__(self) -> str:
         state = self._outcome.value if self._outcome is not None else "pending"
         return f"<{type(self).__name__} delay_ms={self.delay_ms} {state}>"
+
+
+# Module-level functions, not methods: DelayedOperation allows interpreted subclasses,
+# so the compiled core reaches its methods through a Python-level lookup by name. The
+# purgatory's hot paths call these directly instead.
+
+
+def safe_try_complete(op: DelayedOperation) -> bool:
+    """``op.try_complete()`` under the operation's lock, unless it is resolved."""
+    # acquire/release rather than `with`: the compiled `with` looks up and calls
+    # __enter__/__exit__ generically.
+    lock = op._op_lock
+    lock.acquire()
+    try:
+        if op._outcome is not None:
+            return False
+        return op.try_complete()
+    finally:
+        lock.release()
+
+
+def resolve(op: DelayedOperation, outcome: Outcome) -> bool:
+    """Resolve ``op`` once: True for the one caller that wins."""
+    callbacks = None
+    won = False
+    lock = op._op_lock
+    lock.acquire()
+    try:
+        if op._outcome is not None:
+            return False
+        op._outcome = outcome
+        won = True
+        # Leave the timer before the work runs, so it is never counted again.
+        if op._owner is not None:
+            TimerTask.cancel(op)
+        callbacks, op._done_callbacks = op._done_callbacks, None
+        if outcome is not Outcome.CANCELLED:
+            op.on_complete()
+    finally:
+        lock.release()
+        # Outside the operation's lock: the purgatory takes shard locks to unwatch,
+        # and a shard lock may be held by a thread waiting for this operation's lock.
+        # In `finally`, so an `on_complete` that raises still leaves no trace.
+        purgatory = op._purgatory
+        if won and purgatory is not None:
+            purgatory._resolved(op, outcome)
+    if callbacks:
+        for fn in callbacks:
+            try:
+                fn(op)
+            except Exception:
+                log.exception("done callback of %r raised", op)
+    return True

@@ -22,7 +22,7 @@ from tickwheel._clock import Clock, SystemClock
 from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel._validate import Millis, check_positive_int
 from tickwheel.purgatory._futures import DelayedFuture
-from tickwheel.purgatory._operation import DelayedOperation, Outcome
+from tickwheel.purgatory._operation import DelayedOperation, Outcome, safe_try_complete
 from tickwheel.purgatory._reaper import Reaper
 from tickwheel.purgatory._watchers import SHARDS, Watchers
 from tickwheel.timers import TimerBase, TimerTask, TimingWheelTimer
@@ -108,22 +108,29 @@ class Purgatory:
         if self._closed:
             raise RuntimeError(f"purgatory {self.name!r} is closed")
         op._purgatory = self
-        watch = self._watchers.watch
-
-        def watch_all() -> None:
+        # Kafka's safeTryCompleteOrElse, inlined (no closure per operation): under the
+        # operation's lock, try; watch every key; try again. After the second try nothing
+        # that changes a key can be missed.
+        lock = op._op_lock
+        lock.acquire()
+        try:
+            if op._outcome is not None:
+                return False
+            if op.try_complete():
+                return True
             op._keys = watch_keys
+            watchers = self._watchers
             for key in watch_keys:
-                watch(key, op)
-
-        # Under the operation's lock, as in Kafka: try; watch every key; try again.
-        # After the second try nothing that changes a key can be missed.
-        if op.safe_try_complete_or_else(watch_all):
-            return True
-        if not op.is_completed:
+                watchers.watch(key, op)
+            if op._outcome is None and op.try_complete():
+                return True
+        finally:
+            lock.release()
+        if op._outcome is None:
             self._timer.add(op)
-            if op.is_completed:
+            if op._outcome is not None:
                 TimerTask.cancel(op)
-        if op.is_completed:
+        if op._outcome is not None:
             # It completed while we were adding watchers, maybe after its completer had
             # unwatched the keys: make sure nothing is left behind.
             self._unwatch_all(op)
@@ -133,10 +140,10 @@ class Purgatory:
         """Retry the operations watching ``key``; return how many this call completed."""
         completed = 0
         for op in self._watchers.snapshot(key):
-            if op.is_completed:
+            if op._outcome is not None:
                 continue
             try:
-                if op.safe_try_complete():
+                if safe_try_complete(op):
                     completed += 1
             except Exception:
                 self._count_error()
@@ -285,9 +292,9 @@ class Purgatory:
             self._lateness.record(self._clock.now_ms() - op.expiration_ms)
 
     def _unwatch_all(self, op: DelayedOperation) -> None:
-        unwatch = self._watchers.unwatch
+        watchers = self._watchers
         for key in op._keys:
-            unwatch(key, op)
+            watchers.unwatch(key, op)
 
     def _count_error(self) -> None:
         with self._counts_lock:

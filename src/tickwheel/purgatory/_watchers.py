@@ -43,18 +43,26 @@ class Watchers:
         return self._shards[hash(key) % SHARDS]
 
     def watch(self, key: Hashable, op: DelayedOperation) -> None:
-        shard = self._shard(key)
-        with shard.lock:
+        shard = self._shards[hash(key) % SHARDS]
+        # acquire/release rather than `with` on the hot paths: see DelayedOperation.
+        lock = shard.lock
+        lock.acquire()
+        try:
             ops = shard.lists.get(key)
             if ops is None:
-                ops = shard.lists[key] = {}
-            if op not in ops:
+                shard.lists[key] = {op: None}
+                shard.count += 1
+            elif op not in ops:
                 ops[op] = None
                 shard.count += 1
+        finally:
+            lock.release()
 
     def unwatch(self, key: Hashable, op: DelayedOperation) -> bool:
-        shard = self._shard(key)
-        with shard.lock:
+        shard = self._shards[hash(key) % SHARDS]
+        lock = shard.lock
+        lock.acquire()
+        try:
             ops = shard.lists.get(key)
             if ops is None or op not in ops:
                 return False
@@ -67,14 +75,20 @@ class Watchers:
                     # memory returns to where it was once the operations are gone.
                     shard.lists = {}
             return True
+        finally:
+            lock.release()
 
     def snapshot(self, key: Hashable) -> list[DelayedOperation]:
         """The operations watching ``key`` now; the caller tries them without holding
         the shard's lock (completing one unwatches it from other shards)."""
-        shard = self._shard(key)
-        with shard.lock:
+        shard = self._shards[hash(key) % SHARDS]
+        lock = shard.lock
+        lock.acquire()
+        try:
             ops = shard.lists.get(key)
             return list(ops) if ops else []
+        finally:
+            lock.release()
 
     def remove_key(self, key: Hashable) -> list[DelayedOperation]:
         shard = self._shard(key)
