@@ -10,20 +10,21 @@ import pytest
 from tests.pipeline.test_spark_engine import LATENESS_MS, random_log
 from tickwheel.pipeline.events import Reason
 from tickwheel.pipeline.reference import ReferenceEngine
-from tickwheel.pipeline.shard import Shard, pack, unpack
+from tickwheel.pipeline.shard import Shard, pack
 
 
-def play(lines: list[str], shards: int, batch_rows: int) -> tuple[list[Shard], list, list]:
+def play(lines: list[str], shards: int, batch_rows: int, lateness_ms: int | None = None,
+         ) -> tuple[list[Shard], list, list]:
     """Micro-batches of `batch_rows` rows; the watermark moves after each, as Spark's
     does; at the end a marker moves it just past the last row."""
-    state = [Shard(s) for s in range(shards)]
+    state = [Shard(s, lateness_ms) for s in range(shards)]
     outcomes: list = []
     quarantine: list = []
     watermark = 0
     for start in range(0, len(lines), batch_rows):
         top = None
         for shard_id, chunk_top, own, shared in pack(lines[start:start + batch_rows], shards):
-            quarantine += state[shard_id].take(unpack(own), unpack(shared), watermark)
+            quarantine += state[shard_id].take(own, shared, watermark)
             if chunk_top is not None and (top is None or chunk_top > top):
                 top = chunk_top
         for i, shard in enumerate(state):
@@ -43,14 +44,16 @@ def play(lines: list[str], shards: int, batch_rows: int) -> tuple[list[Shard], l
 
 @pytest.mark.parametrize(("seed", "shards", "batch_rows"), [(1, 1, 100), (2, 3, 250),
                                                             (3, 4, 37)])
+@pytest.mark.parametrize("early", [False, True], ids=["at-watermark", "early-release"])
 def test_shards_behind_a_watermark_resolve_as_the_reference_engine(
-        seed: int, shards: int, batch_rows: int) -> None:
+        seed: int, shards: int, batch_rows: int, early: bool) -> None:
     lines = random_log(seed)
     reference = ReferenceEngine(lateness_ms=LATENESS_MS)
     reference.feed_lines(lines)
     expected = reference.run()
 
-    state, outcomes, quarantine = play(lines, shards, batch_rows)
+    state, outcomes, quarantine = play(lines, shards, batch_rows,
+                                       LATENESS_MS if early else None)
 
     assert sorted(outcomes, key=repr) == sorted(expected.outcomes, key=repr)
     assert sorted(map(repr, quarantine)) == sorted(map(repr, expected.quarantine))
@@ -64,7 +67,7 @@ def test_a_row_below_the_watermark_is_late_and_counted_once_across_shards() -> N
     line = '{"ts_ms": 5, "type": "update", "key": "k", "value": 1}'
     late = []
     for shard_id, _, own, shared in pack([line], 2):
-        late += shards[shard_id].take(unpack(own), unpack(shared), watermark_ms=100)
+        late += shards[shard_id].take(own, shared, watermark_ms=100)
     assert [(q.reason, q.ts_ms) for q in late] == [(Reason.LATE, 5)]
     assert sum(s.rows_in for s in shards) == 1
     assert sum(s.quarantined for s in shards) == 1
@@ -75,10 +78,32 @@ def test_the_next_timer_is_just_past_the_earliest_held_row_or_deadline() -> None
     watch = ('{"ts_ms": 50, "type": "watch", "op_id": "a", "keys": [], "deadline_ms": 70,'
              ' "condition": "none"}')
     (_, _, own, shared), = pack([watch], 1)
-    shard.take(unpack(own), unpack(shared), watermark_ms=10)
+    shard.take(own, shared, watermark_ms=10)
     assert shard.next_timer_ms() == 51
     shard.release(51)  # applies the watch; its deadline is next
     assert shard.next_timer_ms() == 71
     outcomes, _ = shard.release(71)
     assert [(o.op_id, o.outcome.value, o.resolved_ms) for o in outcomes] == [("a", "expired", 70)]
     assert shard.next_timer_ms() is None
+
+
+def test_early_release_applies_rows_older_than_the_bound_before_the_watermark_moves(
+) -> None:
+    shard = Shard(0, lateness_ms=100)
+    rows = [f'{{"ts_ms": {ts}, "type": "update", "key": "k", "value": {ts}}}'
+            for ts in (1_000, 1_050, 1_200)]
+    (_, _, own, shared), = pack(rows, 1)
+    shard.take(own, shared, watermark_ms=0)
+    shard.release(0)  # Spark has no watermark yet
+    assert shard.resolver.now == 1_099  # rows below 1_200 - 100 are applied
+    assert [fields[0] for fields, _ in shard.held] == [1_200]
+    # Time has passed 1_050: a row that old is late even if the watermark lags.
+    (_, _, own, shared), = pack(['{"ts_ms": 1050, "type": "update", "key": "k", '
+                                 '"value": 1}'], 1)
+    late = shard.take(own, shared, watermark_ms=0)
+    assert [(q.reason, q.ts_ms) for q in late] == [(Reason.LATE, 1_050)]
+
+
+def test_a_shard_rejects_a_negative_lateness() -> None:
+    with pytest.raises(ValueError, match="lateness_ms"):
+        Shard(0, lateness_ms=-1)

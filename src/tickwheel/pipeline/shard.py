@@ -35,7 +35,7 @@ from tickwheel.pipeline.events import (
 )
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
 
-__all__ = ["Shard", "ShardStatus", "decode", "encode", "pack", "shard_of", "unpack"]
+__all__ = ["Shard", "ShardStatus", "decode", "encode", "pack", "shard_of"]
 
 
 
@@ -110,10 +110,6 @@ def decode(fields: tuple[Any, ...]) -> Event | Quarantined:
                  targets, min_total, key, value, error)
 
 
-def unpack(blob: bytes) -> list[Event | Quarantined]:
-    return [decode(fields) for fields in marshal.loads(blob)] if blob else []
-
-
 @dataclass(frozen=True, slots=True)
 class ShardStatus:
     """Counters of one shard; summed over shards they account for every row:
@@ -132,14 +128,28 @@ class ShardStatus:
 
 
 class Shard:
-    """Rows in (:meth:`take`), outcomes out (:meth:`release`)."""
+    """Rows in (:meth:`take`), outcomes out (:meth:`release`).
 
-    def __init__(self, shard: int) -> None:
+    With ``lateness_ms``, :meth:`release` does not wait for the engine's watermark to
+    catch up: Spark's watermark lags a micro-batch (it comes from the rows of earlier
+    batches), so every row would be held, and saved with the state, for one batch.
+    Rows more than ``lateness_ms`` below the latest row this shard has seen are applied
+    at once: a row that comes later and is that old is late by the same bound (Spark's
+    next watermark is at least that high), so the outcomes do not change.
+    """
+
+    def __init__(self, shard: int, lateness_ms: int | None = None) -> None:
+        if lateness_ms is not None and lateness_ms < 0:
+            raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
         self.shard = shard
+        self.lateness_ms = lateness_ms
         self.resolver = Resolver()
-        # (event, counted here): a shared row counts in shard 0 only, so the sum of the
-        # shards' counters is the number of rows read.
-        self.held: list[tuple[Event, bool]] = []
+        # Held rows stay in their encoded form (see `encode`), each with whether it is
+        # counted here (a shared row counts in shard 0 only, so the shards' counters sum
+        # to the rows read). Most rows are held for one micro-batch and saved with the
+        # state once; marshal moves builtins at C speed, so a row becomes an `Event`
+        # only when it is applied.
+        self.held: list[tuple[tuple[Any, ...], bool]] = []
         self.rows_in = 0
         self.rows_applied = 0
         self.quarantined = 0
@@ -147,39 +157,53 @@ class Shard:
         self.seq = 0
         self.timer_ms: int | None = None  # the Spark timer registered for this shard
 
-    def take(self, own: list[Event | Quarantined], shared: list[Event | Quarantined],
-             watermark_ms: int) -> list[Quarantined]:
-        """Hold the rows of a chunk; return those quarantined (malformed or late)."""
+    def take(self, own: bytes, shared: bytes, watermark_ms: int) -> list[Quarantined]:
+        """Hold the rows of a chunk (:func:`pack`'s blobs); return those quarantined
+        (malformed or late)."""
         out: list[Quarantined] = []
-        counts_shared = self.shard == 0
-        for rows, counted in ((own, True), (shared, counts_shared)):
-            for row in rows:
-                if counted:
-                    self.rows_in += 1
-                if isinstance(row, Quarantined):
+        held = self.held
+        top = self.max_ts
+        late_before = watermark_ms if watermark_ms > 0 else None
+        now = self.resolver.now
+        if now is not None and (late_before is None or now >= late_before):
+            late_before = now + 1  # time has passed it: applying it would go back
+        for blob, counted in ((own, True), (shared, self.shard == 0)):
+            if not blob:
+                continue
+            rows = marshal.loads(blob)
+            if counted:
+                self.rows_in += len(rows)
+            for fields in rows:
+                if len(fields) == 3:  # malformed: (raw, reason, ts_ms)
                     if counted:
-                        out.append(row)
+                        out.append(Quarantined(fields[0], _REASONS[fields[1]], fields[2]))
                     continue
-                if watermark_ms > 0 and row.ts_ms < watermark_ms:
+                ts = fields[0]
+                if late_before is not None and ts < late_before:
                     if counted:
-                        out.append(Quarantined(row.raw, Reason.LATE, row.ts_ms))
+                        out.append(Quarantined(fields[2], Reason.LATE, ts))
                     continue
-                self.held.append((row, counted))
-                if self.max_ts is None or row.ts_ms > self.max_ts:
-                    self.max_ts = row.ts_ms
+                held.append((fields, counted))
+                if top is None or ts > top:
+                    top = ts
+        self.max_ts = top
         self.quarantined += len(out)
         return out
 
     def release(self, watermark_ms: int) -> tuple[list[OutcomeRow], list[Quarantined]]:
-        """Apply every held row below the watermark; time moves to ``watermark - 1``."""
+        """Apply every held row below the watermark (or below the latest row seen less
+        ``lateness_ms``, if that is higher); time moves to just before that point."""
         resolver = self.resolver
+        if self.lateness_ms is not None and self.max_ts is not None:
+            watermark_ms = max(watermark_ms, self.max_ts - self.lateness_ms)
         if watermark_ms <= 0:  # Spark's watermark before any event time was seen
             return [], []
-        due = [(ev, counted) for ev, counted in self.held if ev.ts_ms < watermark_ms]
+        due = [item for item in self.held if item[0][0] < watermark_ms]
         if due:
-            self.held = [(ev, c) for ev, c in self.held if ev.ts_ms >= watermark_ms]
-            due.sort(key=lambda item: order_key(item[0]))
-            resolver.apply(ev for ev, _ in due)
+            self.held = [item for item in self.held if item[0][0] >= watermark_ms]
+            events = [decode(fields) for fields, _ in due]
+            assert all(isinstance(ev, Event) for ev in events)
+            resolver.apply(sorted(events, key=order_key))  # type: ignore[arg-type]
         if resolver.now is None or watermark_ms - 1 > resolver.now:
             resolver.advance_to(watermark_ms - 1)
         outcomes, duplicates = resolver.drain()
@@ -190,7 +214,7 @@ class Shard:
     def next_timer_ms(self) -> int | None:
         """When the watermark must next wake this shard: just past its earliest held
         row or pending deadline."""
-        held = min((ev.ts_ms for ev, _ in self.held), default=None)
+        held = min((fields[0] for fields, _ in self.held), default=None)
         deadline = self.resolver.next_deadline()
         times = [t for t in (held, deadline) if t is not None]
         return min(times) + 1 if times else None
@@ -203,22 +227,20 @@ class Shard:
                            self.max_ts)
 
     def snapshot(self) -> tuple[Any, ...]:
-        return (1, self.shard, self.resolver.snapshot(),
-                marshal.dumps([encode(ev) for ev, _ in self.held]),
-                bytes(counted for _, counted in self.held), self.rows_in,
+        return (2, self.shard, self.lateness_ms, self.resolver.snapshot(),
+                marshal.dumps(self.held), self.rows_in,
                 self.rows_applied, self.quarantined, self.max_ts, self.seq, self.timer_ms)
 
     @classmethod
     def restore(cls, snapshot: tuple[Any, ...]) -> Shard:
-        (version, shard_id, resolver, held, counted, rows_in, applied, quarantined, max_ts, seq,
-         timer) = snapshot
-        if version != 1:
+        version = snapshot[0]
+        if version != 2:
             raise ValueError(f"shard snapshot version {version} is not supported")
-        shard = cls(shard_id)
+        (_, shard_id, lateness_ms, resolver, held, rows_in, applied, quarantined, max_ts, seq,
+         timer) = snapshot
+        shard = cls(shard_id, lateness_ms)
         shard.resolver = Resolver.restore(resolver)
-        events = [decode(fields) for fields in marshal.loads(held)]
-        shard.held = [(ev, bool(c)) for ev, c in zip(events, counted, strict=True)
-                      if isinstance(ev, Event)]
+        shard.held = marshal.loads(held)
         shard.rows_in, shard.rows_applied, shard.quarantined = rows_in, applied, quarantined
         shard.max_ts, shard.seq, shard.timer_ms = max_ts, seq, timer
         return shard
