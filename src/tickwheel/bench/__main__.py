@@ -169,7 +169,9 @@ def _pipeline(args: argparse.Namespace) -> int:
     for r in results:
         print(f"| {r.engine} | {r.events_per_s:,.0f} | {r.events_per_s / anchor:.2f}x |")
     by_name = {r.engine: r.events_per_s for r in results}
-    print(f"local[2] / local[1]: {by_name['spark local[2]'] / by_name['spark local[1]']:.2f}x")
+    for run in ("cold", "warm"):
+        scaling = by_name[f"spark local[2] {run}"] / by_name[f"spark local[1] {run}"]
+        print(f"local[2] / local[1], {run}: {scaling:.2f}x")
     return 0
 
 
