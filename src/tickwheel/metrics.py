@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from tickwheel._histogram import HistogramSnapshot
 from tickwheel.dispatch import TaskDispatcher
 from tickwheel.pipeline.reference import RunResult
+from tickwheel.pipeline.spark_engine import SparkRunResult
 from tickwheel.purgatory import Purgatory
 from tickwheel.timers import TimerBase
 
@@ -86,7 +87,7 @@ class TickwheelCollector(Collector):
         self._timers: dict[str, TimerBase] = {}
         self._purgatories: dict[str, Purgatory] = {}
         self._dispatchers: dict[str, TaskDispatcher[Any]] = {}
-        self._pipelines: dict[str, RunResult] = {}
+        self._pipelines: dict[str, RunResult | SparkRunResult] = {}
 
     def add_timer(self, name: str, timer: TimerBase) -> TickwheelCollector:
         self._timers[name] = timer
@@ -100,8 +101,10 @@ class TickwheelCollector(Collector):
         self._dispatchers[dispatcher.name] = dispatcher
         return self
 
-    def add_pipeline_run(self, name: str, result: RunResult) -> TickwheelCollector:
-        """A pipeline run's counts (the latest result registered under ``name``)."""
+    def add_pipeline_run(self, name: str, result: RunResult | SparkRunResult,
+                         ) -> TickwheelCollector:
+        """A pipeline run's counts, of either engine (the latest result registered
+        under ``name``)."""
         self._pipelines[name] = result
         return self
 
@@ -180,7 +183,9 @@ class TickwheelCollector(Collector):
             "tickwheel_pipeline", "pipeline",
             [("rows_in", "Rows read"), ("rows_applied", "Rows applied"),
              ("ignored_cancels", "Cancels of unknown or resolved operations")],
-            [("pending", "Operations still pending at the end of the input")], [])
+            [("pending", "Operations still pending at the end of the input"),
+             ("held", "Rows read but not applied yet (the watermark has not passed them)")],
+            [])
         quarantined = CounterMetricFamily("tickwheel_pipeline_quarantined",
                                           "Rows quarantined, by reason",
                                           labels=["pipeline", "reason"])
@@ -188,14 +193,13 @@ class TickwheelCollector(Collector):
                                        "Operations resolved, by outcome",
                                        labels=["pipeline", "outcome"])
         for name, r in self._pipelines.items():
+            held = r.held if isinstance(r, SparkRunResult) else 0
             rows.add(name, {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
-                            "ignored_cancels": r.ignored_cancels, "pending": r.pending})
+                            "ignored_cancels": r.ignored_cancels, "pending": r.pending,
+                            "held": held})
             for reason, n in r.quarantined_by_reason().items():
                 quarantined.add_metric([name, reason], float(n))
-            by_outcome: dict[str, int] = {}
-            for o in r.outcomes:
-                by_outcome[o.outcome.value] = by_outcome.get(o.outcome.value, 0) + 1
-            for outcome, n in sorted(by_outcome.items()):
+            for outcome, n in r.outcomes_by_outcome().items():
                 outcomes.add_metric([name, outcome], float(n))
         yield from rows.all()
         yield quarantined

@@ -60,6 +60,15 @@ def test_shards_behind_a_watermark_resolve_as_the_reference_engine(
     assert sum(s.rows_in for s in state) == len(lines)
     assert sum(s.rows_applied for s in state) == expected.rows_applied
     assert sum(len(s.resolver.pending) for s in state) == expected.pending
+    by_reason: dict[str, int] = {}
+    by_outcome: dict[str, int] = {}
+    for shard in state:
+        for reason, n in shard.quarantined_by_reason.items():
+            by_reason[reason] = by_reason.get(reason, 0) + n
+        for outcome, n in shard.outcomes_by_outcome.items():
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + n
+    assert by_reason == expected.quarantined_by_reason()
+    assert by_outcome == expected.outcomes_by_outcome()
 
 
 def test_a_row_below_the_watermark_is_late_and_counted_once_across_shards() -> None:

@@ -135,6 +135,8 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     assert result.quarantined == len(expected.quarantine)
     assert (result.held, result.pending) == (0, expected.pending)
     assert result.ignored_cancels == expected.ignored_cancels
+    assert result.quarantined_by_reason() == expected.quarantined_by_reason()
+    assert result.outcomes_by_outcome() == expected.outcomes_by_outcome()
 
 
 def test_rows_behind_the_watermark_are_quarantined_as_late_never_lost(

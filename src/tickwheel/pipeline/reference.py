@@ -51,6 +51,12 @@ class RunResult:
             counts[q.reason.value] = counts.get(q.reason.value, 0) + 1
         return counts
 
+    def outcomes_by_outcome(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for o in self.outcomes:
+            counts[o.outcome.value] = counts.get(o.outcome.value, 0) + 1
+        return dict(sorted(counts.items()))
+
 
 class ReferenceEngine:
     """Feed it rows (``feed_lines``), then ``run()``."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import marshal
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tickwheel.pipeline.events import (
@@ -125,6 +125,8 @@ class ShardStatus:
     pending: int
     ignored_cancels: int
     max_ts_ms: int | None
+    quarantined_by_reason: dict[str, int] = field(default_factory=dict)
+    outcomes_by_outcome: dict[str, int] = field(default_factory=dict)
 
 
 class Shard:
@@ -153,6 +155,8 @@ class Shard:
         self.rows_in = 0
         self.rows_applied = 0
         self.quarantined = 0
+        self.quarantined_by_reason: dict[str, int] = {}
+        self.outcomes_by_outcome: dict[str, int] = {}
         self.max_ts: int | None = None  # of rows taken, not late: where time has reached
         self.seq = 0
         self.timer_ms: int | None = None  # the Spark timer registered for this shard
@@ -187,7 +191,7 @@ class Shard:
                 if top is None or ts > top:
                     top = ts
         self.max_ts = top
-        self.quarantined += len(out)
+        self._count_quarantined(out)
         return out
 
     def release(self, watermark_ms: int) -> tuple[list[OutcomeRow], list[Quarantined]]:
@@ -208,8 +212,17 @@ class Shard:
             resolver.advance_to(watermark_ms - 1)
         outcomes, duplicates = resolver.drain()
         self.rows_applied += sum(1 for _, counted in due if counted) - len(duplicates)
-        self.quarantined += len(duplicates)
+        self._count_quarantined(duplicates)
+        by_outcome = self.outcomes_by_outcome
+        for row in outcomes:
+            by_outcome[row.outcome.value] = by_outcome.get(row.outcome.value, 0) + 1
         return outcomes, duplicates
+
+    def _count_quarantined(self, rows: list[Quarantined]) -> None:
+        self.quarantined += len(rows)
+        by_reason = self.quarantined_by_reason
+        for row in rows:
+            by_reason[row.reason.value] = by_reason.get(row.reason.value, 0) + 1
 
     def next_timer_ms(self) -> int | None:
         """When the watermark must next wake this shard: just past its earliest held
@@ -224,12 +237,14 @@ class Shard:
         return ShardStatus(self.shard, self.seq, watermark_ms, self.rows_in, self.rows_applied,
                            self.quarantined, sum(1 for _, c in self.held if c),
                            len(self.resolver.pending), self.resolver.ignored_cancels,
-                           self.max_ts)
+                           self.max_ts, dict(self.quarantined_by_reason),
+                           dict(self.outcomes_by_outcome))
 
     def snapshot(self) -> tuple[Any, ...]:
         return (2, self.shard, self.lateness_ms, self.resolver.snapshot(),
                 marshal.dumps(self.held), self.rows_in,
-                self.rows_applied, self.quarantined, self.max_ts, self.seq, self.timer_ms)
+                self.rows_applied, self.quarantined, self.max_ts, self.seq, self.timer_ms,
+                self.quarantined_by_reason, self.outcomes_by_outcome)
 
     @classmethod
     def restore(cls, snapshot: tuple[Any, ...]) -> Shard:
@@ -237,10 +252,11 @@ class Shard:
         if version != 2:
             raise ValueError(f"shard snapshot version {version} is not supported")
         (_, shard_id, lateness_ms, resolver, held, rows_in, applied, quarantined, max_ts, seq,
-         timer) = snapshot
+         timer, by_reason, by_outcome) = snapshot
         shard = cls(shard_id, lateness_ms)
         shard.resolver = Resolver.restore(resolver)
         shard.held = marshal.loads(held)
         shard.rows_in, shard.rows_applied, shard.quarantined = rows_in, applied, quarantined
         shard.max_ts, shard.seq, shard.timer_ms = max_ts, seq, timer
+        shard.quarantined_by_reason, shard.outcomes_by_outcome = by_reason, by_outcome
         return shard

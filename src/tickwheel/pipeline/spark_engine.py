@@ -38,7 +38,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,6 +102,20 @@ class SparkRunResult:
     batches: int
     seconds: float
     shards: list[ShardStatus] = field(default_factory=list)
+
+    def quarantined_by_reason(self) -> dict[str, int]:
+        return _summed(s.quarantined_by_reason for s in self.shards)
+
+    def outcomes_by_outcome(self) -> dict[str, int]:
+        return _summed(s.outcomes_by_outcome for s in self.shards)
+
+
+def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counts:
+        for name, n in one.items():
+            total[name] = total.get(name, 0) + n
+    return dict(sorted(total.items()))
 
 
 # A shard's state lives in the state store; between micro-batches the Python worker
