@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import Event, Quarantined, Reason, parse_line
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
 
@@ -62,9 +63,7 @@ class ReferenceEngine:
     """Feed it rows (``feed_lines``), then ``run()``."""
 
     def __init__(self, lateness_ms: int = DEFAULT_LATENESS_MS) -> None:
-        if lateness_ms < 0:
-            raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
-        self.lateness_ms = lateness_ms
+        self.lateness_ms = check_positive_int("lateness_ms", lateness_ms, minimum=0)
         self._result = RunResult()
         self._events: list[Event] = []
         self._max_ts: int | None = None

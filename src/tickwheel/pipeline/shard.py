@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import (
     Condition,
     Event,
@@ -141,10 +142,9 @@ class Shard:
     """
 
     def __init__(self, shard: int, lateness_ms: int | None = None) -> None:
-        if lateness_ms is not None and lateness_ms < 0:
-            raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
         self.shard = shard
-        self.lateness_ms = lateness_ms
+        self.lateness_ms = (None if lateness_ms is None
+                            else check_positive_int("lateness_ms", lateness_ms, minimum=0))
         self.resolver = Resolver()
         # Held rows stay in their encoded form (see `encode`), each with whether it is
         # counted here (a shared row counts in shard 0 only, so the shards' counters sum

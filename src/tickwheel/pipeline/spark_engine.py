@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import Quarantined
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.shard import Shard, ShardStatus, pack
@@ -298,12 +299,11 @@ class SparkEngine:
                  on_batch: Callable[[int, int, int], None] | None = None) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress)."""
-        if lateness_ms < 0:
-            raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
-        if shards is not None and shards < 1:
-            raise ValueError(f"shards must be >= 1, got {shards}")
-        if max_files_per_trigger is not None and max_files_per_trigger < 1:
-            raise ValueError(f"max_files_per_trigger must be >= 1, got {max_files_per_trigger}")
+        check_positive_int("lateness_ms", lateness_ms, minimum=0)
+        if shards is not None:
+            check_positive_int("shards", shards)
+        if max_files_per_trigger is not None:
+            check_positive_int("max_files_per_trigger", max_files_per_trigger)
         if not input_dir.is_dir():
             raise FileNotFoundError(f"input directory {input_dir} does not exist")
         self.spark = spark
