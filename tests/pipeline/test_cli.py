@@ -115,3 +115,20 @@ def test_both_engines_write_the_same_outputs(spark: object, tmp_path: Path) -> N
             sorted(tuple(map(str, r.values())) for r in read_parquet_rows(out / "quarantine")))
     assert outputs["spark"] == outputs["local"]
     assert len(outputs["local"][0]) > 1000 and len(outputs["local"][1]) == 30
+
+
+def test_parquet_files_that_do_not_fit_the_contract_are_quarantined_not_fatal(
+        tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    pq.write_table(pa.table({"ts_ms": pa.array([1.5, 2.5]), "type": pa.array(["tick"] * 2)}),
+                   source / "a.parquet")
+    (source / "b.parquet").write_bytes(b"PAR1 but cut short")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    quarantine = read_parquet_rows(out / "quarantine")
+    assert sorted(q["reason"] for q in quarantine) == ["bad_type", "bad_type", "unparseable"]
+    assert any(q["raw"].startswith("unreadable Parquet file b.parquet") for q in quarantine)
+    assert {q["raw"] for q in quarantine if q["reason"] == "bad_type"} == {
+        '{"ts_ms": 1.5, "type": "tick"}', '{"ts_ms": 2.5, "type": "tick"}'}

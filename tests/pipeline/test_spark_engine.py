@@ -139,6 +139,90 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     assert result.outcomes_by_outcome() == expected.outcomes_by_outcome()
 
 
+EVENT_COLUMNS = {"ts_ms": "int64", "type": "string", "op_id": "string",
+                 "keys": "list<string>", "deadline_ms": "int64", "condition": "string",
+                 "targets": "map<string,int64>", "min_total": "int64", "key": "string",
+                 "value": "int64", "error": "string"}
+
+
+def write_parquet(lines: list[str], path: Path) -> None:
+    """Well-formed JSON rows as a Parquet file with the contract's columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    types = {"int64": pa.int64(), "string": pa.string(), "list<string>": pa.list_(pa.string()),
+             "map<string,int64>": pa.map_(pa.string(), pa.int64())}
+    rows = [json.loads(line) for line in lines]
+    columns = {}
+    for name, kind in EVENT_COLUMNS.items():
+        values = [row.get(name) for row in rows]
+        if kind.startswith("map"):
+            values = [None if v is None else list(v.items()) for v in values]
+        columns[name] = pa.array(values, types[kind])
+    pq.write_table(pa.table(columns), path)
+
+
+def test_parquet_and_json_lines_input_resolve_like_the_reference_engine(
+        spark: Any, tmp_path: Path) -> None:
+    """Parquet files are read whole by the reference engine's reader: a file whose
+    columns have other types, or that is not Parquet at all, is quarantined."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    log = tmp_path / "in"
+    log.mkdir()
+    lines = random_log(5, rows=1_200)
+    size = len(lines) // 6
+    now = time.time()
+    carried: list[str] = []
+    for i in range(6):
+        part = lines[i * size:(i + 1) * size] if i < 5 else lines[5 * size:]
+        if i % 2:
+            # Odd parts as Parquet; their rows that do not fit its columns go to the next
+            # JSON Lines file (malformed rows are never late, so moving them is harmless).
+            path = log / f"events-{i:05d}.parquet"
+            write_parquet([line for line in part if _is_typed(line)], path)
+            carried = [line for line in part if not _is_typed(line)]
+        else:
+            path = log / f"events-{i:05d}.jsonl"
+            path.write_text("\n".join(carried + part) + "\n")
+            carried = []
+        # The two sources each take one file per micro-batch, in modification-time order.
+        os.utime(path, (now + i, now + i))
+    (log / "events-00006.jsonl").write_text("\n".join(carried) + "\n")
+    os.utime(log / "events-00006.jsonl", (now + 6, now + 6))
+    pq.write_table(pa.table({"ts_ms": pa.array([12_000.5]), "type": pa.array(["tick"])}),
+                   log / "events-00006.parquet")
+    (log / "events-00007.parquet").write_bytes(b"not parquet at all")
+    for i in (6, 7):
+        os.utime(log / f"events-{i:05d}.parquet", (now + i, now + i))
+    expected = reference(log)
+    reasons = expected.quarantined_by_reason()
+    assert reasons["bad_type"] >= 1 and reasons["unparseable"] >= 1
+
+    engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1)
+    result = engine.run()
+
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
+    assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
+    assert result.rows_in == expected.rows_in
+    assert any("unreadable Parquet file events-00007.parquet" in raw
+               for _, raw, _ in quarantine_of(tmp_path / "out"))
+
+
+def _is_typed(line: str) -> bool:
+    """Whether a random_log row fits the contract's Parquet columns."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return False
+    if not isinstance(row, dict) or set(row) - set(EVENT_COLUMNS):
+        return False
+    return all(isinstance(row.get(name), (int, type(None))) and not isinstance(
+        row.get(name), bool) for name in ("ts_ms", "deadline_ms", "min_total", "value"))
+
+
 def test_rows_behind_the_watermark_are_quarantined_as_late_never_lost(
         spark: Any, tmp_path: Path) -> None:
     log = tmp_path / "in"

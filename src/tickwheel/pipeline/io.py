@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tickwheel.pipeline.events import Event, Quarantined, parse_line, parse_row
+from tickwheel.pipeline.events import Event, Quarantined, Reason, parse_line, parse_row
 from tickwheel.pipeline.reference import OutcomeRow
 
-__all__ = ["input_files", "read_events", "read_parquet_rows", "write_outcomes",
+__all__ = ["input_files", "parquet_events", "read_events", "read_parquet_rows", "write_outcomes",
            "write_quarantine"]
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -42,18 +42,32 @@ def read_events(directory: Path) -> Iterator[Event | Quarantined]:
     """Every row of every input file, in file order; blank lines are not rows."""
     for path in input_files(directory):
         if path.suffix == ".parquet":
-            _, pq = _pyarrow()
-            for row in pq.read_table(path).to_pylist():
-                targets = row.get("targets")
-                if isinstance(targets, list):  # Arrow maps arrive as (key, value) pairs
-                    row["targets"] = dict(targets)
-                clean = {k: v for k, v in row.items() if v is not None}
-                yield parse_row(clean, json.dumps(clean, sort_keys=True))
+            yield from parquet_events(path.read_bytes(), path.name)
         else:
             with path.open(encoding="utf-8", errors="replace") as lines:
                 for line in lines:
                     if line.strip():
                         yield parse_line(line.rstrip("\n"))
+
+
+def parquet_events(content: bytes, name: str) -> Iterator[Event | Quarantined]:
+    """The rows of the Parquet file ``name`` holding ``content``, checked like
+    JSON rows: a null column is a missing field, and the columns' types are not coerced
+    (a double ``ts_ms`` is a ``bad_type`` row, not a read error). The raw text kept for
+    the quarantine is the row as sorted JSON. A file that is not Parquet at all is one
+    ``unparseable`` row whose raw text names the file."""
+    pa, pq = _pyarrow()
+    try:
+        table = pq.read_table(pa.BufferReader(content))
+    except (pa.ArrowException, OSError) as exc:
+        yield Quarantined(f"unreadable Parquet file {name}: {exc}", Reason.UNPARSEABLE, None)
+        return
+    for row in table.to_pylist():
+        targets = row.get("targets")
+        if isinstance(targets, list):  # Arrow maps arrive as (key, value) pairs
+            row["targets"] = dict(targets)
+        clean = {k: v for k, v in row.items() if v is not None}
+        yield parse_row(clean, json.dumps(clean, sort_keys=True, default=str))
 
 
 def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:

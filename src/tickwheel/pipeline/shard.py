@@ -36,7 +36,7 @@ from tickwheel.pipeline.events import (
 )
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
 
-__all__ = ["Shard", "ShardStatus", "decode", "encode", "pack", "shard_of"]
+__all__ = ["Shard", "ShardStatus", "decode", "encode", "pack", "pack_rows", "shard_of"]
 
 
 
@@ -46,21 +46,24 @@ def shard_of(op_id: str, shards: int) -> int:
 
 
 def pack(lines: Iterable[str], shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
-    """Parse rows and cut them into one chunk per shard: ``(shard, max ts_ms of its
+    """:func:`pack_rows` of JSON Lines rows (blank lines are not rows)."""
+    return pack_rows((parse_line(line) for line in lines if line.strip()), shards)
+
+
+def pack_rows(rows: Iterable[Event | Quarantined],
+              shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
+    """Cut parsed rows into one chunk per shard: ``(shard, max ts_ms of its
     well-formed rows, own rows, shared rows)``. Rows travel as ``marshal``'d builtins
-    (:func:`encode`): parsed once here, in parallel over the input, instead of once per
-    shard. Shared rows are in every chunk; malformed rows go to one shard, which
-    quarantines them; a chunk is made for a shard only if it has rows."""
+    (:func:`encode`): parsed once, in parallel over the input, instead of once per
+    shard. Shared rows are in every chunk; a malformed row goes to the shard of its raw
+    text, which quarantines it; a chunk is made for a shard only if it has rows."""
     own: list[list[tuple[Any, ...]]] = [[] for _ in range(shards)]
     shared: list[tuple[Any, ...]] = []
     tops: list[int | None] = [None] * shards
     shared_top: int | None = None
-    for line in lines:
-        if not line.strip():
-            continue
-        row = parse_line(line)
+    for row in rows:
         if isinstance(row, Quarantined):
-            own[shard_of(line, shards)].append(encode(row))
+            own[shard_of(row.raw, shards)].append(encode(row))
             continue
         ts = row.ts_ms
         if row.op_id is None:  # update, tick
