@@ -47,6 +47,9 @@ CORE = [
     "src/tickwheel/purgatory/_operation.py",
     "src/tickwheel/purgatory/_watchers.py",
     "src/tickwheel/purgatory/_purgatory.py",
+    "src/tickwheel/pipeline/events.py",
+    "src/tickwheel/pipeline/resolver.py",
+    "src/tickwheel/pipeline/shard.py",
 ]
 
 

@@ -40,7 +40,8 @@ def test_no_compiled_module_is_older_than_its_source() -> None:
 
 
 @pytest.mark.slow
-def test_the_pure_python_sources_pass_the_timer_specification(tmp_path: Path) -> None:
+def test_the_pure_python_sources_pass_the_timer_and_resolver_specifications(
+        tmp_path: Path) -> None:
     pure = tmp_path / "pure"
     shutil.copytree(ROOT / "src" / "tickwheel", pure / "tickwheel",
                     ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
@@ -52,7 +53,9 @@ def test_the_pure_python_sources_pass_the_timer_specification(tmp_path: Path) ->
     assert flag[0] == "False" and flag[1].startswith(str(pure))
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(ROOT / "tests" / "timers"), str(ROOT / "tests" / "test_clock.py")],
+         str(ROOT / "tests" / "timers"), str(ROOT / "tests" / "test_clock.py"),
+         *(str(ROOT / "tests" / "pipeline" / name) for name in (
+             "test_reference.py", "test_resolver.py", "test_shard.py"))],
         env=env, capture_output=True, text=True, cwd=ROOT, timeout=600, check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -433,6 +433,9 @@ class SparkEngine:
         # One shuffle partition (and state store) per shard: Spark's default of 200
         # costs a state-store commit each per batch. A checkpoint keeps its own value.
         self.spark.conf.set("spark.sql.shuffle.partitions", str(self.shards))
+        # A state-store commit then writes the changes, not a new RocksDB checkpoint.
+        self.spark.conf.set(
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         query = (self._query_input().writeStream
                  .foreachBatch(self._write_batch)
                  .option("checkpointLocation", str(self.checkpoint_dir / "query"))
