@@ -70,6 +70,8 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 OUTPUT_SCHEMA = ("kind string, op_id string, outcome string, resolved_ms long, "
                  "latency_ms long, keys array<string>, error string, raw string, "
                  "reason string, ts_ms long, status string")
+# A chunk with both blobs empty is an end-of-input marker: data chunks hold marshal'd
+# lists, never empty bytes.
 CHUNK_SCHEMA = "shard int, ts long, own binary, shared binary"
 BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 _LOCAL = re.compile(r"local\[(\d+|\*)\]")
@@ -170,11 +172,19 @@ def _processor_class() -> type:
             with _collector_paused():
                 shard = self._load(self.shard_of_label[int(key[0])])
                 watermark = timerValues.getCurrentWatermarkInMs()
-                quarantine: list[Quarantined] = []
+                chunks = []
                 for frame in rows:
-                    for own, shared in zip(frame["own"].tolist(), frame["shared"].tolist(),
-                                           strict=True):
-                        quarantine.extend(shard.take(own, shared, watermark))
+                    for ts, own, shared in zip(frame["ts"].tolist(), frame["own"].tolist(),
+                                               frame["shared"].tolist(), strict=True):
+                        if own or shared:
+                            chunks.append((own, shared))
+                        else:
+                            # The end of input: the watermark the next micro-batch would
+                            # have, now, so the run needs no batch after this one.
+                            watermark = max(watermark, ts - self.lateness_ms)
+                quarantine: list[Quarantined] = []
+                for own, shared in chunks:
+                    quarantine.extend(shard.take(own, shared, watermark))
                 out = self._finish(shard, watermark, quarantine)
             yield out
 
@@ -277,7 +287,8 @@ def _packer(labels: list[int]) -> Any:
                           shards)
             for line, is_control in zip(lines, control, strict=True):
                 if is_control and line.strip():
-                    chunks.append((0, int(json.loads(line)["ts_ms"]), b"", b""))
+                    end = int(json.loads(line)["ts_ms"])
+                    chunks.extend((shard, end, b"", b"") for shard in range(shards))
             if chunks:
                 yield _chunk_batch(chunks, labels)
 
@@ -400,7 +411,7 @@ class SparkEngine:
                   .withWatermark("event_time", f"{self.lateness_ms} milliseconds")
                   # Not passed on: Spark would drop rows at or below the watermark
                   # before the processor could quarantine them.
-                  .select("shard", "own", "shared"))
+                  .select("shard", "ts", "own", "shared"))
         return chunks.groupBy("shard").transformWithStateInPandas(
             _processor_class()(self.labels, self.lateness_ms), OUTPUT_SCHEMA, "Append", "EventTime")
 
@@ -433,6 +444,10 @@ class SparkEngine:
         # One shuffle partition (and state store) per shard: Spark's default of 200
         # costs a state-store commit each per batch. A checkpoint keeps its own value.
         self.spark.conf.set("spark.sql.shuffle.partitions", str(self.shards))
+        # Shards apply rows up to the lateness bound themselves and the end-of-input
+        # marker carries its own watermark, so a batch that only moves the watermark
+        # has nothing to do.
+        self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         # A state-store commit then writes the changes, not a new RocksDB checkpoint.
         self.spark.conf.set(
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
