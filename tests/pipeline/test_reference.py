@@ -142,6 +142,11 @@ def test_duplicate_op_ids_keep_only_a_unique_earliest_watch() -> None:
     ('{"type": "tick"}', Reason.MISSING_FIELD, None),
     ('{"ts_ms": 1.5, "type": "tick"}', Reason.BAD_TYPE, None),
     ('{"ts_ms": true, "type": "tick"}', Reason.BAD_TYPE, None),
+    ('{"ts_ms": 9223372036854775808, "type": "tick"}', Reason.BAD_TYPE, None),
+    ('{"ts_ms": 1, "type": "update", "key": "k", "value": -9223372036854775809}',
+     Reason.BAD_TYPE, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
+     '"condition": "all_at_least", "targets": {"k": 18446744073709551616}}', Reason.BAD_TYPE, 1),
     ('{"ts_ms": 1, "type": "poke"}', Reason.UNKNOWN_TYPE, 1),
     ('{"ts_ms": 1, "type": "update", "key": "k", "value": "5"}', Reason.BAD_TYPE, 1),
     ('{"ts_ms": 1, "type": "update", "key": 7, "value": 5}', Reason.BAD_TYPE, 1),

@@ -12,7 +12,7 @@ import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 __all__ = [
     "Condition",
@@ -92,11 +92,20 @@ class _Bad(Exception):
         self.ts_ms = ts_ms
 
 
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+
+
+def _is_long(value: object) -> TypeGuard[int]:
+    # bool is an int subclass, a float is not a long, and JSON integers have no bound
+    # while the outputs' columns are 64-bit.
+    return type(value) is int and _LONG_MIN <= value <= _LONG_MAX
+
+
 def _long(row: dict[str, Any], name: str, ts: int | None) -> int:
     if name not in row or row[name] is None:
         raise _Bad(Reason.MISSING_FIELD, ts)
     value = row[name]
-    if type(value) is not int:  # bool is an int subclass, and a float is not a long
+    if not _is_long(value):
         raise _Bad(Reason.BAD_TYPE, ts)
     return value
 
@@ -180,7 +189,7 @@ def _watch(row: dict[str, Any], raw: str, ts: int) -> Event:
             raise _Bad(Reason.MISSING_FIELD, ts)
         raw_targets = row["targets"]
         if not isinstance(raw_targets, dict) or not all(
-                type(v) is int for v in raw_targets.values()):
+                _is_long(v) for v in raw_targets.values()):
             raise _Bad(Reason.BAD_TYPE, ts)
         if set(raw_targets) != set(keys):
             raise _Bad(Reason.BAD_TARGETS, ts)
