@@ -75,6 +75,10 @@ def run(
     engine: Annotated[Engine, typer.Option(help="which engine resolves the log")] = Engine.local,
     lateness_ms: Annotated[int, typer.Option(min=0, help="rows this far behind the largest "
                                              "ts_ms read so far are late")] = DEFAULT_LATENESS_MS,
+    dedupe_retention_ms: Annotated[int | None, typer.Option(
+        min=0, help="remember an op_id this long after its first watch (and while it "
+                    "is pending) to quarantine duplicates; later, a watch of it starts a "
+                    "new operation (default: forever)")] = None,
     checkpoint: Annotated[Path | None, typer.Option(
         help="Spark checkpoint directory (default: OUTPUT/_checkpoint)")] = None,
     master: Annotated[str | None, typer.Option(
@@ -91,8 +95,9 @@ def run(
 ) -> None:
     """Resolve an event log: every operation's outcome, and every bad row quarantined."""
     if engine is Engine.spark:
-        _run_spark(input, output, lateness_ms, checkpoint or output / "_checkpoint",
-                   master or "local[2]", shards, max_files_per_trigger, final)
+        _run_spark(input, output, lateness_ms, dedupe_retention_ms,
+                   checkpoint or output / "_checkpoint", master or "local[2]", shards,
+                   max_files_per_trigger, final)
         return
     spark_only = (checkpoint, master, shards, max_files_per_trigger)
     if any(option is not None for option in spark_only) or not final:
@@ -104,7 +109,8 @@ def run(
     except FileNotFoundError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
-    reference = ReferenceEngine(lateness_ms=lateness_ms)
+    reference = ReferenceEngine(lateness_ms=lateness_ms,
+                                dedupe_retention_ms=dedupe_retention_ms)
     started = time.monotonic()
     with console.status(f"reading {len(files)} files"):
         for row in read_events(input):
@@ -119,8 +125,9 @@ def run(
                result.ignored_cancels, held=0)
 
 
-def _run_spark(input: Path, output: Path, lateness_ms: int, checkpoint: Path, master: str,
-               shards: int | None, max_files_per_trigger: int | None, final: bool) -> None:
+def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,
+               checkpoint: Path, master: str, shards: int | None,
+               max_files_per_trigger: int | None, final: bool) -> None:
     try:
         from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -134,7 +141,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, checkpoint: Path, ma
         spark = spark_session(master)
     try:
         spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
-                                   shards=shards, max_files_per_trigger=max_files_per_trigger)
+                                   shards=shards, max_files_per_trigger=max_files_per_trigger,
+                                   dedupe_retention_ms=dedupe_retention_ms)
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc

@@ -132,3 +132,24 @@ def test_parquet_files_that_do_not_fit_the_contract_are_quarantined_not_fatal(
     assert any(q["raw"].startswith("unreadable Parquet file b.parquet") for q in quarantine)
     assert {q["raw"] for q in quarantine if q["reason"] == "bad_type"} == {
         '{"ts_ms": 1.5, "type": "tick"}', '{"ts_ms": 2.5, "type": "tick"}'}
+
+
+def test_a_dedupe_retention_lets_a_reused_op_id_start_a_new_operation(tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    rows = [{"ts_ms": ts, "type": "watch", "op_id": "job", "keys": [],
+             "deadline_ms": ts + 10, "condition": "none"} for ts in (0, 1_000)]
+    rows.append({"ts_ms": 2_000, "type": "tick"})
+    (source / "a.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    counts = []
+    for extra in ([], ["--dedupe-retention-ms", "500"]):
+        out = tmp_path / f"out{len(extra)}"
+        result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out),
+                                     *extra])
+        assert result.exit_code == 0, result.output
+        counts.append((len(read_parquet_rows(out / "outcomes")),
+                       len(read_parquet_rows(out / "quarantine"))))
+    assert counts == [(1, 1), (2, 0)]
+    bad = runner.invoke(app, ["run", "--input", str(source), "--output", str(tmp_path / "x"),
+                              "--dedupe-retention-ms", "-1"])
+    assert bad.exit_code == 2

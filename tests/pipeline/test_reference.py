@@ -22,8 +22,9 @@ ISSUE_EXAMPLE = """\
 """  # noqa: E501
 
 
-def run(rows: list[dict[str, object]] | str, lateness_ms: int = 10_000) -> RunResult:
-    engine = ReferenceEngine(lateness_ms=lateness_ms)
+def run(rows: list[dict[str, object]] | str, lateness_ms: int = 10_000,
+        dedupe_retention_ms: int | None = None) -> RunResult:
+    engine = ReferenceEngine(lateness_ms=lateness_ms, dedupe_retention_ms=dedupe_retention_ms)
     if isinstance(rows, str):
         engine.feed_lines(rows.splitlines())
     else:
@@ -134,6 +135,43 @@ def test_duplicate_op_ids_keep_only_a_unique_earliest_watch() -> None:
     reasons = [q.reason for q in result.quarantine]
     assert reasons == [Reason.DUPLICATE_OP_ID] * 4  # a's second, and all three b's
     assert result.rows_applied == 1
+
+
+def test_a_dedupe_retention_forgets_an_op_id_once_it_passed_and_the_operation_resolved(
+        ) -> None:
+    rows = [watch(1, "a", [], 5, "none"),
+            watch(101, "a", [], 300, "none"),  # 1 + 100 has not passed: a duplicate
+            watch(102, "a", [], 300, "none"),  # it has: a new operation
+            watch(10, "p", ["k"], 1_000),
+            watch(200, "p", ["k"], 1_000),  # past the retention, but p is pending
+            update(400, "k", 1),
+            watch(401, "p", ["k"], 450),  # p resolved at 400: a new operation
+            {"ts_ms": 2_000, "type": "tick"}]
+    kept = run(rows, dedupe_retention_ms=100)
+    assert sorted((o.op_id, o.resolved_ms, o.outcome.value) for o in kept.outcomes) == [
+        ("a", 5, "expired"), ("a", 300, "expired"), ("p", 400, "completed"),
+        ("p", 450, "expired")]
+    assert [(q.reason, q.ts_ms) for q in kept.quarantine] == [
+        (Reason.DUPLICATE_OP_ID, 101), (Reason.DUPLICATE_OP_ID, 200)]
+    forever = run(rows)
+    assert [q.ts_ms for q in forever.quarantine] == [101, 102, 200, 401]
+
+
+def test_a_dedupe_retention_bounds_the_op_ids_remembered() -> None:
+    from tickwheel.pipeline.events import Event, parse_line
+    from tickwheel.pipeline.resolver import Resolver
+
+    def watches(resolver: Resolver) -> int:
+        for ts in range(5_000):
+            ev = parse_line(json.dumps(watch(ts, f"op-{ts}", [], ts + 10, "none")))
+            assert isinstance(ev, Event)
+            resolver.apply([ev])
+        return len(resolver.seen_op_ids)
+
+    assert watches(Resolver(dedupe_retention_ms=100)) <= 101 + 10
+    assert watches(Resolver()) == 5_000
+    with pytest.raises(ValueError, match="dedupe_retention_ms"):
+        Resolver(dedupe_retention_ms=-1)
 
 
 @pytest.mark.parametrize(("line", "reason", "ts"), [

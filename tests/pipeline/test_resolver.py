@@ -70,6 +70,28 @@ def test_a_later_watch_of_a_seen_op_id_is_a_duplicate_even_across_snapshots() ->
     assert [(q.reason.value, q.ts_ms) for q in quarantine] == [("duplicate_op_id", 7)]
 
 
+def test_an_op_id_past_its_retention_is_forgotten_even_across_snapshots() -> None:
+    def at(ts: int, deadline: int) -> Event:
+        ev = parse_line(f'{{"ts_ms": {ts}, "type": "watch", "op_id": "a", "keys": [], '
+                        f'"deadline_ms": {deadline}, "condition": "none"}}')
+        assert isinstance(ev, Event)
+        return ev
+
+    resolver = Resolver(dedupe_retention_ms=10)
+    resolver.apply([at(5, 100)])
+    resolver.apply([at(50, 100)])  # past the retention, but still pending: a duplicate
+    _, quarantine = resolver.drain()
+    assert [q.ts_ms for q in quarantine] == [50]
+    resolver = Resolver.restore(pickle.loads(pickle.dumps(resolver.snapshot())))
+    assert resolver.dedupe_retention_ms == 10
+    resolver.advance_to(100)  # expires, and is forgotten
+    resolver.apply([at(101, 200)])
+    outcomes, quarantine = resolver.drain()
+    assert [(o.op_id, o.resolved_ms) for o in outcomes] == [("a", 100)]
+    assert quarantine == []
+    assert list(resolver.pending) == ["a"]
+
+
 def test_time_never_goes_back() -> None:
     resolver = Resolver()
     resolver.advance_to(10)

@@ -14,10 +14,10 @@ from tickwheel.pipeline.shard import Shard, pack
 
 
 def play(lines: list[str], shards: int, batch_rows: int, lateness_ms: int | None = None,
-         ) -> tuple[list[Shard], list, list]:
+         dedupe_retention_ms: int | None = None) -> tuple[list[Shard], list, list]:
     """Micro-batches of `batch_rows` rows; the watermark moves after each, as Spark's
     does; at the end a marker moves it just past the last row."""
-    state = [Shard(s, lateness_ms) for s in range(shards)]
+    state = [Shard(s, lateness_ms, dedupe_retention_ms) for s in range(shards)]
     outcomes: list = []
     quarantine: list = []
     watermark = 0
@@ -69,6 +69,26 @@ def test_shards_behind_a_watermark_resolve_as_the_reference_engine(
             by_outcome[outcome] = by_outcome.get(outcome, 0) + n
     assert by_reason == expected.quarantined_by_reason()
     assert by_outcome == expected.outcomes_by_outcome()
+
+
+@pytest.mark.parametrize(("seed", "shards"), [(4, 2), (5, 3)])
+def test_shards_with_a_dedupe_retention_resolve_as_the_reference_engine(
+        seed: int, shards: int) -> None:
+    lines = random_log(seed)
+    expected = []
+    for retention in (None, 300):
+        reference = ReferenceEngine(lateness_ms=LATENESS_MS, dedupe_retention_ms=retention)
+        reference.feed_lines(lines)
+        expected.append(reference.run())
+    forever, bounded = expected
+    # The retention matters in this log: some reused ids start new operations.
+    assert len(bounded.outcomes) > len(forever.outcomes)
+
+    state, outcomes, quarantine = play(lines, shards, 200, LATENESS_MS, 300)
+
+    assert sorted(outcomes, key=repr) == sorted(bounded.outcomes, key=repr)
+    assert sorted(map(repr, quarantine)) == sorted(map(repr, bounded.quarantine))
+    assert sum(len(s.resolver.pending) for s in state) == bounded.pending
 
 
 def test_a_row_below_the_watermark_is_late_and_counted_once_across_shards() -> None:

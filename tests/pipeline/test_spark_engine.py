@@ -87,8 +87,8 @@ def write_files(lines: list[str], directory: Path, files: int, start: int = 0) -
         os.utime(path, (now + start + i, now + start + i))
 
 
-def reference(directory: Path) -> RunResult:
-    engine = ReferenceEngine(lateness_ms=LATENESS_MS)
+def reference(directory: Path, dedupe_retention_ms: int | None = None) -> RunResult:
+    engine = ReferenceEngine(lateness_ms=LATENESS_MS, dedupe_retention_ms=dedupe_retention_ms)
     for row in read_events(directory):
         engine.feed(row)
     return engine.run()
@@ -114,18 +114,22 @@ def expected_quarantine(result: RunResult) -> list[tuple[Any, ...]]:
     return sorted((q.reason.value, q.raw, q.ts_ms) for q in result.quarantine)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize(("seed", "retention"), [(1, None), (2, 300)])
 def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path: Path,
-                                                            seed: int) -> None:
+                                                            seed: int,
+                                                            retention: int | None) -> None:
     log = tmp_path / "in"
     write_files(random_log(seed), log, files=4)
-    expected = reference(log)
+    expected = reference(log, retention)
+    if retention is not None:  # the retention matters in this log
+        assert len(expected.outcomes) > len(reference(log).outcomes)
     assert {o.outcome.value for o in expected.outcomes} == {"completed", "expired",
                                                             "cancelled", "error"}
     assert expected.quarantined_by_reason().keys() >= {"duplicate_op_id", "unparseable"}
 
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
-                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1)
+                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1,
+                         dedupe_retention_ms=retention)
     result = engine.run()
 
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
@@ -266,6 +270,8 @@ def test_a_checkpoint_keeps_its_shards(spark: Any, tmp_path: Path) -> None:
     SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", shards=2)
     with pytest.raises(ValueError, match="shards=3 but the checkpoint"):
         SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", shards=3)
+    with pytest.raises(ValueError, match="dedupe_retention_ms=5 but the checkpoint"):
+        SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", dedupe_retention_ms=5)
 
 
 KILLABLE_RUN = """

@@ -8,6 +8,9 @@ It resolves an event log with the :class:`~tickwheel.Purgatory` on a
    lateness bound); late and malformed rows go to the quarantine with a reason.
 2. Of the well-formed watches sharing an ``op_id``, a unique earliest one is kept;
    every other is quarantined (two at the earliest ``ts_ms`` are both quarantined).
+   With ``dedupe_retention_ms``, an id is remembered only while its operation is
+   pending and until time passes its first watch's ``ts_ms`` plus the retention; a
+   later watch of it starts a new operation.
 3. Events are applied in ``ts_ms`` order. Before the events at time t, every operation
    whose deadline is at or before t expires (``resolved_ms`` = its deadline). At one
    ``ts_ms``: all watches, then updates with a value, then updates with an error, then
@@ -62,8 +65,12 @@ class RunResult:
 class ReferenceEngine:
     """Feed it rows (``feed_lines``), then ``run()``."""
 
-    def __init__(self, lateness_ms: int = DEFAULT_LATENESS_MS) -> None:
+    def __init__(self, lateness_ms: int = DEFAULT_LATENESS_MS,
+                 dedupe_retention_ms: int | None = None) -> None:
         self.lateness_ms = check_positive_int("lateness_ms", lateness_ms, minimum=0)
+        self.dedupe_retention_ms = (
+            None if dedupe_retention_ms is None
+            else check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0))
         self._result = RunResult()
         self._events: list[Event] = []
         self._max_ts: int | None = None
@@ -92,7 +99,7 @@ class ReferenceEngine:
         result = self._result
         events = sorted(self._events, key=order_key)
         self._events = []
-        resolver = Resolver()
+        resolver = Resolver(dedupe_retention_ms=self.dedupe_retention_ms)
         resolver.apply(events)
         outcomes, duplicates = resolver.drain()
         result.outcomes.extend(outcomes)

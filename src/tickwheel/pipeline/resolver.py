@@ -11,7 +11,10 @@ calls as the caller likes, and resolves delayed operations with a
 - of the watches sharing an ``op_id``, a unique earliest one is applied and every
   other is quarantined as ``duplicate_op_id`` (two at the earliest ``ts_ms`` are both
   quarantined), which a stream can decide as it goes: every later watch of an id
-  already seen is a duplicate;
+  already seen is a duplicate; with ``dedupe_retention_ms`` an id is remembered only
+  while its operation is pending and until time passes its first watch's ``ts_ms`` +
+  ``dedupe_retention_ms`` (then a watch of it starts a new operation), so memory stays
+  bounded on an endless stream;
 - a watch tries to complete at once (try-complete-else-watch); one whose deadline is
   at or before its ``ts_ms`` tries once and otherwise expires at once
   (``resolved_ms`` = its ``ts_ms``); an update raises its key's value to the largest
@@ -27,11 +30,13 @@ per shard of the op-id space and keeps it in the state store between micro-batch
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from tickwheel._clock import ManualClock
+from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import Condition, Event, EventType, Outcome, Quarantined, Reason
 from tickwheel.purgatory import DelayedOperation, Purgatory
 from tickwheel.purgatory import Outcome as OpOutcome
@@ -123,11 +128,19 @@ class Resolver:
     caller takes them away (:meth:`drain`) as often as it likes.
     """
 
-    def __init__(self, now_ms: int | None = None) -> None:
+    def __init__(self, now_ms: int | None = None,
+                 dedupe_retention_ms: int | None = None) -> None:
+        self.dedupe_retention_ms = (
+            None if dedupe_retention_ms is None
+            else check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0))
         self.values: dict[str, int] = {}
         self.update_counts: dict[str, int] = {}
         self.errors_now: dict[str, str] = {}
         self.seen_op_ids: set[str] = set()
+        # With a retention: ids in the order first seen, and ids past their retention
+        # still kept because their operation is pending.
+        self._seen_at: deque[tuple[int, str]] = deque()
+        self._lingering: set[str] = set()
         self.pending: dict[str, _LogOperation] = {}
         self.outcomes: list[OutcomeRow] = []
         self.quarantine: list[Quarantined] = []
@@ -187,6 +200,9 @@ class Resolver:
     def record(self, ev: Event, outcome: Outcome, resolved_ms: int, error: str | None) -> None:
         assert ev.op_id is not None
         self.pending.pop(ev.op_id, None)
+        if self._lingering and ev.op_id in self._lingering:
+            self._lingering.discard(ev.op_id)
+            self.seen_op_ids.discard(ev.op_id)
         self.outcomes.append(OutcomeRow(ev.op_id, outcome, resolved_ms,
                                         resolved_ms - ev.ts_ms, ev.keys, error))
 
@@ -209,18 +225,25 @@ class Resolver:
     def snapshot(self) -> tuple[Any, ...]:
         """Everything needed to go on later, as plain values (picklable, compact)."""
         ops = [(_event_fields(op.event), op.seen_updates) for op in self.pending.values()]
-        return (1, self.now, self.values, self.update_counts, list(self.seen_op_ids), ops,
-                self.applied, self.ignored_cancels)
+        return (2, self.now, self.values, self.update_counts, list(self.seen_op_ids), ops,
+                self.applied, self.ignored_cancels, self.dedupe_retention_ms,
+                list(self._seen_at), list(self._lingering))
 
     @classmethod
     def restore(cls, snapshot: tuple[Any, ...]) -> Resolver:
-        version, now, values, counts, seen, ops, applied, ignored = snapshot
-        if version != 1:
+        version = snapshot[0]
+        if version == 1:  # before the dedupe retention: ids were kept forever
+            snapshot = (*snapshot, None, [], [])
+        elif version != 2:
             raise ValueError(f"snapshot version {version} is not supported")
-        resolver = cls(now)
+        (_, now, values, counts, seen, ops, applied, ignored, retention, seen_at,
+         lingering) = snapshot
+        resolver = cls(now, retention)
         resolver.values = values
         resolver.update_counts = counts
         resolver.seen_op_ids = set(seen)
+        resolver._seen_at = deque((ts, op_id) for ts, op_id in seen_at)
+        resolver._lingering = set(lingering)
         resolver.applied = applied
         resolver.ignored_cancels = ignored
         if now is not None:
@@ -248,6 +271,9 @@ class Resolver:
             assert ev.op_id is not None
             counts[ev.op_id] = counts.get(ev.op_id, 0) + 1
         seen = self.seen_op_ids
+        ts = watches[0].ts_ms
+        if self.dedupe_retention_ms is not None:
+            self._forget_before(ts - self.dedupe_retention_ms)
         for ev in watches:
             assert ev.op_id is not None
             if ev.op_id in seen or counts[ev.op_id] > 1:
@@ -255,7 +281,19 @@ class Resolver:
             else:
                 self.applied += 1
                 self._watch(ev)
+        if self.dedupe_retention_ms is not None:
+            self._seen_at.extend((ts, op_id) for op_id in counts if op_id not in seen)
         seen.update(counts)
+
+    def _forget_before(self, t: int) -> None:
+        """Forget the ids first seen before ``t``, once their operations resolve."""
+        seen_at = self._seen_at
+        while seen_at and seen_at[0][0] < t:
+            _, op_id = seen_at.popleft()
+            if op_id in self.pending:
+                self._lingering.add(op_id)
+            else:
+                self.seen_op_ids.discard(op_id)
 
     def _watch(self, ev: Event) -> None:
         assert ev.op_id is not None

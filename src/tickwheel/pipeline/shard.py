@@ -140,6 +140,9 @@ class ShardStatus:
 class Shard:
     """Rows in (:meth:`take`), outcomes out (:meth:`release`).
 
+    ``dedupe_retention_ms`` bounds how long op ids are remembered (see
+    :class:`~tickwheel.pipeline.resolver.Resolver`).
+
     With ``lateness_ms``, :meth:`release` does not wait for the engine's watermark to
     catch up: Spark's watermark lags a micro-batch (it comes from the rows of earlier
     batches), so every row would be held, and saved with the state, for one batch.
@@ -148,11 +151,12 @@ class Shard:
     next watermark is at least that high), so the outcomes do not change.
     """
 
-    def __init__(self, shard: int, lateness_ms: int | None = None) -> None:
+    def __init__(self, shard: int, lateness_ms: int | None = None,
+                 dedupe_retention_ms: int | None = None) -> None:
         self.shard = shard
         self.lateness_ms = (None if lateness_ms is None
                             else check_positive_int("lateness_ms", lateness_ms, minimum=0))
-        self.resolver = Resolver()
+        self.resolver = Resolver(dedupe_retention_ms=dedupe_retention_ms)
         # Held rows stay in their encoded form (see `encode`), each with whether it is
         # counted here (a shared row counts in shard 0 only, so the shards' counters sum
         # to the rows read). Most rows are held for one micro-batch and saved with the

@@ -157,9 +157,11 @@ def _processor_class() -> type:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class ShardProcessor(StatefulProcessor):
-        def __init__(self, labels: list[int], lateness_ms: int) -> None:
+        def __init__(self, labels: list[int], lateness_ms: int,
+                     dedupe_retention_ms: int | None) -> None:
             self.shard_of_label = {label: shard for shard, label in enumerate(labels)}
             self.lateness_ms = lateness_ms
+            self.dedupe_retention_ms = dedupe_retention_ms
 
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.handle = handle
@@ -203,7 +205,7 @@ def _processor_class() -> type:
 
         def _load(self, shard_id: int) -> Shard:
             if not self.token.exists():
-                return Shard(shard_id, self.lateness_ms)
+                return Shard(shard_id, self.lateness_ms, self.dedupe_retention_ms)
             saved_token = self.token.get()
             assert saved_token is not None
             token = saved_token[0]
@@ -333,11 +335,14 @@ class SparkEngine:
 
     def __init__(self, spark: SparkSession, input_dir: Path, output_dir: Path,
                  checkpoint_dir: Path, lateness_ms: int = 10_000, shards: int | None = None,
+                 dedupe_retention_ms: int | None = None,
                  max_files_per_trigger: int | None = None,
                  on_batch: Callable[[int, int, int], None] | None = None) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress)."""
         check_positive_int("lateness_ms", lateness_ms, minimum=0)
+        if dedupe_retention_ms is not None:
+            check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0)
         if shards is not None:
             check_positive_int("shards", shards)
         if max_files_per_trigger is not None:
@@ -349,6 +354,7 @@ class SparkEngine:
         self.output_dir = output_dir
         self.checkpoint_dir = checkpoint_dir
         self.lateness_ms = lateness_ms
+        self.dedupe_retention_ms = dedupe_retention_ms
         self.max_files_per_trigger = max_files_per_trigger
         self.shards, self.labels = self._settle_shards(shards)
         self.on_batch = on_batch
@@ -361,17 +367,20 @@ class SparkEngine:
             if shards is not None and shards != saved["shards"]:
                 raise ValueError(f"shards={shards} but the checkpoint {self.checkpoint_dir} "
                                  f"was made with shards={saved['shards']}")
-            if saved["lateness_ms"] != self.lateness_ms:
-                raise ValueError(f"lateness_ms={self.lateness_ms} but the checkpoint "
-                                 f"{self.checkpoint_dir} was made with "
-                                 f"lateness_ms={saved['lateness_ms']}")
+            for name in ("lateness_ms", "dedupe_retention_ms"):
+                # The shards' state holds these: a run cannot change them.
+                if saved.get(name) != getattr(self, name):
+                    raise ValueError(f"{name}={getattr(self, name)} but the checkpoint "
+                                     f"{self.checkpoint_dir} was made with "
+                                     f"{name}={saved.get(name)}")
             return int(saved["shards"]), [int(label) for label in saved["labels"]]
         if shards is None:
             shards = max(1, self.spark.sparkContext.defaultParallelism)
         labels = self._labels(shards)
         (self.checkpoint_dir / "control").mkdir(parents=True, exist_ok=True)
         meta.write_text(json.dumps({"shards": shards, "labels": labels,
-                                    "lateness_ms": self.lateness_ms}))
+                                    "lateness_ms": self.lateness_ms,
+                                    "dedupe_retention_ms": self.dedupe_retention_ms}))
         return shards, labels
 
     def _labels(self, shards: int) -> list[int]:
@@ -413,7 +422,8 @@ class SparkEngine:
                   # before the processor could quarantine them.
                   .select("shard", "ts", "own", "shared"))
         return chunks.groupBy("shard").transformWithStateInPandas(
-            _processor_class()(self.labels, self.lateness_ms), OUTPUT_SCHEMA, "Append", "EventTime")
+            _processor_class()(self.labels, self.lateness_ms, self.dedupe_retention_ms),
+            OUTPUT_SCHEMA, "Append", "EventTime")
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
         import pyarrow as pa
