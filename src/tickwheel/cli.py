@@ -137,8 +137,9 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     if not input.is_dir():
         console.print(f"[red]input directory {input} does not exist[/red]")
         raise typer.Exit(2)
-    with console.status(f"starting Spark ({master})"):
-        spark = spark_session(master)
+    log = checkpoint / "spark-console.log"
+    console.print(f"starting Spark ({master}); its console output goes to {log}")
+    spark = spark_session(master, jvm_log=log)
     try:
         spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
                                    shards=shards, max_files_per_trigger=max_files_per_trigger,

@@ -139,8 +139,10 @@ def pipeline(events: int = 1_000_000) -> None:
 def _spark(out: Path, on_batch: Callable[[int, int, int], None]) -> tuple[float, int]:
     from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
 
-    print("spark engine: starting local[2] ...", flush=True)
-    spark = spark_session("local[2]")
+    log = out / "spark-console.log"
+    print(f"spark engine: starting local[2] (its console output goes to {log}) ...",
+          flush=True)
+    spark = spark_session("local[2]", jvm_log=log)
     try:
         engine = SparkEngine(spark, out / "events", out / "spark", out / "checkpoint",
                              shards=2, max_files_per_trigger=4, on_batch=on_batch)

@@ -279,7 +279,8 @@ import sys
 from pathlib import Path
 from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
 base = Path(sys.argv[1])
-engine = SparkEngine(spark_session("local[2]"), base / "in", base / "out", base / "ckpt",
+spark = spark_session("local[2]", jvm_log=base / "jvm.log")
+engine = SparkEngine(spark, base / "in", base / "out", base / "ckpt",
                      lateness_ms={lateness}, shards=2, max_files_per_trigger=1)
 engine.run(final=sys.argv[2] == "final")
 """
@@ -318,6 +319,9 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
                                    check=False, env=env, capture_output=True, text=True,
                                    timeout=600)
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    # PySpark's transformWithState driver worker prints to the JVM's console: its log.
+    assert "TransformWithStateInPandas" not in uninterrupted.stdout + uninterrupted.stderr
+    assert "TransformWithStateInPandas" in (whole / "jvm.log").read_text()
 
     got = outcomes_of(killed / "out")
     assert len(set(got)) == len(got), "an outcome was written twice"

@@ -78,22 +78,50 @@ _LOCAL = re.compile(r"local\[(\d+|\*)\]")
 
 
 def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
-                  driver_memory: str = "4g") -> SparkSession:
+                  driver_memory: str = "4g", jvm_log: Path | None = None) -> SparkSession:
     """A session with what the engine needs: the RocksDB state store (required by
-    ``transformWithState``), this interpreter for Python workers, quiet logs."""
+    ``transformWithState``), this interpreter for Python workers, quiet logs.
+
+    With ``jvm_log``, a JVM started here writes its console output there instead of
+    this process's terminal: its start-up warnings, and the lines PySpark's
+    transformWithState driver worker prints for every query."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName(app_name)
-             .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-             .config("spark.driver.memory", driver_memory)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-             .getOrCreate())
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+               .config("spark.driver.memory", driver_memory)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000"))
+    if jvm_log is None:
+        spark = builder.getOrCreate()
+    else:
+        with _console_output_to(jvm_log):
+            spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextlib.contextmanager
+def _console_output_to(path: Path) -> Iterator[None]:
+    """Point this process's stdout and stderr file descriptors at ``path`` for a while:
+    a child started meanwhile (the JVM) keeps them, this process gets its own back."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
