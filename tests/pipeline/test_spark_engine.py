@@ -127,6 +127,7 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
                                                             "cancelled", "error"}
     assert expected.quarantined_by_reason().keys() >= {"duplicate_op_id", "unparseable"}
 
+    shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
                          lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1,
                          dedupe_retention_ms=retention)
@@ -141,6 +142,10 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     assert result.ignored_cancels == expected.ignored_cancels
     assert result.quarantined_by_reason() == expected.quarantined_by_reason()
     assert result.outcomes_by_outcome() == expected.outcomes_by_outcome()
+    # The query ran with a shuffle partition per shard; the session got its own back.
+    assert '"spark.sql.shuffle.partitions":"2"' in (tmp_path / "ckpt" / "query" / "offsets"
+                                                    / "0").read_text()
+    assert spark.conf.get("spark.sql.shuffle.partitions") == shuffle_partitions
 
 
 EVENT_COLUMNS = {"ts_ms": "int64", "type": "string", "op_id": "string",

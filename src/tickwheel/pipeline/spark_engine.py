@@ -479,21 +479,34 @@ class SparkEngine:
                  quarantine.num_rows)
 
     def _run_once(self) -> None:
-        # One shuffle partition (and state store) per shard: Spark's default of 200
-        # costs a state-store commit each per batch. A checkpoint keeps its own value.
-        self.spark.conf.set("spark.sql.shuffle.partitions", str(self.shards))
-        # Shards apply rows up to the lateness bound themselves and the end-of-input
-        # marker carries its own watermark, so a batch that only moves the watermark
-        # has nothing to do.
-        self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        # A state-store commit then writes the changes, not a new RocksDB checkpoint.
-        self.spark.conf.set(
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        query = (self._query_input().writeStream
-                 .foreachBatch(self._write_batch)
-                 .option("checkpointLocation", str(self.checkpoint_dir / "query"))
-                 .trigger(availableNow=True)
-                 .start())
+        settings = {
+            # One shuffle partition (and state store) per shard: Spark's default of 200
+            # costs a state-store commit each per batch. A checkpoint keeps its own value.
+            "spark.sql.shuffle.partitions": str(self.shards),
+            # Shards apply rows up to the lateness bound themselves and the end-of-input
+            # marker carries its own watermark, so a batch that only moves the watermark
+            # has nothing to do.
+            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+            # A state-store commit then writes the changes, not a new RocksDB checkpoint.
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        }
+        # The query takes its own copy of the session's settings when it starts: the
+        # caller's session gets its own values back.
+        previous = {name: self.spark.conf.get(name, None) for name in settings}
+        for name, value in settings.items():
+            self.spark.conf.set(name, value)
+        try:
+            query = (self._query_input().writeStream
+                     .foreachBatch(self._write_batch)
+                     .option("checkpointLocation", str(self.checkpoint_dir / "query"))
+                     .trigger(availableNow=True)
+                     .start())
+        finally:
+            for name, old_value in previous.items():
+                if old_value is None:
+                    self.spark.conf.unset(name)
+                else:
+                    self.spark.conf.set(name, old_value)
         query.awaitTermination()
         for progress in query.recentProgress:
             log.info("batch %s: %s rows, %s", progress.batchId, progress.numInputRows,
