@@ -12,11 +12,20 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tickwheel import HashedWheelTimer, HeapTimer, TimerBase, TimingWheelTimer
+from tickwheel import (
+    HashedWheelTimer,
+    HeapTimer,
+    ProcessingResult,
+    TimerBase,
+    TimingWheelTimer,
+)
+from tickwheel.pipeline.resolver import OutcomeRow
+from tickwheel.pipeline.sink import Delivery, OutcomeSink
 
 REQUESTS = 60_000
 ARRIVAL_WINDOW_S = 1.5
@@ -98,9 +107,10 @@ def pipeline(events: int = 1_000_000) -> None:
     print(f"local engine: {result.rows_in:,} rows in {local_s:.1f} s", flush=True)
     assert result.rows_in == result.rows_applied + len(result.quarantine)
 
-    spark_s, spark_batches = _spark(out, lambda batch, outcomes, quarantined: print(
+    notifier = _Notifier()
+    spark_s, spark_batches, delivery = _spark(out, lambda batch, outcomes, quarantined: print(
         f"  spark micro-batch {batch}: {outcomes:,} outcomes, {quarantined:,} quarantined",
-        flush=True))
+        flush=True), notifier)
     local_rows = sorted((o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, list(o.keys),
                          o.error) for o in result.outcomes)
     spark_rows = sorted((r["op_id"], r["outcome"], r["resolved_ms"], r["latency_ms"],
@@ -134,22 +144,57 @@ def pipeline(events: int = 1_000_000) -> None:
                          f"{len(local_q):,}")
     print(f"the Spark and local engines agree on all {len(local_rows):,} outcomes and "
           f"{len(local_q):,} quarantined rows")
+    told = {(o.op_id, o.resolved_ms - o.latency_ms): o.outcome.value for o in result.outcomes}
+    batches = delivery.stats.batches
+    print(f"delivered through the batching dispatcher: {len(notifier.told):,} outcomes in "
+          f"{sum(batches.values()):,} batches ({batches.get('congestion', 0):,} pushed back "
+          f"and retried, {delivery.stats.replayed:,} tasks replayed), "
+          f"{delivery.undelivered:,} undelivered")
+    if notifier.told != told:
+        raise SystemExit("the notifier was not told every outcome exactly as resolved")
 
 
-def _spark(out: Path, on_batch: Callable[[int, int, int], None]) -> tuple[float, int]:
+class _Notifier:
+    """What a user plugs in behind the engine: tells each client how its request ended
+    (kept by operation, so a redelivered outcome changes nothing), and now and then
+    pushes back like a busy downstream service."""
+
+    def __init__(self) -> None:
+        self.told: dict[tuple[str, int], str] = {}
+        self._lock = threading.Lock()
+        self._rng = random.Random(7)
+
+    def process(self, task: OutcomeRow) -> ProcessingResult:
+        return self.process_batch([task])
+
+    def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+        with self._lock:
+            if self._rng.random() < 0.02:
+                return ProcessingResult.CONGESTION
+            for outcome in tasks:
+                self.told[(outcome.op_id, outcome.resolved_ms - outcome.latency_ms)] = (
+                    outcome.outcome.value)
+        return ProcessingResult.SUCCESS
+
+
+def _spark(out: Path, on_batch: Callable[[int, int, int], None],
+           notifier: _Notifier) -> tuple[float, int, Delivery]:
     from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
 
     log = out / "spark-console.log"
     print(f"spark engine: starting local[2] (its console output goes to {log}) ...",
           flush=True)
     spark = spark_session("local[2]", jvm_log=log)
+    sink = OutcomeSink(notifier, max_batch_size=500, congestion_retry_delay_ms=100)
     try:
         engine = SparkEngine(spark, out / "events", out / "spark", out / "checkpoint",
-                             shards=2, max_files_per_trigger=4, on_batch=on_batch)
+                             shards=2, max_files_per_trigger=4, on_batch=on_batch,
+                             sink=sink)
         result = engine.run()
     finally:
+        delivery = sink.close()
         spark.stop()
-    return result.seconds, result.batches
+    return result.seconds, result.batches, delivery
 
 
 def main() -> None:

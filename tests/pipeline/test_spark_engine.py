@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.pipeline.test_sink import Flaky
 from tickwheel.pipeline.io import read_events, read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
+from tickwheel.pipeline.sink import OutcomeSink
 from tickwheel.pipeline.spark_engine import SparkEngine
 
 pytestmark = pytest.mark.spark
@@ -128,10 +130,13 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     assert expected.quarantined_by_reason().keys() >= {"duplicate_op_id", "unparseable"}
 
     shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    processor = Flaky()
+    sink = OutcomeSink(processor, max_batch_size=50, congestion_retry_delay_ms=5)
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
                          lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1,
-                         dedupe_retention_ms=retention)
+                         dedupe_retention_ms=retention, sink=sink)
     result = engine.run()
+    delivery = sink.close()
 
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
     assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
@@ -142,6 +147,10 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     assert result.ignored_cancels == expected.ignored_cancels
     assert result.quarantined_by_reason() == expected.quarantined_by_reason()
     assert result.outcomes_by_outcome() == expected.outcomes_by_outcome()
+    # Each micro-batch's outcomes went through the dispatcher, retried on congestion.
+    assert delivery.undelivered == 0
+    assert sorted(processor.seen) == sorted(o.op_id for o in expected.outcomes)
+    assert delivery.stats.batches["congestion"] > 0
     # The query ran with a shuffle partition per shard; the session got its own back.
     assert '"spark.sql.shuffle.partitions":"2"' in (tmp_path / "ckpt" / "query" / "offsets"
                                                     / "0").read_text()

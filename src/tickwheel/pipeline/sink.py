@@ -1,9 +1,10 @@
 """Deliver resolved operations to a user's processor through the batching dispatcher.
 
-Each outcome is a task whose id is its ``op_id``: a redelivery (after a restart, or a
-retry after congestion) replaces the pending copy instead of doubling it, so the
+Each outcome is a task whose id is its ``op_id`` and registration time (an ``op_id``
+names one operation at a time): a redelivery (after a restart, or a retry after
+congestion) replaces the pending copy instead of doubling it, so the
 processor sees each operation at most once per delivery run, and a processor that
-stores outcomes by ``op_id`` makes redelivery after a restart harmless.
+stores outcomes by that id makes redelivery after a restart harmless.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tickwheel.dispatch import (
 )
 from tickwheel.pipeline.reference import OutcomeRow
 
-__all__ = ["Delivery", "deliver_outcomes"]
+__all__ = ["Delivery", "OutcomeSink", "deliver_outcomes"]
 
 _NEVER = 2**62
 
@@ -30,6 +31,62 @@ _NEVER = 2**62
 class Delivery:
     stats: DispatcherStats
     undelivered: int  # still pending when the timeout ran out (reported, not lost)
+
+
+class OutcomeSink:
+    """A batching dispatcher that stays open across calls: an engine hands it each
+    micro-batch's outcomes (:meth:`deliver`), the dispatcher batches across them, and
+    :meth:`close` waits for the last. The Spark engine delivers a micro-batch after
+    writing its files; a batch that runs again after a crash is delivered again, which
+    a processor that keeps outcomes by ``op_id`` absorbs."""
+
+    def __init__(
+        self,
+        processor: TaskProcessor[OutcomeRow],
+        *,
+        name: str = "outcomes",
+        max_batch_size: int = 250,
+        worker_count: int = 4,
+        max_batching_delay_ms: int = 50,
+        congestion_retry_delay_ms: int = 1_000,
+        clock: Clock | None = None,
+    ) -> None:
+        self._dispatcher = create_batching_dispatcher(
+            name, processor, max_buffer_size=max(10_000, max_batch_size),
+            max_batch_size=max_batch_size, worker_count=worker_count,
+            max_batching_delay_ms=max_batching_delay_ms,
+            congestion_retry_delay_ms=congestion_retry_delay_ms, clock=clock)
+        self.offered = 0
+
+    def deliver(self, outcomes: Iterable[OutcomeRow]) -> None:
+        """Hand outcomes over; blocks while the dispatcher's acceptor is behind
+        (backpressure into the engine instead of an unbounded queue)."""
+        process = self._dispatcher.process
+        for outcome in outcomes:
+            while True:
+                try:
+                    # An op_id names one operation at a time; with a dedupe retention
+                    # it can name a later one too, registered at another ts_ms.
+                    task_id = (outcome.op_id, outcome.resolved_ms - outcome.latency_ms)
+                    process(task_id, outcome, _NEVER)
+                    break
+                except DispatcherOverloaded:
+                    time.sleep(0.001)
+            self.offered += 1
+
+    def stats(self) -> DispatcherStats:
+        return self._dispatcher.stats()
+
+    def close(self, timeout_s: float = 60.0) -> Delivery:
+        """Wait up to ``timeout_s`` for what is pending; say how much was not delivered."""
+        undelivered = self._dispatcher.close(timeout_s)
+        return Delivery(self._dispatcher.stats(), undelivered)
+
+    def __enter__(self) -> OutcomeSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def deliver_outcomes(
@@ -46,19 +103,11 @@ def deliver_outcomes(
 ) -> Delivery:
     """Hand every outcome to ``processor.process_batch`` in batches, retrying after
     congestion or transient errors; wait up to ``timeout_s`` for the last of them."""
-    dispatcher = create_batching_dispatcher(
-        name, processor, max_buffer_size=max(10_000, max_batch_size),
-        max_batch_size=max_batch_size, worker_count=worker_count,
-        max_batching_delay_ms=max_batching_delay_ms,
-        congestion_retry_delay_ms=congestion_retry_delay_ms, clock=clock)
+    sink = OutcomeSink(processor, name=name, max_batch_size=max_batch_size,
+                       worker_count=worker_count, max_batching_delay_ms=max_batching_delay_ms,
+                       congestion_retry_delay_ms=congestion_retry_delay_ms, clock=clock)
     try:
-        for outcome in outcomes:
-            while True:
-                try:
-                    dispatcher.process(outcome.op_id, outcome, _NEVER)
-                    break
-                except DispatcherOverloaded:
-                    time.sleep(0.001)  # the acceptor is behind: let it catch up
+        sink.deliver(outcomes)
     finally:
-        undelivered = dispatcher.close(timeout_s)
-    return Delivery(dispatcher.stats(), undelivered)
+        delivery = sink.close(timeout_s)
+    return delivery

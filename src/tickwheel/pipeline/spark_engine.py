@@ -19,7 +19,8 @@ JVM. One query:
 5. ``foreachBatch`` writes the batch's outcomes, quarantined rows and shard counters
    to ``batch-<id>.parquet`` files, atomically and named by batch id, so a batch that
    runs again after a crash replaces its own files: exactly once, with readers that
-   just read ``*.parquet``.
+   just read ``*.parquet``; then it hands the outcomes to an optional
+   :class:`~tickwheel.pipeline.sink.OutcomeSink` (the batching dispatcher).
 
 Spark drops rows at or below the watermark before a stateful operator sees them, so
 the event-time column is not passed to it: shards find late rows themselves and
@@ -46,10 +47,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.events import Quarantined
+from tickwheel.pipeline.events import Outcome, Quarantined
 from tickwheel.pipeline.io import parquet_events
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.shard import Shard, ShardStatus, pack, pack_rows
+from tickwheel.pipeline.sink import OutcomeSink
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -365,9 +367,12 @@ class SparkEngine:
                  checkpoint_dir: Path, lateness_ms: int = 10_000, shards: int | None = None,
                  dedupe_retention_ms: int | None = None,
                  max_files_per_trigger: int | None = None,
-                 on_batch: Callable[[int, int, int], None] | None = None) -> None:
+                 on_batch: Callable[[int, int, int], None] | None = None,
+                 sink: OutcomeSink | None = None) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
-        micro-batch's outputs are written (progress)."""
+        micro-batch's outputs are written (progress). ``sink`` gets each micro-batch's
+        outcomes once its files are written (again, if the batch runs again after a
+        crash); the caller closes it."""
         check_positive_int("lateness_ms", lateness_ms, minimum=0)
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0)
@@ -386,6 +391,7 @@ class SparkEngine:
         self.max_files_per_trigger = max_files_per_trigger
         self.shards, self.labels = self._settle_shards(shards)
         self.on_batch = on_batch
+        self.sink = sink
         self.batches = 0
 
     def _settle_shards(self, shards: int | None) -> tuple[int, list[int]]:
@@ -472,6 +478,11 @@ class SparkEngine:
         if status.num_rows:
             _write_atomically(pa.table({"status": status["status"]}),
                               self.checkpoint_dir / "status" / name)
+        if self.sink is not None and outcomes.num_rows:
+            self.sink.deliver(
+                OutcomeRow(row["op_id"], Outcome(row["outcome"]), row["resolved_ms"],
+                           row["latency_ms"], tuple(row["keys"]), row["error"])
+                for row in outcomes.to_pylist())
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, outcomes.num_rows, quarantine.num_rows)
