@@ -5,10 +5,12 @@ from __future__ import annotations
 import random
 import threading
 
+import pytest
+
 from tickwheel import ProcessingResult
 from tickwheel.pipeline.events import Outcome
 from tickwheel.pipeline.reference import OutcomeRow
-from tickwheel.pipeline.sink import deliver_outcomes
+from tickwheel.pipeline.sink import OutcomeSink, deliver_outcomes
 
 
 class Flaky:
@@ -36,3 +38,33 @@ def test_every_outcome_is_delivered_once_despite_congestion() -> None:
     assert delivery.undelivered == 0
     assert sorted(processor.seen) == sorted(r.op_id for r in rows)
     assert delivery.stats.batches["congestion"] > 0 and delivery.stats.replayed > 0
+
+
+def test_a_sink_holds_the_engine_back_instead_of_overflowing_the_dispatcher() -> None:
+    # Far more outcomes than the dispatcher's buffer, against a processor that pushes
+    # back a fifth of the time: the buffer must never overflow (Eureka drops the oldest
+    # task when it does), so every outcome arrives.
+    rows = [OutcomeRow(f"op-{i}", Outcome.EXPIRED, i, 5, (), None) for i in range(40_000)]
+    processor = Flaky()
+    with OutcomeSink(processor, max_buffer_size=2_000, max_batch_size=100,
+                     congestion_retry_delay_ms=2) as sink:
+        sink.deliver(rows[:20_000])
+        sink.deliver(rows[20_000:])
+    stats = sink.stats()
+    assert (stats.queue_overflows, stats.dropped) == (0, 0)
+    assert sorted(processor.seen) == sorted(r.op_id for r in rows)
+    assert stats.batches["congestion"] > 0
+
+
+def test_one_op_id_reused_for_a_later_operation_is_delivered_twice() -> None:
+    first = OutcomeRow("job", Outcome.EXPIRED, 10, 10, (), None)
+    again = OutcomeRow("job", Outcome.EXPIRED, 510, 10, (), None)  # registered at 500
+    processor = Flaky()
+    processor.rng = random.Random(0)  # no congestion on the first draws
+    assert deliver_outcomes([first, again], processor).undelivered == 0
+    assert processor.seen == ["job", "job"]
+
+
+def test_a_buffer_too_small_for_the_batches_in_flight_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_buffer_size"):
+        OutcomeSink(Flaky(), max_buffer_size=1_000, max_batch_size=250, worker_count=4)

@@ -25,6 +25,7 @@ from tickwheel.pipeline.reference import OutcomeRow
 __all__ = ["Delivery", "OutcomeSink", "deliver_outcomes"]
 
 _NEVER = 2**62
+_CHECK_EVERY = 64  # outcomes handed over between looks at the dispatcher's queues
 
 
 @dataclass(frozen=True)
@@ -45,17 +46,29 @@ class OutcomeSink:
         processor: TaskProcessor[OutcomeRow],
         *,
         name: str = "outcomes",
+        max_buffer_size: int = 10_000,
         max_batch_size: int = 250,
         worker_count: int = 4,
         max_batching_delay_ms: int = 50,
         congestion_retry_delay_ms: int = 1_000,
         clock: Clock | None = None,
     ) -> None:
+        in_flight = worker_count * max_batch_size
+        if max_buffer_size < 2 * (in_flight + _CHECK_EVERY):
+            raise ValueError(
+                f"max_buffer_size ({max_buffer_size}) must be at least twice worker_count "
+                f"* max_batch_size + {_CHECK_EVERY} ({2 * (in_flight + _CHECK_EVERY)}), so "
+                f"that the batches in flight always fit back after congestion")
         self._dispatcher = create_batching_dispatcher(
-            name, processor, max_buffer_size=max(10_000, max_batch_size),
+            name, processor, max_buffer_size=max_buffer_size,
             max_batch_size=max_batch_size, worker_count=worker_count,
             max_batching_delay_ms=max_batching_delay_ms,
             congestion_retry_delay_ms=congestion_retry_delay_ms, clock=clock)
+        # The dispatcher drops its oldest task when its buffer overflows (Eureka's
+        # choice for replication, where a newer task supersedes it); outcomes must not
+        # be dropped, so the sink keeps what is queued and buffered below the buffer's
+        # size, with room for every batch in flight to come back after congestion.
+        self._window = max_buffer_size // 2 - in_flight
         self.offered = 0
 
     def deliver(self, outcomes: Iterable[OutcomeRow]) -> None:
@@ -63,6 +76,8 @@ class OutcomeSink:
         (backpressure into the engine instead of an unbounded queue)."""
         process = self._dispatcher.process
         for outcome in outcomes:
+            if self.offered % _CHECK_EVERY == 0:
+                self._wait_for_room()
             while True:
                 try:
                     # An op_id names one operation at a time; with a dedupe retention
@@ -73,6 +88,14 @@ class OutcomeSink:
                 except DispatcherOverloaded:
                     time.sleep(0.001)
             self.offered += 1
+
+    def _wait_for_room(self) -> None:
+        while True:
+            stats = self._dispatcher.stats()
+            queued = stats.acceptor_queue + stats.reprocess_queue + stats.pending
+            if queued + _CHECK_EVERY <= self._window:
+                return
+            time.sleep(0.001)
 
     def stats(self) -> DispatcherStats:
         return self._dispatcher.stats()
@@ -94,6 +117,7 @@ def deliver_outcomes(
     processor: TaskProcessor[OutcomeRow],
     *,
     name: str = "outcomes",
+    max_buffer_size: int = 10_000,
     max_batch_size: int = 250,
     worker_count: int = 4,
     max_batching_delay_ms: int = 50,
@@ -103,7 +127,8 @@ def deliver_outcomes(
 ) -> Delivery:
     """Hand every outcome to ``processor.process_batch`` in batches, retrying after
     congestion or transient errors; wait up to ``timeout_s`` for the last of them."""
-    sink = OutcomeSink(processor, name=name, max_batch_size=max_batch_size,
+    sink = OutcomeSink(processor, name=name, max_buffer_size=max_buffer_size,
+                       max_batch_size=max_batch_size,
                        worker_count=worker_count, max_batching_delay_ms=max_batching_delay_ms,
                        congestion_retry_delay_ms=congestion_retry_delay_ms, clock=clock)
     try:
