@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pytest
 
@@ -68,3 +69,36 @@ def test_one_op_id_reused_for_a_later_operation_is_delivered_twice() -> None:
 def test_a_buffer_too_small_for_the_batches_in_flight_is_refused() -> None:
     with pytest.raises(ValueError, match="max_buffer_size"):
         OutcomeSink(Flaky(), max_buffer_size=1_000, max_batch_size=250, worker_count=4)
+
+
+def test_flush_returns_once_every_outcome_handed_over_is_settled() -> None:
+    class Slow(Flaky):
+        def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+            time.sleep(0.01)
+            return super().process_batch(tasks)
+
+    rows = [OutcomeRow(f"op-{i}", Outcome.COMPLETED, i, 1, (), None) for i in range(3_000)]
+    processor = Slow()
+    with OutcomeSink(processor, max_batch_size=100, congestion_retry_delay_ms=5) as sink:
+        sink.deliver(rows)
+        assert sink.flush(timeout_s=60)
+        # Settled means the processor has them, before close().
+        with processor.lock:
+            assert sorted(processor.seen) == sorted(r.op_id for r in rows)
+
+
+def test_outcomes_a_processor_refuses_for_good_are_settled_not_waited_for() -> None:
+    class Refusing(Flaky):
+        calls = 0
+
+        def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+            self.calls += 1
+            if self.calls % 2:
+                raise RuntimeError("downstream rejects this batch")
+            return ProcessingResult.PERMANENT_ERROR
+
+    rows = [OutcomeRow(f"op-{i}", Outcome.COMPLETED, i, 1, (), None) for i in range(500)]
+    with OutcomeSink(Refusing(), max_batch_size=10) as sink:
+        sink.deliver(rows)
+        assert sink.flush(timeout_s=30)
+    assert sink.stats().processor_errors > 0

@@ -9,14 +9,16 @@ stores outcomes by that id makes redelivery after a restart harmless.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tickwheel._clock import Clock
 from tickwheel.dispatch import (
     DispatcherOverloaded,
     DispatcherStats,
+    ProcessingResult,
     TaskProcessor,
     create_batching_dispatcher,
 )
@@ -34,12 +36,42 @@ class Delivery:
     undelivered: int  # still pending when the timeout ran out (reported, not lost)
 
 
+class _Settling:
+    """The user's processor, counting the outcomes it has settled: delivered, or
+    refused for good (a permanent error, a raise, or no verdict, which the dispatcher
+    also takes as permanent). Congestion and transient errors come back."""
+
+    _RETRIED = (ProcessingResult.CONGESTION, ProcessingResult.TRANSIENT_ERROR)
+
+    def __init__(self, processor: TaskProcessor[OutcomeRow]) -> None:
+        self._processor = processor
+        self._lock = threading.Lock()
+        self.settled = 0
+
+    def process(self, task: OutcomeRow) -> ProcessingResult:
+        return self._settle(lambda: self._processor.process(task), 1)
+
+    def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+        return self._settle(lambda: self._processor.process_batch(tasks), len(tasks))
+
+    def _settle(self, call: Callable[[], ProcessingResult], n: int) -> ProcessingResult:
+        result: object = None
+        try:
+            result = call()
+        finally:
+            if result not in self._RETRIED:
+                with self._lock:
+                    self.settled += n
+        return result
+
+
 class OutcomeSink:
     """A batching dispatcher that stays open across calls: an engine hands it each
     micro-batch's outcomes (:meth:`deliver`), the dispatcher batches across them, and
-    :meth:`close` waits for the last. The Spark engine delivers a micro-batch after
-    writing its files; a batch that runs again after a crash is delivered again, which
-    a processor that keeps outcomes by ``op_id`` absorbs."""
+    :meth:`flush` waits until the processor has settled every one (the Spark engine
+    flushes before a micro-batch commits, so a crash can only lead to a batch being
+    delivered again, never to one being skipped; a processor that keeps outcomes by
+    ``op_id`` and registration time absorbs the repeat). :meth:`close` flushes too."""
 
     def __init__(
         self,
@@ -59,8 +91,9 @@ class OutcomeSink:
                 f"max_buffer_size ({max_buffer_size}) must be at least twice worker_count "
                 f"* max_batch_size + {_CHECK_EVERY} ({2 * (in_flight + _CHECK_EVERY)}), so "
                 f"that the batches in flight always fit back after congestion")
+        self._settling = _Settling(processor)
         self._dispatcher = create_batching_dispatcher(
-            name, processor, max_buffer_size=max_buffer_size,
+            name, self._settling, max_buffer_size=max_buffer_size,
             max_batch_size=max_batch_size, worker_count=worker_count,
             max_batching_delay_ms=max_batching_delay_ms,
             congestion_retry_delay_ms=congestion_retry_delay_ms, clock=clock)
@@ -95,6 +128,18 @@ class OutcomeSink:
             queued = stats.acceptor_queue + stats.reprocess_queue + stats.pending
             if queued + _CHECK_EVERY <= self._window:
                 return
+            time.sleep(0.001)
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until the processor has settled every outcome handed over (or a newer
+        copy replaced it, or it expired); False if ``timeout_s`` ran out first."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            stats = self._dispatcher.stats()
+            if self._settling.settled + stats.overridden + stats.expired >= self.offered:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
             time.sleep(0.001)
 
     def stats(self) -> DispatcherStats:

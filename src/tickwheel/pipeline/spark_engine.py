@@ -371,8 +371,9 @@ class SparkEngine:
                  sink: OutcomeSink | None = None) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress). ``sink`` gets each micro-batch's
-        outcomes once its files are written (again, if the batch runs again after a
-        crash); the caller closes it."""
+        outcomes once its files are written, and the batch commits only once the
+        processor has settled them (a batch that runs again after a crash is delivered
+        again); the caller closes it."""
         check_positive_int("lateness_ms", lateness_ms, minimum=0)
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0)
@@ -483,6 +484,8 @@ class SparkEngine:
                 OutcomeRow(row["op_id"], Outcome(row["outcome"]), row["resolved_ms"],
                            row["latency_ms"], tuple(row["keys"]), row["error"])
                 for row in outcomes.to_pylist())
+            # Before the batch commits: a crash then repeats it, never skips it.
+            self.sink.flush()
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, outcomes.num_rows, quarantine.num_rows)
