@@ -10,6 +10,7 @@ import pytest
 
 from tickwheel import (
     DispatcherClosed,
+    DispatcherOverloaded,
     ManualClock,
     ProcessingResult,
     TaskDispatcher,
@@ -122,6 +123,35 @@ def test_a_new_task_overrides_the_old_one_and_keeps_its_place(
     assert wait_until(lambda: len(p.seen) == 2)
     assert p.seen == ["x-new", "y"]
     assert d.stats().overridden == 1
+
+
+def test_process_all_hands_over_in_order_and_overrides_like_process(
+        closing: list[TaskDispatcher[object]], clock: ManualClock) -> None:
+    p = Recorder()
+    d = batching(closing, p, clock, max_batch_size=10, worker_count=1,
+                 max_batching_delay_ms=100)
+    assert d.process_all([("x", "x-old", FAR), ("y", "y", FAR), ("x", "x-new", FAR)]) == 3
+    assert wait_until(lambda: d.backlog == 2)
+    assert p.seen == []  # still batching: the oldest has not waited long enough
+    clock.advance(100)
+    assert wait_until(lambda: len(p.seen) == 2)
+    assert p.seen == ["x-new", "y"]
+    stats = d.stats()
+    assert (stats.accepted, stats.overridden, d.backlog) == (3, 1, 0)
+
+
+def test_process_all_is_refused_whole_when_the_acceptor_queue_cannot_take_it(
+        closing: list[TaskDispatcher[object]], clock: ManualClock) -> None:
+    p = Recorder()
+    d = batching(closing, p, clock, max_buffer_size=10, max_batch_size=10, worker_count=1)
+    limit = 100_000  # the acceptor queue's bound: max(10 * max_buffer_size, 100_000)
+    with pytest.raises(DispatcherOverloaded, match="no room for 100001 more"):
+        d.process_all((i, i, FAR) for i in range(limit + 1))
+    assert d.stats().accepted == 0 and d.backlog == 0  # nothing half-queued
+    assert d.process_all([]) == 0
+    d.close(timeout_s=5)
+    with pytest.raises(DispatcherClosed):
+        d.process_all([("late", "late", FAR)])
 
 
 def test_republished_tasks_are_handled_first(closing: list[TaskDispatcher[object]],

@@ -94,6 +94,23 @@ class AcceptorExecutor:
             self.accepted += 1
         self._wake.set()
 
+    def process_all(self, tasks: list[tuple[Hashable, Any, int]]) -> None:
+        """``process`` for many tasks at once: one clock read, one count and one wake-up
+        for all of them (per task, those cost more than the queueing itself). All or
+        nothing: a batch that does not fit in the acceptor queue is refused whole."""
+        aq = self._acceptor_queue
+        if len(aq) + len(tasks) > self.max_acceptor_queue:
+            raise DispatcherOverloaded(
+                f"dispatcher {self.name!r}: acceptor queue holds {len(aq)} of "
+                f"{self.max_acceptor_queue} tasks, no room for {len(tasks)} more; "
+                "the acceptor thread is not keeping up")
+        now = self._clock.now_ms()
+        aq.extend([TaskHolder(task_id, task, expiry_ms, now)
+                   for task_id, task, expiry_ms in tasks])
+        with self._counts_lock:
+            self.accepted += len(tasks)
+        self._wake.set()
+
     def reprocess(self, holders: list[TaskHolder[Any]], result: ProcessingResult) -> None:
         self._reprocess_queue.extend(holders)
         with self._counts_lock:
@@ -173,6 +190,9 @@ class AcceptorExecutor:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
+                # Cleared before looking, so news that comes while this pass works is
+                # not lost (clearing after the wait would lose it: a 10 ms stall).
+                self._wake.clear()
                 self._drain_input_queues()
                 now = self._clock.now_ms()
                 handed = 0
@@ -184,7 +204,6 @@ class AcceptorExecutor:
                     # Nothing could go out (no worker asked, the batch is not ready, or
                     # the shaper holds back): wait for news instead of spinning.
                     self._wake.wait(_IDLE_WAIT_S)
-                    self._wake.clear()
             except Exception:  # pragma: no cover - a bug here must not kill the thread
                 log.exception("dispatcher %s: acceptor loop failed", self.name)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -85,6 +85,16 @@ class TaskDispatcher(Generic[T]):
             raise DispatcherClosed(f"dispatcher {self.name!r} is closed")
         self._acceptor.process(task_id, task, expiry_ms)
 
+    def process_all(self, tasks: Iterable[tuple[Hashable, T, int]]) -> int:
+        """``process`` each ``(task_id, task, expiry_ms)`` in order, as one hand-over
+        (cheaper per task); all or none of them are queued. Returns how many."""
+        if self._closed:
+            raise DispatcherClosed(f"dispatcher {self.name!r} is closed")
+        batch = list(tasks)
+        if batch:
+            self._acceptor.process_all(batch)
+        return len(batch)
+
     def close(self, timeout_s: float = 5.0) -> int:
         """Refuse new tasks, deliver what is pending (partial batches go out at once)
         for up to ``timeout_s``, then stop the acceptor and the workers; return the
@@ -114,6 +124,13 @@ class TaskDispatcher(Generic[T]):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def backlog(self) -> int:
+        """Tasks accepted and not yet handed to a worker (the acceptor and reprocess
+        queues and the pending buffer): the cheap gauge for backpressure."""
+        a = self._acceptor
+        return a.acceptor_queue_size + a.reprocess_queue_size + a.pending_size
 
     @property
     def work_per_worker(self) -> list[int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from tickwheel._clock import Clock
@@ -27,7 +27,7 @@ from tickwheel.pipeline.reference import OutcomeRow
 __all__ = ["Delivery", "OutcomeSink", "deliver_outcomes"]
 
 _NEVER = 2**62
-_CHECK_EVERY = 64  # outcomes handed over between looks at the dispatcher's queues
+_CHECK_EVERY = 64  # outcomes handed over at once, between looks at the dispatcher's queues
 
 
 @dataclass(frozen=True)
@@ -107,27 +107,30 @@ class OutcomeSink:
     def deliver(self, outcomes: Iterable[OutcomeRow]) -> None:
         """Hand outcomes over; blocks while the dispatcher's acceptor is behind
         (backpressure into the engine instead of an unbounded queue)."""
-        process = self._dispatcher.process
+        chunk: list[tuple[Hashable, OutcomeRow, int]] = []
         for outcome in outcomes:
-            if self.offered % _CHECK_EVERY == 0:
-                self._wait_for_room()
-            while True:
-                try:
-                    # An op_id names one operation at a time; with a dedupe retention
-                    # it can name a later one too, registered at another ts_ms.
-                    task_id = (outcome.op_id, outcome.resolved_ms - outcome.latency_ms)
-                    process(task_id, outcome, _NEVER)
-                    break
-                except DispatcherOverloaded:
-                    time.sleep(0.001)
-            self.offered += 1
+            # An op_id names one operation at a time; with a dedupe retention it can
+            # name a later one too, registered at another ts_ms.
+            chunk.append(((outcome.op_id, outcome.resolved_ms - outcome.latency_ms),
+                          outcome, _NEVER))
+            if len(chunk) == _CHECK_EVERY:
+                self._hand_over(chunk)
+                chunk = []
+        if chunk:
+            self._hand_over(chunk)
+
+    def _hand_over(self, chunk: list[tuple[Hashable, OutcomeRow, int]]) -> None:
+        self._wait_for_room()
+        while True:
+            try:
+                self._dispatcher.process_all(chunk)
+                break
+            except DispatcherOverloaded:
+                time.sleep(0.001)
+        self.offered += len(chunk)
 
     def _wait_for_room(self) -> None:
-        while True:
-            stats = self._dispatcher.stats()
-            queued = stats.acceptor_queue + stats.reprocess_queue + stats.pending
-            if queued + _CHECK_EVERY <= self._window:
-                return
+        while self._dispatcher.backlog + _CHECK_EVERY > self._window:
             time.sleep(0.001)
 
     def flush(self, timeout_s: float | None = None) -> bool:
