@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.pipeline.test_sink import Flaky
@@ -151,6 +152,22 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     assert delivery.undelivered == 0
     assert sorted(processor.seen) == sorted(o.op_id for o in expected.outcomes)
     assert delivery.stats.batches["congestion"] > 0
+    commits = tmp_path / "ckpt" / "query" / "commits"
+    last_batch = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    assert (tmp_path / "ckpt" / "delivered").read_text() == str(last_batch)
+    if seed == 1:
+        # As if the last run had stopped with only batch 0 settled: the next run
+        # delivers the outcome files of every later batch first.
+        (tmp_path / "ckpt" / "delivered").write_text("0")
+        again = Flaky()
+        with OutcomeSink(again, max_batch_size=50, congestion_retry_delay_ms=5) as sink:
+            SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                        lateness_ms=LATENESS_MS, dedupe_retention_ms=retention,
+                        sink=sink).run()
+        later = [p for p in (tmp_path / "out" / "outcomes").glob("batch-*.parquet")
+                 if int(p.stem.split("-")[1]) > 0]
+        assert later and sorted(again.seen) == sorted(
+            op_id for path in later for op_id in pq.read_table(path)["op_id"].to_pylist())
     # The query ran with a shuffle partition per shard; the session got its own back.
     assert '"spark.sql.shuffle.partitions":"2"' in (tmp_path / "ckpt" / "query" / "offsets"
                                                     / "0").read_text()

@@ -135,12 +135,15 @@ class OutcomeSink:
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until the processor has settled every outcome handed over (or a newer
-        copy replaced it, or it expired); False if ``timeout_s`` ran out first."""
+        copy replaced it, or it expired); False if ``timeout_s`` ran out first or the
+        sink was closed."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             stats = self._dispatcher.stats()
             if self._settling.settled + stats.overridden + stats.expired >= self.offered:
                 return True
+            if self._dispatcher.closed:
+                return False  # what is still pending will not be settled now
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             time.sleep(0.001)

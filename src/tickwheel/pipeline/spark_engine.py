@@ -20,7 +20,8 @@ JVM. One query:
    to ``batch-<id>.parquet`` files, atomically and named by batch id, so a batch that
    runs again after a crash replaces its own files: exactly once, with readers that
    just read ``*.parquet``; then it hands the outcomes to an optional
-   :class:`~tickwheel.pipeline.sink.OutcomeSink` (the batching dispatcher).
+   :class:`~tickwheel.pipeline.sink.OutcomeSink` (the batching dispatcher), which
+   :class:`~tickwheel.pipeline.delivery.BatchDelivery` feeds while the next batch runs.
 
 Spark drops rows at or below the watermark before a stateful operator sees them, so
 the event-time column is not passed to it: shards find late rows themselves and
@@ -47,7 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.events import Outcome, Quarantined
+from tickwheel.pipeline.delivery import BatchDelivery
+from tickwheel.pipeline.events import Quarantined
 from tickwheel.pipeline.io import parquet_events
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.shard import Shard, ShardStatus, pack, pack_rows
@@ -370,10 +372,12 @@ class SparkEngine:
                  on_batch: Callable[[int, int, int], None] | None = None,
                  sink: OutcomeSink | None = None) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
-        micro-batch's outputs are written (progress). ``sink`` gets each micro-batch's
-        outcomes once its files are written, and the batch commits only once the
-        processor has settled them (a batch that runs again after a crash is delivered
-        again); the caller closes it."""
+        micro-batch's outputs are written (progress). ``sink`` gets every outcome at
+        least once: each micro-batch's once its files are written, delivered while the
+        next batch runs, and at the start of a run those of batches not yet settled
+        (``CHECKPOINT/delivered`` marks the last settled batch; see
+        :mod:`tickwheel.pipeline.delivery`). :meth:`run` returns once they are
+        settled; the caller closes the sink."""
         check_positive_int("lateness_ms", lateness_ms, minimum=0)
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0)
@@ -393,6 +397,7 @@ class SparkEngine:
         self.shards, self.labels = self._settle_shards(shards)
         self.on_batch = on_batch
         self.sink = sink
+        self._delivery: BatchDelivery | None = None
         self.batches = 0
 
     def _settle_shards(self, shards: int | None) -> tuple[int, list[int]]:
@@ -479,13 +484,8 @@ class SparkEngine:
         if status.num_rows:
             _write_atomically(pa.table({"status": status["status"]}),
                               self.checkpoint_dir / "status" / name)
-        if self.sink is not None and outcomes.num_rows:
-            self.sink.deliver(
-                OutcomeRow(row["op_id"], Outcome(row["outcome"]), row["resolved_ms"],
-                           row["latency_ms"], tuple(row["keys"]), row["error"])
-                for row in outcomes.to_pylist())
-            # Before the batch commits: a crash then repeats it, never skips it.
-            self.sink.flush()
+        if self._delivery is not None:
+            self._delivery.submit(batch_id, outcomes)
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, outcomes.num_rows, quarantine.num_rows)
@@ -559,9 +559,17 @@ class SparkEngine:
     def run(self, final: bool = True) -> SparkRunResult:
         """Process what the input holds now; with ``final``, end the input too."""
         started = time.perf_counter()
-        self._run_once()
-        if final and self.end_input():
+        if self.sink is not None:
+            self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
+                                           self.checkpoint_dir / "delivered")
+        try:
             self._run_once()
+            if final and self.end_input():
+                self._run_once()
+        finally:
+            if self._delivery is not None:
+                delivery, self._delivery = self._delivery, None
+                delivery.close()
         statuses = self.statuses()
         return SparkRunResult(
             rows_in=sum(s.rows_in for s in statuses),

@@ -1,0 +1,135 @@
+"""Micro-batch outcomes delivered off the query's thread, at least once, with a mark of
+the last batch settled (what the Spark engine does with a sink)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.pipeline.test_sink import Flaky
+from tickwheel import ProcessingResult
+from tickwheel.pipeline.delivery import BatchDelivery, outcome_rows
+from tickwheel.pipeline.events import Outcome
+from tickwheel.pipeline.reference import OutcomeRow
+from tickwheel.pipeline.sink import OutcomeSink
+
+
+def batch(batch_id: int, size: int = 40) -> pa.Table:
+    """Outcomes named after their batch, in the contract's columns."""
+    ids = [f"b{batch_id}-op{i}" for i in range(size)]
+    return pa.table({
+        "op_id": ids,
+        "outcome": ["error" if i % 7 == 0 else "completed" for i in range(size)],
+        "resolved_ms": [1_000 * batch_id + i for i in range(size)],
+        "latency_ms": [5] * size,
+        "keys": [["k1", "k2"] if i % 2 else [] for i in range(size)],
+        "error": ["NOT_LEADER" if i % 7 == 0 else None for i in range(size)],
+    })
+
+
+def files(directory: Path, batch_ids: range) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for b in batch_ids:
+        pq.write_table(batch(b), directory / f"batch-{b:09d}.parquet")
+
+
+def seen_batches(processor: Flaky) -> set[str]:
+    return {op_id.split("-")[0] for op_id in processor.seen}
+
+
+def sink_for(processor: Flaky) -> OutcomeSink:
+    return OutcomeSink(processor, max_batch_size=16, max_buffer_size=1_000,
+                       congestion_retry_delay_ms=2)
+
+
+def test_outcome_rows_read_the_contract_columns() -> None:
+    rows = outcome_rows(batch(3, size=8))
+    assert rows[0] == OutcomeRow("b3-op0", Outcome.ERROR, 3_000, 5, (), "NOT_LEADER")
+    assert rows[1] == OutcomeRow("b3-op1", Outcome.COMPLETED, 3_001, 5, ("k1", "k2"), None)
+    assert len(rows) == 8
+
+
+def test_each_batch_is_settled_and_marked(tmp_path: Path) -> None:
+    processor = Flaky()
+    with sink_for(processor) as sink:
+        delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered")
+        assert delivery.last_settled() == -1
+        for b in range(4):
+            delivery.submit(b, batch(b))
+        delivery.close()
+        assert sorted(processor.seen) == sorted(f"b{b}-op{i}" for b in range(4)
+                                                for i in range(40))
+    assert delivery.last_settled() == 3 and delivery.delivered_batches == 4
+    assert sink.stats().batches["congestion"] > 0  # retried, still all there
+
+
+def test_a_run_first_delivers_the_batches_after_the_mark(tmp_path: Path) -> None:
+    # The last run stopped (a crash, say) after batches 0-3 were written and committed
+    # but only 0 and 1 were settled: 2 and 3 come first, then the new batch.
+    files(tmp_path / "outcomes", range(4))
+    (tmp_path / "outcomes" / "batch-000000009.parquet.crc").write_text("not a batch")
+    (tmp_path / "delivered").write_text("1")
+    processor = Flaky()
+    with sink_for(processor) as sink:
+        delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered")
+        delivery.submit(4, batch(4))
+        delivery.close()
+    assert seen_batches(processor) == {"b2", "b3", "b4"}
+    assert len(processor.seen) == 3 * 40
+    assert (delivery.caught_up_batches, delivery.last_settled()) == (2, 4)
+
+
+def test_a_batch_run_again_is_delivered_again_without_moving_the_mark_back(
+        tmp_path: Path) -> None:
+    (tmp_path / "delivered").write_text("5")
+    processor = Flaky()
+    with sink_for(processor) as sink:
+        delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered")
+        delivery.submit(4, batch(4))
+        delivery.close()
+    assert seen_batches(processor) == {"b4"}
+    assert delivery.last_settled() == 5
+
+
+def test_the_query_waits_when_delivery_is_max_behind(tmp_path: Path) -> None:
+    gate = threading.Event()
+
+    class Gated(Flaky):
+        def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+            gate.wait(30)
+            return super().process_batch(tasks)
+
+    processor = Gated()
+    with sink_for(processor) as sink:
+        delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered",
+                                 max_behind=1)
+        delivery.submit(0, batch(0))  # taken by the thread, stuck in the processor
+        time.sleep(0.1)
+        delivery.submit(1, batch(1))  # queued: one batch behind
+        third = threading.Thread(target=delivery.submit, args=(2, batch(2)))
+        third.start()
+        third.join(0.3)
+        assert third.is_alive()  # held back, not queued without bound
+        gate.set()
+        third.join(30)
+        assert not third.is_alive()
+        delivery.close()
+    assert seen_batches(processor) == {"b0", "b1", "b2"}
+
+
+def test_a_delivery_that_cannot_finish_fails_the_run(tmp_path: Path) -> None:
+    processor = Flaky()
+    sink = sink_for(processor)
+    sink.close()  # nothing delivered from now on: the batch can never be settled
+    delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered")
+    with pytest.raises(RuntimeError, match="delivering outcomes to the sink failed"):
+        delivery.submit(0, batch(0))
+        delivery.close()
+    with pytest.raises(RuntimeError):
+        delivery.submit(1, batch(1))
+    assert delivery.last_settled() == -1
