@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from tickwheel import ManualClock, Outcome
@@ -67,6 +69,21 @@ def test_log_rolls_segments_by_size_and_tracks_positions() -> None:
     assert log.bytes_between(0, 3) == 120
     assert log.read(0, 3, max_bytes=90) == (2, 80)
     assert log.read(0, 3, max_bytes=10) == (1, 40)  # an oversized first record still goes
+
+
+def test_bytes_between_any_two_offsets_is_the_sum_of_their_records() -> None:
+    rng = random.Random(5)
+    log = Log(segment_bytes=300)
+    sizes: list[int] = []
+    for _ in range(60):
+        batch = [rng.randint(1, 120) for _ in range(rng.randint(1, 4))]
+        log.append(batch)
+        sizes.extend(batch)
+    assert log.segments > 10
+    for _ in range(500):
+        start, end = sorted(rng.randint(0, len(sizes)) for _ in range(2))
+        assert log.bytes_between(start, end) == sum(sizes[start:end])
+    assert log.bytes_between(5, 5) == log.bytes_between(9, 4) == 0
 
 
 # -- produce, acks=-1 ------------------------------------------------------------------

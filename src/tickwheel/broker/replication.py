@@ -92,6 +92,10 @@ class Log:
         self.segment_bytes = segment_bytes
         self._segments = [_Segment(0)]
         self._bases = [0]
+        # Bytes before each segment: counting bytes from offset 0 (what the event log
+        # records for fetches) stays O(log segments) as the log grows.
+        self._bytes_before = [0]
+        self._size = 0
         self._next_offset = 0
 
     @property
@@ -120,8 +124,10 @@ class Log:
                 active = _Segment(self._next_offset)
                 self._segments.append(active)
                 self._bases.append(active.base_offset)
+                self._bytes_before.append(self._size)
             active.positions.append(active.size)
             active.size += size
+            self._size += size
             self._next_offset += 1
         return first, self._next_offset - 1
 
@@ -138,18 +144,15 @@ class Log:
         """Bytes of the records in ``[start, end)``, across segments."""
         if end <= start:
             return 0
-        total = 0
-        offset = start
-        while offset < end:
-            i = bisect.bisect_right(self._bases, offset) - 1
-            segment = self._segments[i]
-            seg_end = segment.base_offset + len(segment.positions)
-            stop = min(end, seg_end)
-            stop_pos = segment.size if stop == seg_end else segment.positions[
-                stop - segment.base_offset]
-            total += stop_pos - segment.positions[offset - segment.base_offset]
-            offset = stop
-        return total
+        return self._position(end) - self._position(start)
+
+    def _position(self, offset: int) -> int:
+        """Bytes of the records before ``offset`` (0 .. log end)."""
+        if offset >= self._next_offset:
+            return self._size
+        i = bisect.bisect_right(self._bases, offset) - 1
+        segment = self._segments[i]
+        return self._bytes_before[i] + segment.positions[offset - segment.base_offset]
 
     def read(self, start: int, end: int, max_bytes: int) -> tuple[int, int]:
         """Records from ``start`` up to ``end`` within ``max_bytes`` (at least one record,
