@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
 from tickwheel.pipeline.events import Outcome, Reason
+from tickwheel.pipeline.io import read_parquet_rows, write_outcomes
 from tickwheel.pipeline.reference import OutcomeRow, ReferenceEngine, RunResult
 
 ISSUE_EXAMPLE = """\
@@ -206,12 +208,27 @@ def test_a_dedupe_retention_bounds_the_op_ids_remembered() -> None:
      '"condition": "none"}', Reason.BAD_KEYS, 1),
     ('{"ts_ms": 1, "type": "watch", "op_id": 5, "keys": ["k"], "deadline_ms": 9, '
      '"condition": "any_update"}', Reason.BAD_TYPE, 1),
+    ('{"ts_ms": -2, "type": "watch", "op_id": "o", "keys": [], '
+     '"deadline_ms": 9223372036854775806, "condition": "none"}', Reason.BAD_DEADLINE, -2),
 ])
 def test_malformed_rows_are_quarantined_with_a_reason(line: str, reason: Reason,
                                                       ts: int | None) -> None:
     result = run(line + "\n\n")  # the blank line is not a row
     assert [(q.raw, q.reason, q.ts_ms) for q in result.quarantine] == [(line, reason, ts)]
     assert result.rows_in == 1 and result.rows_applied == 0 and result.outcomes == []
+
+
+def test_latencies_at_the_edges_of_a_long_are_written(tmp_path: Path) -> None:
+    # The longest wait a watch may have, from the earliest time, ends at the latest:
+    # its latency is still a long, so the outcome can be written.
+    low, high = -(2**63), 2**63 - 1
+    result = run([watch(low, "first", ["k"], -1), watch(0, "last", ["k"], high),
+                  watch(0, "none", [], high, condition="none"), update(high, "k", 1)])
+    assert sorted((o.op_id, o.outcome, o.latency_ms) for o in result.outcomes) == [
+        ("first", Outcome.EXPIRED, high), ("last", Outcome.EXPIRED, high),
+        ("none", Outcome.EXPIRED, high)]
+    write_outcomes(result.outcomes, tmp_path)
+    assert len(read_parquet_rows(tmp_path)) == 3
 
 
 def test_unknown_fields_and_targets_of_other_conditions_are_ignored() -> None:

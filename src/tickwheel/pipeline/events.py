@@ -51,6 +51,9 @@ class Reason(enum.Enum):
     VALUE_AND_ERROR = "value_and_error"
     DUPLICATE_OP_ID = "duplicate_op_id"
     LATE = "late"
+    # deadline_ms - ts_ms does not fit a long: the outcome's latency_ms could not be
+    # written (the outputs' columns are int64), and the run would fail on it.
+    BAD_DEADLINE = "bad_deadline"
 
 
 class Outcome(enum.Enum):
@@ -163,6 +166,8 @@ def parse_row(row: dict[str, Any], raw: str) -> Event | Quarantined:
 def _watch(row: dict[str, Any], raw: str, ts: int) -> Event:
     op_id = _string(row, "op_id", ts)
     deadline = _long(row, "deadline_ms", ts)
+    if deadline - ts > _LONG_MAX:
+        raise _Bad(Reason.BAD_DEADLINE, ts)
     name = _string(row, "condition", ts)
     try:
         condition = Condition(name)

@@ -552,7 +552,10 @@ class SparkEngine:
             return False
         marker = self.checkpoint_dir / "control" / f"end-{uuid.uuid4().hex}.jsonl"
         tmp = marker.with_name(f".{marker.name}")
-        tmp.write_text(json.dumps({"ts_ms": end + self.lateness_ms + 1}) + "\n")
+        # Within a long (the chunks' ts column): rows in the last lateness_ms below
+        # 2**63 then stay held, and the run says so.
+        ts = min(end + self.lateness_ms + 1, 2**63 - 1)
+        tmp.write_text(json.dumps({"ts_ms": ts}) + "\n")
         os.replace(tmp, marker)
         return True
 
