@@ -305,6 +305,25 @@ def test_a_checkpoint_keeps_its_shards(spark: Any, tmp_path: Path) -> None:
         SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", dedupe_retention_ms=5)
 
 
+def test_a_delivery_that_fails_fails_the_run_instead_of_hanging(spark: Any,
+                                                                tmp_path: Path) -> None:
+    log = tmp_path / "in"
+    write_files(random_log(3, rows=300), log, files=2)
+    sink = OutcomeSink(Flaky(), max_batch_size=50)
+    sink.close()  # nothing can be delivered, so no batch is ever settled
+    engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1,
+                         sink=sink)
+    with pytest.raises(Exception, match="delivering outcomes to the sink failed"):
+        engine.run()
+    # Only batches without outcomes (settled trivially) may be marked as settled.
+    mark = tmp_path / "ckpt" / "delivered"
+    settled = int(mark.read_text()) if mark.exists() else -1
+    written = [int(p.stem.split("-")[1])
+               for p in (tmp_path / "out" / "outcomes").glob("batch-*.parquet")]
+    assert written and min(written) > settled
+
+
 KILLABLE_RUN = """
 import sys
 from pathlib import Path

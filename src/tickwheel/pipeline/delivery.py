@@ -80,8 +80,9 @@ class BatchDelivery:
             except queue.Full:
                 self._raise_failure()
 
-    def close(self) -> None:
-        """Wait until every batch submitted is settled; raise what stopped the thread."""
+    def close(self, *, raise_failure: bool = True) -> None:
+        """Wait until every batch submitted is settled; raise what stopped the thread
+        (unless the caller is already failing for another reason)."""
         if self._thread.is_alive():
             while self._failure is None:
                 try:
@@ -90,7 +91,8 @@ class BatchDelivery:
                 except queue.Full:
                     continue
             self._thread.join()
-        self._raise_failure()
+        if raise_failure:
+            self._raise_failure()
 
     def _raise_failure(self) -> None:
         if self._failure is not None:

@@ -526,6 +526,11 @@ class SparkEngine:
             log.info("batch %s: %s rows, %s", progress.batchId, progress.numInputRows,
                      progress.durationMs)
 
+    def _close_delivery(self, *, raise_failure: bool = True) -> None:
+        if self._delivery is not None:
+            delivery, self._delivery = self._delivery, None
+            delivery.close(raise_failure=raise_failure)
+
     def statuses(self) -> list[ShardStatus]:
         """The latest counters of each shard."""
         import pyarrow.parquet as pq
@@ -569,10 +574,10 @@ class SparkEngine:
             self._run_once()
             if final and self.end_input():
                 self._run_once()
-        finally:
-            if self._delivery is not None:
-                delivery, self._delivery = self._delivery, None
-                delivery.close()
+        except BaseException:
+            self._close_delivery(raise_failure=False)  # the query's error comes first
+            raise
+        self._close_delivery()
         statuses = self.statuses()
         return SparkRunResult(
             rows_in=sum(s.rows_in for s in statuses),
