@@ -2,13 +2,14 @@
 query's thread, at least once.
 
 Delivering inside ``foreachBatch`` holds the query for as long as the processor takes,
-including the sink's pauses after congestion (make run: 18 s of a 54 s run). Here a
-thread of its own delivers batch N while Spark computes batch N+1, at most
-``max_behind`` batches behind (then ``foreachBatch`` waits: backpressure, not an
-unbounded queue). A batch now commits before its outcomes are settled, so the engine
-keeps its own mark, the last batch whose outcomes the processor has settled, and a run
-starts by delivering the outcome files of every later batch: a crash repeats
-deliveries, it never skips one. Outcome files are named by batch id (``batch-<id>``).
+including the sink's pauses after congestion (1M events on local[2]: 18 s of a 54 s
+run). Here a thread of its own delivers batch N while Spark computes batch N+1, with at
+most ``max_behind`` batches queued behind the one it is delivering (then
+``foreachBatch`` waits: backpressure, not an unbounded queue). A batch now commits
+before its outcomes are settled, so the engine keeps its own mark: the last batch whose
+outcomes the processor has settled. A run starts by delivering the outcome files of
+every later batch, so a crash repeats deliveries and never skips one. Outcome files are
+named by batch id (``batch-<id>``).
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class BatchDelivery:
             return -1
 
     def submit(self, batch_id: int, outcomes: pa.Table) -> None:
-        """Queue a batch's outcomes (after its files are written); waits while the
-        thread is ``max_behind`` batches behind. Raises what stopped the thread."""
+        """Queue a batch's outcomes (after its files are written); waits while
+        ``max_behind`` batches are queued. Raises what stopped the thread."""
         self._raise_failure()
         while True:
             try:
