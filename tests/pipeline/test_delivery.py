@@ -47,6 +47,16 @@ def sink_for(processor: Flaky) -> OutcomeSink:
                        congestion_retry_delay_ms=2)
 
 
+def run_one_batch(tmp_path: Path, batch_id: int) -> tuple[Flaky, BatchDelivery]:
+    """A run on ``tmp_path``'s outcomes and mark that submits one new batch."""
+    processor = Flaky()
+    with sink_for(processor) as sink:
+        delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered")
+        delivery.submit(batch_id, batch(batch_id))
+        delivery.close()
+    return processor, delivery
+
+
 def test_outcome_rows_read_the_contract_columns() -> None:
     rows = outcome_rows(batch(3, size=8))
     assert rows[0] == OutcomeRow("b3-op0", Outcome.ERROR, 3_000, 5, (), "NOT_LEADER")
@@ -74,11 +84,7 @@ def test_a_run_first_delivers_the_batches_after_the_mark(tmp_path: Path) -> None
     files(tmp_path / "outcomes", range(4))
     (tmp_path / "outcomes" / "batch-000000009.parquet.crc").write_text("not a batch")
     (tmp_path / "delivered").write_text("1")
-    processor = Flaky()
-    with sink_for(processor) as sink:
-        delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered")
-        delivery.submit(4, batch(4))
-        delivery.close()
+    processor, delivery = run_one_batch(tmp_path, 4)
     assert seen_batches(processor) == {"b2", "b3", "b4"}
     assert len(processor.seen) == 3 * 40
     assert (delivery.caught_up_batches, delivery.last_settled()) == (2, 4)
@@ -87,11 +93,7 @@ def test_a_run_first_delivers_the_batches_after_the_mark(tmp_path: Path) -> None
 def test_a_batch_run_again_is_delivered_again_without_moving_the_mark_back(
         tmp_path: Path) -> None:
     (tmp_path / "delivered").write_text("5")
-    processor = Flaky()
-    with sink_for(processor) as sink:
-        delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered")
-        delivery.submit(4, batch(4))
-        delivery.close()
+    processor, delivery = run_one_batch(tmp_path, 4)
     assert seen_batches(processor) == {"b4"}
     assert delivery.last_settled() == 5
 
