@@ -1,0 +1,83 @@
+"""How the session starts its JVM and Python workers (local mode, the embedded default)."""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tickwheel.pipeline._spark_daemon import installed_pyspark_first
+from tickwheel.pipeline.spark_engine import LOCAL_JAVA_OPTIONS
+
+
+def _package_with_zips(site: Path) -> tuple[str, str]:
+    package = site / "pyspark"
+    (package / "python" / "lib").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    zips = []
+    for name in ("pyspark.zip", "py4j-0.10.9.9-src.zip"):
+        path = package / "python" / "lib" / name
+        with zipfile.ZipFile(path, "w"):
+            pass
+        zips.append(str(path))
+    return zips[0], zips[1]
+
+
+def test_the_zips_shipped_inside_the_installed_pyspark_go_last(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    pyspark_zip, py4j_zip = _package_with_zips(site)
+    path = [pyspark_zip, py4j_zip, "/somewhere/else", str(site)]
+    assert installed_pyspark_first(path) == ["/somewhere/else", str(site), pyspark_zip,
+                                             py4j_zip]
+
+
+def test_zips_of_another_spark_stay_first(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    _package_with_zips(site)
+    distribution = tmp_path / "spark-home" / "python" / "lib"
+    distribution.mkdir(parents=True)
+    own_zip = distribution / "pyspark.zip"
+    with zipfile.ZipFile(own_zip, "w"):
+        pass
+    path = [str(own_zip), str(site)]
+    assert installed_pyspark_first(path) == path
+
+
+def test_without_an_installed_pyspark_the_path_is_unchanged(tmp_path: Path) -> None:
+    lonely = tmp_path / "pyspark.zip"
+    with zipfile.ZipFile(lonely, "w"):
+        pass
+    path = [str(lonely), str(tmp_path / "empty")]
+    assert installed_pyspark_first(path) == path
+    assert installed_pyspark_first(["/a", "/b"]) == ["/a", "/b"]
+
+
+def _worker_facts(_rows: Iterator[Any]) -> Iterator[tuple[str, int, str | None]]:
+    import gc
+    import sys
+
+    import pyspark
+
+    main = sys.modules["__main__"].__spec__
+    yield pyspark.__file__ or "", gc.get_freeze_count(), None if main is None else main.name
+
+
+@pytest.mark.spark
+def test_workers_fork_from_our_daemon_with_the_installed_pyspark(spark: Any) -> None:
+    facts = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_facts).collect()
+    assert len(facts) == 2
+    for pyspark_file, frozen, main in facts:
+        assert main == "tickwheel.pipeline._spark_daemon"
+        assert ".zip" not in pyspark_file  # bytecode from the installed package
+        assert frozen > 0  # the daemon's heap, frozen before the fork
+
+
+@pytest.mark.spark
+def test_a_local_jvm_runs_with_the_local_java_options(spark: Any) -> None:
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    arguments = list(runtime.getInputArguments())
+    for option in LOCAL_JAVA_OPTIONS.split():
+        assert option in arguments
