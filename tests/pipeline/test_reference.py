@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tickwheel.pipeline.events import Outcome, Reason
+from tickwheel.pipeline.events import Condition, Event, EventType, Outcome, Reason, parse_line
 from tickwheel.pipeline.io import read_parquet_rows, write_outcomes
 from tickwheel.pipeline.reference import OutcomeRow, ReferenceEngine, RunResult
 
@@ -216,6 +216,31 @@ def test_malformed_rows_are_quarantined_with_a_reason(line: str, reason: Reason,
     result = run(line + "\n\n")  # the blank line is not a row
     assert [(q.raw, q.reason, q.ts_ms) for q in result.quarantine] == [(line, reason, ts)]
     assert result.rows_in == 1 and result.rows_applied == 0 and result.outcomes == []
+
+
+def test_well_formed_rows_parse_to_events_with_every_field_in_its_place() -> None:
+    watch_line = ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["a", "b"], '
+                  '"deadline_ms": 9, "condition": "sum_at_least", "targets": {"a": 1, "b": 2}, '
+                  '"min_total": 3}')
+    cases = [
+        (watch_line, Event(1, EventType.WATCH, watch_line, op_id="o", keys=("a", "b"),
+                           deadline_ms=9, condition=Condition.SUM_AT_LEAST,
+                           targets={"a": 1, "b": 2}, min_total=3)),
+        ('{"ts_ms": 2, "type": "update", "key": "a", "value": 7}',
+         Event(2, EventType.UPDATE, '{"ts_ms": 2, "type": "update", "key": "a", "value": 7}',
+               key="a", value=7)),
+        ('{"ts_ms": 3, "type": "update", "key": "a", "error": "E"}',
+         Event(3, EventType.UPDATE, '{"ts_ms": 3, "type": "update", "key": "a", "error": "E"}',
+               key="a", error="E")),
+        ('{"ts_ms": 4, "type": "cancel", "op_id": "o"}',
+         Event(4, EventType.CANCEL, '{"ts_ms": 4, "type": "cancel", "op_id": "o"}', op_id="o")),
+        ('{"ts_ms": 5, "type": "tick"}', Event(5, EventType.TICK, '{"ts_ms": 5, "type": "tick"}')),
+    ]
+    for line, expected in cases:
+        event = parse_line(line)
+        assert type(event) is Event
+        assert event == expected
+        assert event._asdict() == expected._asdict()
 
 
 def test_latencies_at_the_edges_of_a_long_are_written(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "Outcome",
     "Quarantined",
     "Reason",
+    "new_event",
     "parse_line",
     "parse_row",
 ]
@@ -81,6 +82,20 @@ class Event(NamedTuple):
     error: str | None = None
 
 
+_EMPTY: Mapping[str, int] = {}
+
+
+def new_event(ts_ms: int, type: EventType, raw: str, op_id: str | None = None,
+              keys: tuple[str, ...] = (), deadline_ms: int = 0,
+              condition: Condition | None = None, targets: Mapping[str, int] = _EMPTY,
+              min_total: int = 0, key: str | None = None, value: int | None = None,
+              error: str | None = None) -> Event:
+    """``Event(...)`` without the named tuple's ``__new__``, a Python function: 0.5 µs
+    a row instead of 1.3 on the engines' hot paths."""
+    return tuple.__new__(Event, (ts_ms, type, raw, op_id, keys, deadline_ms, condition,
+                                 targets, min_total, key, value, error))
+
+
 @dataclass(frozen=True, slots=True)
 class Quarantined:
     raw: str
@@ -96,6 +111,11 @@ class _Bad(Exception):
 
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+
+# By value, as dicts: calling the enum class goes through EnumMeta.__call__ in Python,
+# a microsecond a row.
+_EVENT_TYPES: dict[str, EventType] = {t.value: t for t in EventType}
+_CONDITIONS: dict[str, Condition] = {c.value: c for c in Condition}
 
 
 def _is_long(value: object) -> TypeGuard[int]:
@@ -138,11 +158,9 @@ def parse_row(row: dict[str, Any], raw: str) -> Event | Quarantined:
     ts: int | None = None
     try:
         ts = _long(row, "ts_ms", None)
-        kind = _string(row, "type", ts)
-        try:
-            event_type = EventType(kind)
-        except ValueError:
-            raise _Bad(Reason.UNKNOWN_TYPE, ts) from None
+        event_type = _EVENT_TYPES.get(_string(row, "type", ts))
+        if event_type is None:
+            raise _Bad(Reason.UNKNOWN_TYPE, ts)
         if event_type is EventType.WATCH:
             return _watch(row, raw, ts)
         if event_type is EventType.UPDATE:
@@ -152,13 +170,13 @@ def parse_row(row: dict[str, Any], raw: str) -> Event | Quarantined:
             if has_value and has_error:
                 raise _Bad(Reason.VALUE_AND_ERROR, ts)
             if has_value:
-                return Event(ts, event_type, raw, key=key, value=_long(row, "value", ts))
+                return new_event(ts, event_type, raw, key=key, value=_long(row, "value", ts))
             if has_error:
-                return Event(ts, event_type, raw, key=key, error=_string(row, "error", ts))
+                return new_event(ts, event_type, raw, key=key, error=_string(row, "error", ts))
             raise _Bad(Reason.MISSING_FIELD, ts)
         if event_type is EventType.CANCEL:
-            return Event(ts, event_type, raw, op_id=_string(row, "op_id", ts))
-        return Event(ts, event_type, raw)
+            return new_event(ts, event_type, raw, op_id=_string(row, "op_id", ts))
+        return new_event(ts, event_type, raw)
     except _Bad as bad:
         return Quarantined(raw, bad.reason, bad.ts_ms)
 
@@ -168,11 +186,9 @@ def _watch(row: dict[str, Any], raw: str, ts: int) -> Event:
     deadline = _long(row, "deadline_ms", ts)
     if deadline - ts > _LONG_MAX:
         raise _Bad(Reason.BAD_DEADLINE, ts)
-    name = _string(row, "condition", ts)
-    try:
-        condition = Condition(name)
-    except ValueError:
-        raise _Bad(Reason.UNKNOWN_CONDITION, ts) from None
+    condition = _CONDITIONS.get(_string(row, "condition", ts))
+    if condition is None:
+        raise _Bad(Reason.UNKNOWN_CONDITION, ts)
     if "keys" not in row or row["keys"] is None:
         raise _Bad(Reason.MISSING_FIELD, ts)
     keys = row["keys"]
@@ -183,7 +199,7 @@ def _watch(row: dict[str, Any], raw: str, ts: int) -> Event:
     if condition is Condition.NONE:
         if keys:
             raise _Bad(Reason.BAD_KEYS, ts)  # `none` takes no keys
-        return Event(ts, EventType.WATCH, raw, op_id=op_id, deadline_ms=deadline,
+        return new_event(ts, EventType.WATCH, raw, op_id=op_id, deadline_ms=deadline,
                      condition=condition)
     if not keys:
         raise _Bad(Reason.BAD_KEYS, ts)
@@ -203,5 +219,6 @@ def _watch(row: dict[str, Any], raw: str, ts: int) -> Event:
         min_total = _long(row, "min_total", ts)
         if min_total < 1:
             raise _Bad(Reason.BAD_TARGETS, ts)
-    return Event(ts, EventType.WATCH, raw, op_id=op_id, keys=tuple(keys), deadline_ms=deadline,
-                 condition=condition, targets=targets, min_total=min_total)
+    return new_event(ts, EventType.WATCH, raw, op_id=op_id, keys=tuple(keys),
+                     deadline_ms=deadline, condition=condition, targets=targets,
+                     min_total=min_total)

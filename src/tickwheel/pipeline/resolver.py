@@ -37,7 +37,15 @@ from typing import Any
 
 from tickwheel._clock import ManualClock
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.events import Condition, Event, EventType, Outcome, Quarantined, Reason
+from tickwheel.pipeline.events import (
+    Condition,
+    Event,
+    EventType,
+    Outcome,
+    Quarantined,
+    Reason,
+    new_event,
+)
 from tickwheel.purgatory import DelayedOperation, Purgatory
 from tickwheel.purgatory import Outcome as OpOutcome
 from tickwheel.timers import TimingWheelTimer
@@ -328,5 +336,6 @@ def _event_fields(ev: Event) -> tuple[Any, ...]:
 
 def _event_from_fields(fields: tuple[Any, ...]) -> Event:
     ts, raw, op_id, keys, deadline, condition, targets, min_total = fields
-    return Event(ts, EventType.WATCH, raw, op_id=op_id, keys=tuple(keys), deadline_ms=deadline,
-                 condition=Condition(condition), targets=targets, min_total=min_total)
+    return new_event(ts, EventType.WATCH, raw, op_id=op_id, keys=tuple(keys),
+                     deadline_ms=deadline, condition=Condition(condition), targets=targets,
+                     min_total=min_total)

@@ -32,6 +32,7 @@ from tickwheel.pipeline.events import (
     EventType,
     Quarantined,
     Reason,
+    new_event,
     parse_line,
 )
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
@@ -114,7 +115,7 @@ def decode(fields: tuple[Any, ...]) -> Event | Quarantined:
 def _decode_event(fields: tuple[Any, ...]) -> Event:
     ts, kind, raw, op_id, keys, deadline, condition, targets, min_total, key, value, error = (
         fields)
-    return Event(ts, _TYPES[kind], raw, op_id, keys, deadline, _CONDITIONS[condition],
+    return new_event(ts, _TYPES[kind], raw, op_id, keys, deadline, _CONDITIONS[condition],
                  targets, min_total, key, value, error)
 
 
