@@ -21,9 +21,14 @@ __all__ = [
     "Outcome",
     "Quarantined",
     "Reason",
+    "Wire",
+    "event_from_wire",
+    "from_wire",
     "new_event",
     "parse_line",
     "parse_row",
+    "parse_wire",
+    "to_wire",
 ]
 
 
@@ -116,6 +121,7 @@ _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 # a microsecond a row.
 _EVENT_TYPES: dict[str, EventType] = {t.value: t for t in EventType}
 _CONDITIONS: dict[str, Condition] = {c.value: c for c in Condition}
+_CONDITION_NAMES: dict[str, str] = {c.value: c.value for c in Condition}
 
 
 def _is_long(value: object) -> TypeGuard[int]:
@@ -142,52 +148,100 @@ def _string(row: dict[str, Any], name: str, ts: int | None) -> str:
     return value
 
 
+#: A row as builtins only, for ``marshal`` (several times faster than pickling the
+#: named tuple with its enums, and than parsing the raw row again): a well-formed row
+#: is ``(ts_ms, type, raw, op_id, keys, deadline_ms, condition, targets, min_total,
+#: key, value, error)`` with the enums as their values; a quarantined one is
+#: ``(raw, reason, ts_ms)``. The Spark engine moves rows in this form and keeps held
+#: rows in it, in its checkpoints too.
+Wire = tuple[Any, ...]
+
+_REASONS: dict[str, Reason] = {r.value: r for r in Reason}
+
+
 def parse_line(line: str) -> Event | Quarantined:
     """One JSON Lines row (not blank: blank lines are not rows)."""
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError):
-        return Quarantined(line, Reason.UNPARSEABLE, None)
-    if not isinstance(row, dict):
-        return Quarantined(line, Reason.UNPARSEABLE, None)
-    return parse_row(row, line)
+    return from_wire(parse_wire(line))
 
 
 def parse_row(row: dict[str, Any], raw: str) -> Event | Quarantined:
     """A decoded row; ``raw`` is kept for the quarantine."""
+    return from_wire(_wire(row, raw))
+
+
+def parse_wire(line: str) -> Wire:
+    """:func:`parse_line`, straight to the wire form: the Spark engine's parsers need
+    no :class:`Event` in between."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return (line, Reason.UNPARSEABLE.value, None)
+    if not isinstance(row, dict):
+        return (line, Reason.UNPARSEABLE.value, None)
+    return _wire(row, line)
+
+
+def to_wire(row: Event | Quarantined) -> Wire:
+    if isinstance(row, Quarantined):
+        return (row.raw, row.reason.value, row.ts_ms)
+    return (row.ts_ms, row.type.value, row.raw, row.op_id, row.keys, row.deadline_ms,
+            None if row.condition is None else row.condition.value, dict(row.targets),
+            row.min_total, row.key, row.value, row.error)
+
+
+def from_wire(fields: Wire) -> Event | Quarantined:
+    if len(fields) == 3:
+        return Quarantined(fields[0], _REASONS[fields[1]], fields[2])
+    return event_from_wire(fields)
+
+
+def event_from_wire(fields: Wire) -> Event:
+    """The :class:`Event` of a well-formed row's wire form."""
+    condition = fields[6]
+    return new_event(fields[0], _EVENT_TYPES[fields[1]], fields[2], fields[3], fields[4],
+                     fields[5], None if condition is None else _CONDITIONS[condition],
+                     fields[7], fields[8], fields[9], fields[10], fields[11])
+
+
+def _wire(row: dict[str, Any], raw: str) -> Wire:
     ts: int | None = None
     try:
         ts = _long(row, "ts_ms", None)
-        event_type = _EVENT_TYPES.get(_string(row, "type", ts))
-        if event_type is None:
-            raise _Bad(Reason.UNKNOWN_TYPE, ts)
-        if event_type is EventType.WATCH:
+        kind = _string(row, "type", ts)
+        if kind == "watch":
             return _watch(row, raw, ts)
-        if event_type is EventType.UPDATE:
+        if kind == "update":
             key = _string(row, "key", ts)
             has_value = row.get("value") is not None
             has_error = row.get("error") is not None
             if has_value and has_error:
                 raise _Bad(Reason.VALUE_AND_ERROR, ts)
             if has_value:
-                return new_event(ts, event_type, raw, key=key, value=_long(row, "value", ts))
+                return (ts, "update", raw, None, (), 0, None, _EMPTY, 0, key,
+                        _long(row, "value", ts), None)
             if has_error:
-                return new_event(ts, event_type, raw, key=key, error=_string(row, "error", ts))
+                return (ts, "update", raw, None, (), 0, None, _EMPTY, 0, key, None,
+                        _string(row, "error", ts))
             raise _Bad(Reason.MISSING_FIELD, ts)
-        if event_type is EventType.CANCEL:
-            return new_event(ts, event_type, raw, op_id=_string(row, "op_id", ts))
-        return new_event(ts, event_type, raw)
+        if kind == "cancel":
+            return (ts, "cancel", raw, _string(row, "op_id", ts), (), 0, None, _EMPTY, 0, None,
+                    None, None)
+        if kind == "tick":
+            return (ts, "tick", raw, None, (), 0, None, _EMPTY, 0, None, None, None)
+        raise _Bad(Reason.UNKNOWN_TYPE, ts)
     except _Bad as bad:
-        return Quarantined(raw, bad.reason, bad.ts_ms)
+        return (raw, bad.reason.value, bad.ts_ms)
 
 
-def _watch(row: dict[str, Any], raw: str, ts: int) -> Event:
+def _watch(row: dict[str, Any], raw: str, ts: int) -> Wire:
     op_id = _string(row, "op_id", ts)
     deadline = _long(row, "deadline_ms", ts)
     if deadline - ts > _LONG_MAX:
         raise _Bad(Reason.BAD_DEADLINE, ts)
-    condition = _CONDITIONS.get(_string(row, "condition", ts))
-    if condition is None:
+    # The shared constant, not the row's own string: marshal writes a string it has
+    # already seen in a batch as a reference.
+    name = _CONDITION_NAMES.get(_string(row, "condition", ts))
+    if name is None:
         raise _Bad(Reason.UNKNOWN_CONDITION, ts)
     if "keys" not in row or row["keys"] is None:
         raise _Bad(Reason.MISSING_FIELD, ts)
@@ -196,16 +250,15 @@ def _watch(row: dict[str, Any], raw: str, ts: int) -> Event:
         raise _Bad(Reason.BAD_TYPE, ts)
     if len(set(keys)) != len(keys):
         raise _Bad(Reason.BAD_KEYS, ts)
-    if condition is Condition.NONE:
+    if name == "none":
         if keys:
             raise _Bad(Reason.BAD_KEYS, ts)  # `none` takes no keys
-        return new_event(ts, EventType.WATCH, raw, op_id=op_id, deadline_ms=deadline,
-                     condition=condition)
+        return (ts, "watch", raw, op_id, (), deadline, name, _EMPTY, 0, None, None, None)
     if not keys:
         raise _Bad(Reason.BAD_KEYS, ts)
-    targets: dict[str, int] = {}
+    targets: Mapping[str, int] = _EMPTY
     min_total = 0
-    if condition in (Condition.ALL_AT_LEAST, Condition.SUM_AT_LEAST):
+    if name in ("all_at_least", "sum_at_least"):
         if "targets" not in row or row["targets"] is None:
             raise _Bad(Reason.MISSING_FIELD, ts)
         raw_targets = row["targets"]
@@ -215,10 +268,9 @@ def _watch(row: dict[str, Any], raw: str, ts: int) -> Event:
         if set(raw_targets) != set(keys):
             raise _Bad(Reason.BAD_TARGETS, ts)
         targets = dict(raw_targets)
-    if condition is Condition.SUM_AT_LEAST:
+    if name == "sum_at_least":
         min_total = _long(row, "min_total", ts)
         if min_total < 1:
             raise _Bad(Reason.BAD_TARGETS, ts)
-    return new_event(ts, EventType.WATCH, raw, op_id=op_id, keys=tuple(keys),
-                     deadline_ms=deadline, condition=condition, targets=targets,
-                     min_total=min_total)
+    return (ts, "watch", raw, op_id, tuple(keys), deadline, name, targets, min_total, None,
+            None, None)

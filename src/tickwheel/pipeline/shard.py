@@ -27,18 +27,17 @@ from typing import Any
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import (
-    Condition,
     Event,
-    EventType,
     Quarantined,
     Reason,
-    new_event,
-    parse_line,
+    Wire,
+    event_from_wire,
+    parse_wire,
+    to_wire,
 )
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
 
-__all__ = ["Shard", "ShardStatus", "decode", "encode", "pack", "pack_rows", "shard_of"]
-
+__all__ = ["Shard", "ShardStatus", "pack", "pack_rows", "shard_of"]
 
 
 def shard_of(op_id: str, shards: int) -> int:
@@ -47,33 +46,40 @@ def shard_of(op_id: str, shards: int) -> int:
 
 
 def pack(lines: Iterable[str], shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
-    """:func:`pack_rows` of JSON Lines rows (blank lines are not rows)."""
-    return pack_rows((parse_line(line) for line in lines if line.strip()), shards)
+    """:func:`pack_rows` of JSON Lines rows (blank lines are not rows), parsed straight
+    to their wire form."""
+    return _pack_wire((parse_wire(line) for line in lines if line.strip()), shards)
 
 
 def pack_rows(rows: Iterable[Event | Quarantined],
               shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
     """Cut parsed rows into one chunk per shard: ``(shard, max ts_ms of its
-    well-formed rows, own rows, shared rows)``. Rows travel as ``marshal``'d builtins
-    (:func:`encode`): parsed once, in parallel over the input, instead of once per
-    shard. Shared rows are in every chunk; a malformed row goes to the shard of its raw
-    text, which quarantines it; a chunk is made for a shard only if it has rows."""
-    own: list[list[tuple[Any, ...]]] = [[] for _ in range(shards)]
-    shared: list[tuple[Any, ...]] = []
+    well-formed rows, own rows, shared rows)``. Rows travel ``marshal``'d in their wire
+    form (:data:`~tickwheel.pipeline.events.Wire`): parsed once, in parallel over the
+    input, instead of once per shard. Shared rows are in every chunk; a malformed row
+    goes to the shard of its raw text, which quarantines it; a chunk is made for a
+    shard only if it has rows."""
+    return _pack_wire((to_wire(row) for row in rows), shards)
+
+
+def _pack_wire(rows: Iterable[Wire], shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
+    own: list[list[Wire]] = [[] for _ in range(shards)]
+    shared: list[Wire] = []
     tops: list[int | None] = [None] * shards
     shared_top: int | None = None
     for row in rows:
-        if isinstance(row, Quarantined):
-            own[shard_of(row.raw, shards)].append(encode(row))
+        if len(row) == 3:  # quarantined: (raw, reason, ts_ms)
+            own[shard_of(row[0], shards)].append(row)
             continue
-        ts = row.ts_ms
-        if row.op_id is None:  # update, tick
-            shared.append(encode(row))
+        ts: int = row[0]
+        op_id: str | None = row[3]
+        if op_id is None:  # update, tick
+            shared.append(row)
             if shared_top is None or ts > shared_top:
                 shared_top = ts
         else:
-            where = shard_of(row.op_id, shards)
-            own[where].append(encode(row))
+            where = shard_of(op_id, shards)
+            own[where].append(row)
             top = tops[where]
             if top is None or ts > top:
                 tops[where] = ts
@@ -87,36 +93,6 @@ def pack_rows(rows: Iterable[Event | Quarantined],
             top = shared_top
         chunks.append((shard, top, marshal.dumps(own[shard]), shared_blob))
     return chunks
-
-
-_TYPES = {t.value: t for t in EventType}
-_CONDITIONS: dict[str | None, Condition | None] = {c.value: c for c in Condition}
-_CONDITIONS[None] = None
-_REASONS = {r.value: r for r in Reason}
-
-
-def encode(row: Event | Quarantined) -> tuple[Any, ...]:
-    """A row as builtins only, for ``marshal``: several times faster than pickling
-    the tuple with its enums, and than parsing the raw row again."""
-    if isinstance(row, Quarantined):
-        return (row.raw, row.reason.value, row.ts_ms)
-    return (row.ts_ms, row.type.value, row.raw, row.op_id, row.keys, row.deadline_ms,
-            None if row.condition is None else row.condition.value, dict(row.targets),
-            row.min_total, row.key, row.value, row.error)
-
-
-def decode(fields: tuple[Any, ...]) -> Event | Quarantined:
-    if len(fields) == 3:
-        raw, reason, ts = fields
-        return Quarantined(raw, _REASONS[reason], ts)
-    return _decode_event(fields)
-
-
-def _decode_event(fields: tuple[Any, ...]) -> Event:
-    ts, kind, raw, op_id, keys, deadline, condition, targets, min_total, key, value, error = (
-        fields)
-    return new_event(ts, _TYPES[kind], raw, op_id, keys, deadline, _CONDITIONS[condition],
-                 targets, min_total, key, value, error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +134,7 @@ class Shard:
         self.lateness_ms = (None if lateness_ms is None
                             else check_positive_int("lateness_ms", lateness_ms, minimum=0))
         self.resolver = Resolver(dedupe_retention_ms=dedupe_retention_ms)
-        # Held rows stay in their encoded form (see `encode`), each with whether it is
+        # Held rows stay in their encoded form (see `Wire`), each with whether it is
         # counted here (a shared row counts in shard 0 only, so the shards' counters sum
         # to the rows read). Most rows are held for one micro-batch and saved with the
         # state once; marshal moves builtins at C speed, so a row becomes an `Event`
@@ -192,7 +168,7 @@ class Shard:
             for fields in rows:
                 if len(fields) == 3:  # malformed: (raw, reason, ts_ms)
                     if counted:
-                        out.append(Quarantined(fields[0], _REASONS[fields[1]], fields[2]))
+                        out.append(Quarantined(fields[0], Reason(fields[1]), fields[2]))
                     continue
                 ts = fields[0]
                 if late_before is not None and ts < late_before:
@@ -218,7 +194,7 @@ class Shard:
         if due:
             self.held = [item for item in self.held if item[0][0] >= watermark_ms]
             # Held rows are well-formed: take() quarantined the rest.
-            events = [_decode_event(fields) for fields, _ in due]
+            events = [event_from_wire(fields) for fields, _ in due]
             resolver.apply(sorted(events, key=order_key))
         if resolver.now is None or watermark_ms - 1 > resolver.now:
             resolver.advance_to(watermark_ms - 1)
