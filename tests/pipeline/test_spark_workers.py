@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tickwheel.pipeline._spark_daemon import installed_pyspark_first
+from tickwheel.pipeline._spark_daemon import without_bundled_zips
 from tickwheel.pipeline.spark_engine import LOCAL_JAVA_OPTIONS
 
 
@@ -26,12 +26,11 @@ def _package_with_zips(site: Path) -> tuple[str, str]:
     return zips[0], zips[1]
 
 
-def test_the_zips_shipped_inside_the_installed_pyspark_go_last(tmp_path: Path) -> None:
+def test_the_zips_shipped_inside_the_installed_pyspark_leave_the_path(tmp_path: Path) -> None:
     site = tmp_path / "site-packages"
     pyspark_zip, py4j_zip = _package_with_zips(site)
     path = [pyspark_zip, py4j_zip, "/somewhere/else", str(site)]
-    assert installed_pyspark_first(path) == ["/somewhere/else", str(site), pyspark_zip,
-                                             py4j_zip]
+    assert without_bundled_zips(path) == ["/somewhere/else", str(site)]
 
 
 def test_zips_of_another_spark_stay_first(tmp_path: Path) -> None:
@@ -43,7 +42,7 @@ def test_zips_of_another_spark_stay_first(tmp_path: Path) -> None:
     with zipfile.ZipFile(own_zip, "w"):
         pass
     path = [str(own_zip), str(site)]
-    assert installed_pyspark_first(path) == path
+    assert without_bundled_zips(path) == path
 
 
 def test_without_an_installed_pyspark_the_path_is_unchanged(tmp_path: Path) -> None:
@@ -51,26 +50,28 @@ def test_without_an_installed_pyspark_the_path_is_unchanged(tmp_path: Path) -> N
     with zipfile.ZipFile(lonely, "w"):
         pass
     path = [str(lonely), str(tmp_path / "empty")]
-    assert installed_pyspark_first(path) == path
-    assert installed_pyspark_first(["/a", "/b"]) == ["/a", "/b"]
+    assert without_bundled_zips(path) == path
+    assert without_bundled_zips(["/a", "/b"]) == ["/a", "/b"]
 
 
-def _worker_facts(_rows: Iterator[Any]) -> Iterator[tuple[str, int, str | None]]:
+def _worker_facts(_rows: Iterator[Any]) -> Iterator[tuple[str, int, str | None, list[str]]]:
     import gc
     import sys
 
     import pyspark
 
     main = sys.modules["__main__"].__spec__
-    yield pyspark.__file__ or "", gc.get_freeze_count(), None if main is None else main.name
+    yield (pyspark.__file__ or "", gc.get_freeze_count(), None if main is None else main.name,
+           [entry for entry in sys.path if entry.endswith(".zip") and "pyspark" in entry])
 
 
 @pytest.mark.spark
 def test_workers_fork_from_our_daemon_with_the_installed_pyspark(spark: Any) -> None:
     facts = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_facts).collect()
     assert len(facts) == 2
-    for pyspark_file, frozen, main in facts:
+    for pyspark_file, frozen, main, zips in facts:
         assert main == "tickwheel.pipeline._spark_daemon"
+        assert zips == []
         assert ".zip" not in pyspark_file  # bytecode from the installed package
         assert frozen > 0  # the daemon's heap, frozen before the fork
 
