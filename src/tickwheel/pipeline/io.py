@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickwheel.pipeline.events import Event, Quarantined, Reason, parse_line, parse_row
 from tickwheel.pipeline.reference import OutcomeRow
 
-__all__ = ["input_files", "parquet_events", "read_events", "read_parquet_rows", "write_outcomes",
-           "write_quarantine"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["input_files", "outcomes_table", "parquet_events", "quarantine_table", "read_events",
+           "read_parquet_rows", "write_outcomes", "write_quarantine"]
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -70,9 +73,10 @@ def parquet_events(content: bytes, name: str) -> Iterator[Event | Quarantined]:
         yield parse_row(clean, json.dumps(clean, sort_keys=True, default=str))
 
 
-def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:
-    pa, pq = _pyarrow()
-    table = pa.table({
+def outcomes_table(rows: list[OutcomeRow]) -> pa.Table:
+    """Outcomes in the contract's columns, as both engines write them."""
+    pa, _ = _pyarrow()
+    return pa.table({
         "op_id": pa.array([r.op_id for r in rows], pa.string()),
         "outcome": pa.array([r.outcome.value for r in rows], pa.string()),
         "resolved_ms": pa.array([r.resolved_ms for r in rows], pa.int64()),
@@ -80,19 +84,28 @@ def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:
         "keys": pa.array([list(r.keys) for r in rows], pa.list_(pa.string())),
         "error": pa.array([r.error for r in rows], pa.string()),
     })
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "part-00000.parquet"
-    pq.write_table(table, path)
-    return path
 
 
-def write_quarantine(rows: list[Quarantined], directory: Path) -> Path:
-    pa, pq = _pyarrow()
-    table = pa.table({
+def quarantine_table(rows: list[Quarantined]) -> pa.Table:
+    """Quarantined rows in the contract's columns, as both engines write them."""
+    pa, _ = _pyarrow()
+    return pa.table({
         "raw": pa.array([q.raw for q in rows], pa.string()),
         "reason": pa.array([q.reason.value for q in rows], pa.string()),
         "ts_ms": pa.array([q.ts_ms for q in rows], pa.int64()),
     })
+
+
+def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:
+    return _write(outcomes_table(rows), directory)
+
+
+def write_quarantine(rows: list[Quarantined], directory: Path) -> Path:
+    return _write(quarantine_table(rows), directory)
+
+
+def _write(table: pa.Table, directory: Path) -> Path:
+    _, pq = _pyarrow()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "part-00000.parquet"
     pq.write_table(table, path)

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined
-from tickwheel.pipeline.io import parquet_events
+from tickwheel.pipeline.io import outcomes_table, parquet_events, quarantine_table
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.shard import Shard, ShardStatus, pack, pack_rows
 from tickwheel.pipeline.sink import OutcomeSink
@@ -71,9 +71,7 @@ __all__ = ["SparkEngine", "SparkRunResult", "spark_session"]
 log = logging.getLogger(__name__)
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-OUTPUT_SCHEMA = ("kind string, op_id string, outcome string, resolved_ms long, "
-                 "latency_ms long, keys array<string>, error string, raw string, "
-                 "reason string, ts_ms long, status string")
+OUTPUT_SCHEMA = "outcomes binary, quarantine binary, status string"
 # A chunk with both blobs empty is an end-of-input marker: data chunks hold marshal'd
 # lists, never empty bytes.
 CHUNK_SCHEMA = "shard int, ts long, own binary, shared binary"
@@ -317,26 +315,35 @@ def _processor_class() -> type:
 
 def _frame(outcomes: list[OutcomeRow], quarantine: list[Quarantined],
            status: ShardStatus) -> pd.DataFrame:
+    """One row per handler call: the outcomes and the quarantined rows as Arrow IPC
+    streams, and the shard's status. Rows of the contract's columns, one per outcome,
+    cost a conversion per value in the worker (pandas to Arrow) and again in the JVM
+    (Arrow to rows and back for the driver); blobs pass through both as bytes."""
     import pandas as pd
 
-    n_out, n_q = len(outcomes), len(quarantine)
-    none_out: list[Any] = [None] * n_out
-    none_q: list[Any] = [None] * n_q
-    columns: dict[str, list[Any]] = {
-        "kind": ["outcome"] * n_out + ["quarantine"] * n_q + ["status"],
-        "op_id": [o.op_id for o in outcomes] + none_q + [None],
-        "outcome": [o.outcome.value for o in outcomes] + none_q + [None],
-        "resolved_ms": [o.resolved_ms for o in outcomes] + none_q + [None],
-        "latency_ms": [o.latency_ms for o in outcomes] + none_q + [None],
-        "keys": [list(o.keys) for o in outcomes] + none_q + [None],
-        "error": [o.error for o in outcomes] + none_q + [None],
-        "raw": none_out + [q.raw for q in quarantine] + [None],
-        "reason": none_out + [q.reason.value for q in quarantine] + [None],
-        "ts_ms": none_out + [q.ts_ms for q in quarantine] + [None],
-        "status": none_out + none_q + [json.dumps(asdict(status))],
-    }
-    return pd.DataFrame({name: pd.Series(values, dtype=object)
-                         for name, values in columns.items()})
+    return pd.DataFrame({
+        "outcomes": pd.Series([_ipc(outcomes_table(outcomes)) if outcomes else None],
+                              dtype=object),
+        "quarantine": pd.Series([_ipc(quarantine_table(quarantine)) if quarantine else None],
+                                dtype=object),
+        "status": pd.Series([json.dumps(asdict(status))], dtype=object),
+    })
+
+
+def _ipc(table: pa.Table) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _from_ipc(blobs: list[bytes | None], empty: pa.Table) -> pa.Table:
+    import pyarrow as pa
+
+    tables = [pa.ipc.open_stream(pa.py_buffer(blob)).read_all() for blob in blobs if blob]
+    return pa.concat_tables(tables) if tables else empty
 
 
 def _chunk_batch(chunks: list[tuple[int, int | None, bytes, bytes]],
@@ -515,16 +522,12 @@ class SparkEngine:
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         table = frame.toArrow()
         name = f"batch-{batch_id:09d}.parquet"
-        kinds = table["kind"]
-        outcomes = table.filter(pc.equal(kinds, "outcome")).select(
-            ["op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error"])
-        quarantine = table.filter(pc.equal(kinds, "quarantine")).select(
-            ["raw", "reason", "ts_ms"])
-        status = table.filter(pc.equal(kinds, "status")).select(["status"])
+        outcomes = _from_ipc(table["outcomes"].to_pylist(), outcomes_table([]))
+        quarantine = _from_ipc(table["quarantine"].to_pylist(), quarantine_table([]))
+        status = table.select(["status"])
         for sub, where in ((outcomes, self.output_dir / "outcomes"),
                            (quarantine, self.output_dir / "quarantine")):
             if sub.num_rows:
