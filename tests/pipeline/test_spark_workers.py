@@ -82,3 +82,36 @@ def test_a_local_jvm_runs_with_the_local_java_options(spark: Any) -> None:
     arguments = list(runtime.getInputArguments())
     for option in LOCAL_JAVA_OPTIONS.split():
         assert option in arguments
+
+
+def _daemons_of(jvm_pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == jvm_pid and b"tickwheel.pipeline._spark_daemon" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+def test_the_packers_and_the_processor_share_one_pool_of_workers(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    from tickwheel.pipeline.spark_engine import SparkEngine
+
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "e.jsonl").write_text(
+        '{"ts_ms": 1, "type": "watch", "op_id": "a", "keys": ["k"], "deadline_ms": 50,'
+        ' "condition": "any_update"}\n{"ts_ms": 2, "type": "update", "key": "k", "value": 1}\n')
+    result = SparkEngine(spark, events, tmp_path / "out", tmp_path / "ckpt").run()
+    assert result.rows_applied == 2
+    jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    assert len(_daemons_of(jvm_pid)) == 1

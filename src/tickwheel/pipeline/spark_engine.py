@@ -554,6 +554,13 @@ class SparkEngine:
             "spark.sql.streaming.noDataMicroBatches.enabled": "false",
             # A state-store commit then writes the changes, not a new RocksDB checkpoint.
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+            # Spark keys its pools of Python workers by their environment, and this
+            # setting adds a variable to the packers' (mapInArrow) but not to the
+            # processor's: two daemons, and every cold worker importing pandas and
+            # pyarrow twice over (about 1.5 s of CPU each on this 2-core machine). Off,
+            # both stages share one pool; a failing worker prints Python's full
+            # traceback instead of the user frames alone.
+            "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         }
         # The query takes its own copy of the session's settings when it starts: the
         # caller's session gets its own values back.
