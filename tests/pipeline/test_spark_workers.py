@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tickwheel.pipeline._spark_daemon import without_bundled_zips
+from tickwheel.pipeline._spark_python import launcher, without_bundled_zips
 from tickwheel.pipeline.spark_engine import LOCAL_JAVA_OPTIONS
 
 
@@ -54,7 +58,50 @@ def test_without_an_installed_pyspark_the_path_is_unchanged(tmp_path: Path) -> N
     assert without_bundled_zips(["/a", "/b"]) == ["/a", "/b"]
 
 
-def _worker_facts(_rows: Iterator[Any]) -> Iterator[tuple[str, int, str | None, list[str]]]:
+_SHOW = """
+import json, sys
+import pyspark
+print(json.dumps({"argv": sys.argv, "pyspark": pyspark.__file__, "path0": sys.path[0],
+                  "zips": [p for p in sys.path if "pyspark" in p and p.endswith(".zip")]}))
+"""
+
+
+def _installed_launcher() -> str:
+    found = launcher()
+    if found is None:
+        pytest.skip("tickwheel is not installed next to this interpreter")
+    return found
+
+
+def test_the_launcher_runs_a_module_as_python_m_does_with_the_installed_pyspark(
+        tmp_path: Path) -> None:
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = sorted(str(z) for z in lib.glob("*.zip"))
+    if not zips:
+        pytest.skip("this PySpark ships no zips")
+    (tmp_path / "show.py").write_text(_SHOW)
+    done = subprocess.run([_installed_launcher(), "-m", "show", "a", "-m"], cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(zips)),
+                          capture_output=True, text=True, check=True)
+    facts = json.loads(done.stdout)
+    assert facts["argv"] == [str(tmp_path / "show.py"), "a", "-m"]
+    assert facts["path0"] == str(tmp_path)
+    assert facts["zips"] == []
+    assert facts["pyspark"] == pyspark.__file__
+
+
+def test_the_launcher_hands_anything_else_to_the_interpreter() -> None:
+    done = subprocess.run([_installed_launcher(), "-c", "import sys; print(sys.executable)"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == sys.executable
+    failed = subprocess.run([_installed_launcher(), "-c", "raise SystemExit(3)"], check=False)
+    assert failed.returncode == 3
+
+
+def _worker_facts(_rows: Iterator[Any]) -> Iterator[tuple[str, int, str | None, list[str],
+                                                          list[str]]]:
     import gc
     import sys
 
@@ -62,18 +109,21 @@ def _worker_facts(_rows: Iterator[Any]) -> Iterator[tuple[str, int, str | None, 
 
     main = sys.modules["__main__"].__spec__
     yield (pyspark.__file__ or "", gc.get_freeze_count(), None if main is None else main.name,
-           [entry for entry in sys.path if entry.endswith(".zip") and "pyspark" in entry])
+           [entry for entry in sys.path if entry.endswith(".zip") and "pyspark" in entry],
+           sys.orig_argv)
 
 
 @pytest.mark.spark
 def test_workers_fork_from_our_daemon_with_the_installed_pyspark(spark: Any) -> None:
     facts = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_facts).collect()
     assert len(facts) == 2
-    for pyspark_file, frozen, main, zips in facts:
+    for pyspark_file, frozen, main, zips, argv in facts:
         assert main == "tickwheel.pipeline._spark_daemon"
         assert zips == []
         assert ".zip" not in pyspark_file  # bytecode from the installed package
         assert frozen > 0  # the daemon's heap, frozen before the fork
+        if os.environ["PYSPARK_PYTHON"] == launcher():  # not chosen by whoever runs this
+            assert argv[1] == launcher()
 
 
 @pytest.mark.spark

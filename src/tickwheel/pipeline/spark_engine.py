@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
+from tickwheel.pipeline._spark_python import launcher
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined
 from tickwheel.pipeline.io import outcomes_table, parquet_events, quarantine_table
@@ -91,7 +92,8 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
                   driver_memory: str = "4g", jvm_log: Path | None = None,
                   java_options: str | None = None) -> SparkSession:
     """A session with what the engine needs: the RocksDB state store (required by
-    ``transformWithState``), this interpreter for Python workers, quiet logs.
+    ``transformWithState``), this interpreter for Python workers (unless
+    ``PYSPARK_PYTHON`` says otherwise), quiet logs.
 
     With ``jvm_log``, a JVM started here writes its console output there instead of
     this process's terminal: its start-up warnings, and the lines PySpark's
@@ -100,7 +102,11 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
     ``java_options`` become ``spark.driver.extraJavaOptions``; by default
     :data:`LOCAL_JAVA_OPTIONS` for a ``local`` master and nothing otherwise. Like
     ``driver_memory``, they apply only to a JVM this call starts."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if "PYSPARK_PYTHON" not in os.environ:
+        # Workers of a local master run this interpreter; tickwheel-spark-python
+        # starts it with the installed PySpark's bytecode instead of its zips.
+        local = launcher() if master.startswith("local") else None
+        os.environ["PYSPARK_PYTHON"] = local or sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
