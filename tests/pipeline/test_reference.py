@@ -7,8 +7,19 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tickwheel.pipeline.events import Condition, Event, EventType, Outcome, Reason, parse_line
+from tickwheel.pipeline.events import (
+    Condition,
+    Event,
+    EventType,
+    Outcome,
+    Quarantined,
+    Reason,
+    parse_line,
+    parse_row,
+)
 from tickwheel.pipeline.io import read_parquet_rows, write_outcomes
 from tickwheel.pipeline.reference import OutcomeRow, ReferenceEngine, RunResult
 
@@ -183,6 +194,8 @@ def test_a_dedupe_retention_bounds_the_op_ids_remembered() -> None:
     ('{"ts_ms": 1.5, "type": "tick"}', Reason.BAD_TYPE, None),
     ('{"ts_ms": true, "type": "tick"}', Reason.BAD_TYPE, None),
     ('{"ts_ms": 9223372036854775808, "type": "tick"}', Reason.BAD_TYPE, None),
+    ('{"ts_ms": NaN, "type": "tick"}', Reason.BAD_TYPE, None),
+    ('{"ts_ms": 1e400, "type": "tick"}', Reason.BAD_TYPE, None),
     ('{"ts_ms": 1, "type": "update", "key": "k", "value": -9223372036854775809}',
      Reason.BAD_TYPE, 1),
     ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
@@ -241,6 +254,42 @@ def test_well_formed_rows_parse_to_events_with_every_field_in_its_place() -> Non
         assert type(event) is Event
         assert event == expected
         assert event._asdict() == expected._asdict()
+
+
+def test_a_string_json_takes_beyond_rfc_8259_still_parses() -> None:
+    line = '{"ts_ms": 1, "type": "update", "key": "\\ud800", "value": 2}'
+    event = parse_line(line)
+    assert type(event) is Event and event.key == "\ud800" and event.value == 2
+
+
+_VALUES = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70), st.floats(), st.booleans(), st.none(),
+    st.text(max_size=4), st.sampled_from(["watch", "update", "cancel", "tick", "all_at_least",
+                                          "sum_at_least", "any_update", "none", "k", "j"]),
+    st.lists(st.sampled_from(["k", "j", 1]), max_size=3),
+    st.dictionaries(st.sampled_from(["k", "j"]), st.integers(min_value=-(2**65),
+                                                             max_value=2**65)))
+_FIELDS = ["ts_ms", "type", "op_id", "keys", "deadline_ms", "condition", "targets",
+           "min_total", "key", "value", "error", "colour"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(_FIELDS), _VALUES), st.booleans(), st.text(max_size=8))
+def test_a_row_parses_as_the_json_module_decodes_it(fields: dict[str, object], mangle: bool,
+                                                     garbage: str) -> None:
+    # parse_line may decode with orjson when it is installed: the rows must be the same.
+    line = json.dumps(fields, allow_nan=True)
+    if mangle:
+        line = line[: len(line) // 2] + garbage
+    try:
+        decoded = json.loads(line)
+    except (ValueError, RecursionError):
+        decoded = None
+    parsed = parse_line(line)
+    if isinstance(decoded, dict):
+        assert parsed == parse_row(decoded, line)
+    else:
+        assert parsed == Quarantined(line, Reason.UNPARSEABLE, None)
 
 
 def test_latencies_at_the_edges_of_a_long_are_written(tmp_path: Path) -> None:
