@@ -172,6 +172,7 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     assert '"spark.sql.shuffle.partitions":"2"' in (tmp_path / "ckpt" / "query" / "offsets"
                                                     / "0").read_text()
     assert spark.conf.get("spark.sql.shuffle.partitions") == shuffle_partitions
+    assert spark.conf.get("spark.sql.streaming.checkpointFileManagerClass", None) is None
 
 
 EVENT_COLUMNS = {"ts_ms": "int64", "type": "string", "op_id": "string",

@@ -165,3 +165,41 @@ def test_the_packers_and_the_processor_share_one_pool_of_workers(spark: Any,
     assert result.rows_applied == 2
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
     assert len(_daemons_of(jvm_pid)) == 1
+
+
+def _processes_started_by_the_jvm(spark: Any, run: Any, recording: Path) -> list[str]:
+    """The command lines of the processes the JVM starts while ``run()`` runs, as
+    its flight recorder sees them."""
+    jvm = spark._jvm
+    flight = jvm.jdk.jfr.Recording()
+    flight.enable("jdk.ProcessStart")
+    flight.start()
+    try:
+        run()
+    finally:
+        flight.stop()
+    where = jvm.java.io.File(str(recording)).toPath()
+    flight.dump(where)
+    flight.close()
+    events = jvm.jdk.jfr.consumer.RecordingFile.readAllEvents(where)
+    return [str(event.getString("command")) for event in events]
+
+
+@pytest.mark.spark
+def test_the_checkpoint_is_written_without_a_process_per_file(spark: Any,
+                                                             tmp_path: Path) -> None:
+    from tickwheel.pipeline.spark_engine import SparkEngine
+
+    events = tmp_path / "events"
+    events.mkdir()
+    for n in range(3):
+        (events / f"e{n}.jsonl").write_text(
+            f'{{"ts_ms": {n}, "type": "update", "key": "k", "value": {n}}}\n')
+    engine = SparkEngine(spark, events, tmp_path / "out", tmp_path / "ckpt",
+                         max_files_per_trigger=1)
+    commands = _processes_started_by_the_jvm(spark, engine.run, tmp_path / "run.jfr")
+    written = [p for p in (tmp_path / "ckpt" / "query").rglob("*") if p.is_file()]
+    assert engine.batches >= 3 and len(written) > 20
+    # Hadoop asks for a path's link status by running readlink (without its native
+    # library): four times for every file Spark's default manager renames into place.
+    assert [c for c in commands if c.startswith("readlink")] == []

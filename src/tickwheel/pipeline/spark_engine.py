@@ -77,6 +77,15 @@ OUTPUT_SCHEMA = "outcomes binary, quarantine binary, status string"
 # lists, never empty bytes.
 CHUNK_SCHEMA = "shard int, ts long, own binary, shared binary"
 BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
+# The checkpoint is always a local directory. Spark's default manager writes it
+# through Hadoop's FileContext, whose rename asks for each path's link status, and
+# without Hadoop's native library that runs ``readlink`` in a new process: four per
+# file written, about 500 per cold 1M-event run, on the driver's path between
+# batches. The FileSystem manager renames with rename(2), atomic on a local disk:
+# 1.1-2.1 s less for a cold 1M-event run on local[2] (three pairs of runs).
+CHECKPOINT_MANAGER_SETTING = "spark.sql.streaming.checkpointFileManagerClass"
+CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
+                      "FileSystemBasedCheckpointFileManager")
 _LOCAL = re.compile(r"local\[(\d+|\*)\]")
 
 
@@ -568,8 +577,11 @@ class SparkEngine:
             # traceback instead of the user frames alone.
             "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         }
-        # The query takes its own copy of the session's settings when it starts: the
-        # caller's session gets its own values back.
+        if self.spark.conf.get(CHECKPOINT_MANAGER_SETTING, None) is None:
+            settings[CHECKPOINT_MANAGER_SETTING] = CHECKPOINT_MANAGER
+        # The caller's session gets its own values back when the query ends, not when
+        # it starts: the file sources make their logs on the query's thread, with the
+        # session's settings of that moment.
         previous = {name: self.spark.conf.get(name, None) for name in settings}
         for name, value in settings.items():
             self.spark.conf.set(name, value)
@@ -579,13 +591,13 @@ class SparkEngine:
                      .option("checkpointLocation", str(self.checkpoint_dir / "query"))
                      .trigger(availableNow=True)
                      .start())
+            query.awaitTermination()
         finally:
             for name, old_value in previous.items():
                 if old_value is None:
                     self.spark.conf.unset(name)
                 else:
                     self.spark.conf.set(name, old_value)
-        query.awaitTermination()
         for progress in query.recentProgress:
             log.info("batch %s: %s rows, %s", progress.batchId, progress.numInputRows,
                      progress.durationMs)
