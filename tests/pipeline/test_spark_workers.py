@@ -203,3 +203,19 @@ def test_the_checkpoint_is_written_without_a_process_per_file(spark: Any,
     # Hadoop asks for a path's link status by running readlink (without its native
     # library): four times for every file Spark's default manager renames into place.
     assert [c for c in commands if c.startswith("readlink")] == []
+
+
+def test_a_processor_shipped_to_a_worker_keeps_shards_where_the_next_task_finds_them(
+) -> None:
+    from pyspark import cloudpickle
+
+    from tickwheel.pipeline import _worker_state
+    from tickwheel.pipeline.spark_engine import _processor_class
+
+    # Spark ships the processor by value; a dict it named directly came along as a
+    # copy, new for every task.
+    shipped = cloudpickle.loads(cloudpickle.dumps(_processor_class()([0, 1], 10, None)))
+    names = type(shipped)._loaded.__globals__
+    assert names["_worker_state"] is _worker_state
+    assert [name for name, value in names.items()
+            if isinstance(value, dict) and name != "__builtins__"] == []

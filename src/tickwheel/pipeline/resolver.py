@@ -149,6 +149,9 @@ class Resolver:
         # still kept because their operation is pending.
         self._seen_at: deque[tuple[int, str]] = deque()
         self._lingering: set[str] = set()
+        # Kept only for a caller that saves the seen ids as a log of changes (see
+        # `take_seen_changes`): id -> seen (True) or forgotten (False) since it took them.
+        self._seen_changes: dict[str, bool] | None = None
         self.pending: dict[str, _LogOperation] = {}
         self.outcomes: list[OutcomeRow] = []
         self.quarantine: list[Quarantined] = []
@@ -211,6 +214,8 @@ class Resolver:
         if self._lingering and ev.op_id in self._lingering:
             self._lingering.discard(ev.op_id)
             self.seen_op_ids.discard(ev.op_id)
+            if self._seen_changes is not None:
+                self._seen_changes[ev.op_id] = False
         self.outcomes.append(OutcomeRow(ev.op_id, outcome, resolved_ms,
                                         resolved_ms - ev.ts_ms, ev.keys, error))
 
@@ -230,15 +235,37 @@ class Resolver:
 
     # -- keeping it between micro-batches -----------------------------------------
 
-    def snapshot(self) -> tuple[Any, ...]:
-        """Everything needed to go on later, as plain values (picklable, compact)."""
+    def track_seen_changes(self) -> None:
+        """Keep the changes to :attr:`seen_op_ids` for :meth:`take_seen_changes`."""
+        if self._seen_changes is None:
+            self._seen_changes = {}
+
+    def take_seen_changes(self) -> tuple[list[str], list[str]]:
+        """The ids seen and the ids forgotten since the last call (or since
+        :meth:`track_seen_changes`): a caller that saved the set then can save these
+        instead of the whole set again."""
+        changes = self._seen_changes
+        if changes is None:
+            raise RuntimeError("call track_seen_changes() first")
+        self._seen_changes = {}
+        return ([op_id for op_id, seen in changes.items() if seen],
+                [op_id for op_id, seen in changes.items() if not seen])
+
+    def snapshot(self, with_seen: bool = True) -> tuple[Any, ...]:
+        """Everything needed to go on later, as plain values (picklable, compact).
+        Without ``with_seen``, :attr:`seen_op_ids` is left out: the caller saves it
+        another way and gives it back to :meth:`restore`."""
         ops = [(_event_fields(op.event), op.seen_updates) for op in self.pending.values()]
-        return (2, self.now, self.values, self.update_counts, list(self.seen_op_ids), ops,
+        seen = list(self.seen_op_ids) if with_seen else None
+        return (2, self.now, self.values, self.update_counts, seen, ops,
                 self.applied, self.ignored_cancels, self.dedupe_retention_ms,
                 list(self._seen_at), list(self._lingering))
 
     @classmethod
-    def restore(cls, snapshot: tuple[Any, ...]) -> Resolver:
+    def restore(cls, snapshot: tuple[Any, ...], seen_op_ids: set[str] | None = None,
+                ) -> Resolver:
+        """The resolver :meth:`snapshot` saved; ``seen_op_ids`` is the set a snapshot
+        taken without it leaves out (used as is, not copied)."""
         version = snapshot[0]
         if version == 1:  # before the dedupe retention: ids were kept forever
             snapshot = (*snapshot, None, [], [])
@@ -249,7 +276,13 @@ class Resolver:
         resolver = cls(now, retention)
         resolver.values = values
         resolver.update_counts = counts
-        resolver.seen_op_ids = set(seen)
+        if seen is not None:
+            resolver.seen_op_ids = set(seen)
+        elif seen_op_ids is not None:
+            resolver.seen_op_ids = seen_op_ids
+        else:
+            raise ValueError("the snapshot was taken without its seen op ids: "
+                             "pass seen_op_ids")
         resolver._seen_at = deque((ts, op_id) for ts, op_id in seen_at)
         resolver._lingering = set(lingering)
         resolver.applied = applied
@@ -291,6 +324,11 @@ class Resolver:
                 self._watch(ev)
         if self.dedupe_retention_ms is not None:
             self._seen_at.extend((ts, op_id) for op_id in counts if op_id not in seen)
+        changes = self._seen_changes
+        if changes is not None:
+            for op_id in counts:
+                if op_id not in seen:
+                    changes[op_id] = True
         seen.update(counts)
 
     def _forget_before(self, t: int) -> None:
@@ -302,6 +340,8 @@ class Resolver:
                 self._lingering.add(op_id)
             else:
                 self.seen_op_ids.discard(op_id)
+                if self._seen_changes is not None:
+                    self._seen_changes[op_id] = False
 
     def _watch(self, ev: Event) -> None:
         assert ev.op_id is not None

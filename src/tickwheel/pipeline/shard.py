@@ -228,21 +228,24 @@ class Shard:
                            self.max_ts, dict(self.quarantined_by_reason),
                            dict(self.outcomes_by_outcome))
 
-    def snapshot(self) -> tuple[Any, ...]:
-        return (2, self.shard, self.lateness_ms, self.resolver.snapshot(),
+    def snapshot(self, with_seen: bool = True) -> tuple[Any, ...]:
+        """See :meth:`Resolver.snapshot <tickwheel.pipeline.resolver.Resolver.snapshot>`
+        for ``with_seen``."""
+        return (2, self.shard, self.lateness_ms, self.resolver.snapshot(with_seen),
                 marshal.dumps(self.held), self.rows_in,
                 self.rows_applied, self.quarantined, self.max_ts, self.seq, self.timer_ms,
                 self.quarantined_by_reason, self.outcomes_by_outcome)
 
     @classmethod
-    def restore(cls, snapshot: tuple[Any, ...]) -> Shard:
+    def restore(cls, snapshot: tuple[Any, ...], seen_op_ids: set[str] | None = None,
+                ) -> Shard:
         version = snapshot[0]
         if version != 2:
             raise ValueError(f"shard snapshot version {version} is not supported")
         (_, shard_id, lateness_ms, resolver, held, rows_in, applied, quarantined, max_ts, seq,
          timer, by_reason, by_outcome) = snapshot
         shard = cls(shard_id, lateness_ms)
-        shard.resolver = Resolver.restore(resolver)
+        shard.resolver = Resolver.restore(resolver, seen_op_ids)
         shard.held = marshal.loads(held)
         shard.rows_in, shard.rows_applied, shard.quarantined = rows_in, applied, quarantined
         shard.max_ts, shard.seq, shard.timer_ms = max_ts, seq, timer

@@ -48,6 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
+from tickwheel.pipeline import _worker_state
+from tickwheel.pipeline._seen_log import LogHead, load_seen, save_seen
 from tickwheel.pipeline._spark_python import launcher
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined
@@ -189,11 +191,15 @@ def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
-# A shard's state lives in the state store; between micro-batches the Python worker
-# usually keeps the same object, found by the token saved with the state. A token is
-# used once: a batch that fails and runs again finds no entry and reloads the state.
-_CACHE: dict[str, Shard] = {}
-_CACHE_LIMIT = 64
+# A shard's state lives in the state store; between micro-batches a Python worker
+# keeps the object it saved (see `_worker_state`), found by the token saved with the
+# state. A token is used once: a batch that fails and runs again finds no entry and
+# reloads the state. Spark hands a shard's next batch to any worker, so each worker
+# also keeps the seen-id set it saved last with its log head (see `_seen_log`): a
+# worker that saved an earlier state of the shard reads only the log entries since.
+# Tags the state's snapshot blob; a blob without it is a whole shard (seen ids
+# included), as saved before the seen-id log.
+_WITH_SEEN_LOG = "shard+seen-log"
 
 
 @contextlib.contextmanager
@@ -254,6 +260,9 @@ def _processor_class() -> type:
             self.handle = handle
             self.token = handle.getValueState("token", "token string")
             self.snapshot = handle.getValueState("snapshot", "snapshot binary")
+            self.seen = handle.getMapState("seen", "entry int",
+                                           "added binary, forgotten binary")
+            self.heads: dict[int, LogHead] = {}
 
         # Spark's method and argument names.
         def handleInputRows(self, key: Any, rows: Iterator[Any],  # noqa: N802
@@ -291,25 +300,48 @@ def _processor_class() -> type:
             pass
 
         def _load(self, shard_id: int) -> Shard:
+            shard, head = self._loaded(shard_id)
+            shard.resolver.track_seen_changes()
+            self.heads[shard_id] = head
+            return shard
+
+        def _loaded(self, shard_id: int) -> tuple[Shard, LogHead]:
             if not self.token.exists():
-                return Shard(shard_id, self.lateness_ms, self.dedupe_retention_ms)
+                return Shard(shard_id, self.lateness_ms, self.dedupe_retention_ms), LogHead()
             saved_token = self.token.get()
             assert saved_token is not None
-            token = saved_token[0]
-            cached = _CACHE.pop(token, None)
+            cached = _worker_state.SHARDS.pop(saved_token[0], None)
+            # The set held for the seen-id log is about to change in place: no later
+            # load may take it for the head it was saved with.
+            held = _worker_state.SEEN.pop(shard_id, None)
             if cached is not None:
                 return cached
+            shards = _worker_state.SHARDS
+            for stale in [t for t, (s, _) in shards.items() if s.shard == shard_id]:
+                del shards[stale]  # an older state of this shard, holding that set
             saved = self.snapshot.get()
             assert saved is not None, "a token is saved with its snapshot"
-            return Shard.restore(pickle.loads(saved[0]))
+            blob = pickle.loads(saved[0])
+            if blob[0] != _WITH_SEEN_LOG:
+                return Shard.restore(blob), LogHead(complete=False)
+            _, snapshot, tokens, ids_logged = blob
+            head = LogHead(tuple(tokens), ids_logged)
+            return Shard.restore(snapshot, load_seen(self.seen, head, held)), head
 
         def _save(self, shard: Shard) -> None:
             token = uuid.uuid4().hex
-            self.snapshot.update((pickle.dumps(shard.snapshot(), protocol=5),))
+            seen = shard.resolver.seen_op_ids
+            head = save_seen(self.seen, self.heads.pop(shard.shard), token, seen,
+                             *shard.resolver.take_seen_changes())
+            blob = (_WITH_SEEN_LOG, shard.snapshot(with_seen=False), list(head.tokens),
+                    head.ids_logged)
+            self.snapshot.update((pickle.dumps(blob, protocol=5),))
             self.token.update((token,))
-            while len(_CACHE) >= _CACHE_LIMIT:
-                _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[token] = shard
+            shards = _worker_state.SHARDS
+            while len(shards) >= _worker_state.SHARDS_LIMIT:
+                shards.pop(next(iter(shards)))
+            shards[token] = (shard, head)
+            _worker_state.SEEN[shard.shard] = (seen, head)
 
         def _finish(self, shard: Shard, watermark: int,
                     quarantine: list[Quarantined]) -> pd.DataFrame:
