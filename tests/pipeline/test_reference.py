@@ -20,7 +20,7 @@ from tickwheel.pipeline.events import (
     parse_line,
     parse_row,
 )
-from tickwheel.pipeline.io import read_parquet_rows, write_outcomes
+from tickwheel.pipeline.io import json_lines, read_events, read_parquet_rows, write_outcomes
 from tickwheel.pipeline.reference import OutcomeRow, ReferenceEngine, RunResult
 
 ISSUE_EXAMPLE = """\
@@ -356,3 +356,36 @@ def test_outcomes_do_not_depend_on_row_order_within_the_lateness_bound() -> None
         again = run(shuffled)
         assert not again.quarantine
         assert sorted(again.outcomes, key=lambda o: o.op_id) == reference
+
+
+_LINE_PARTS = [b'{"ts_ms": 1}', b"\n", b"\r\n", b"\r", b"", b"   ", b"\xff\xfe", b"\xe2\x82",
+               b"\xe2\x82\xac", "\u2028".encode(), b"\x0c", b"\xef\xbb\xbf", b"x" * 7]
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from(_LINE_PARTS), max_size=40),
+       slice_bytes=st.integers(min_value=1, max_value=64))
+def test_a_file_held_in_memory_has_the_lines_a_file_read_from_disk_has(
+        parts: list[bytes], slice_bytes: int, tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The Spark engine reads JSON Lines files whole and splits them in its packers;
+    the reference engine reads them from disk. Both see the same rows."""
+    content = b"".join(parts)
+    directory = tmp_path_factory.mktemp("lines")
+    (directory / "events.jsonl").write_bytes(content)
+    from_disk = [(r.raw, r.reason) if isinstance(r, Quarantined) else r
+                 for r in read_events(directory)]
+    held = [line for lines in json_lines(content, slice_bytes) for line in lines
+            if line.strip()]
+    from_memory = [(r.raw, r.reason) if isinstance(r, Quarantined) else r
+                   for r in map(parse_line, held)]
+    assert from_memory == from_disk
+
+
+def test_lines_come_in_slices_of_about_the_size_asked() -> None:
+    content = b"".join(b'{"ts_ms": %d}\n' % n for n in range(1000))
+    slices = list(json_lines(content, slice_bytes=1000))
+    assert len(slices) > 10
+    assert [line for lines in slices for line in lines] == content.decode().splitlines()
+    with pytest.raises(ValueError, match="slice_bytes"):
+        list(json_lines(content, slice_bytes=0))

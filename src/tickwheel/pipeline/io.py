@@ -13,14 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import Event, Quarantined, Reason, parse_line, parse_row
 from tickwheel.pipeline.reference import OutcomeRow
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["input_files", "outcomes_table", "parquet_events", "quarantine_table", "read_events",
-           "read_parquet_rows", "write_outcomes", "write_quarantine"]
+__all__ = ["input_files", "json_lines", "outcomes_table", "parquet_events", "quarantine_table",
+           "read_events", "read_parquet_rows", "write_outcomes", "write_quarantine"]
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -51,6 +52,29 @@ def read_events(directory: Path) -> Iterator[Event | Quarantined]:
                 for line in lines:
                     if line.strip():
                         yield parse_line(line.rstrip("\n"))
+
+
+def json_lines(content: bytes, slice_bytes: int = 8 << 20) -> Iterator[list[str]]:
+    """The lines of a JSON Lines file held in memory, read as :func:`read_events`
+    reads a file (UTF-8 with bad bytes replaced, ``\n``, ``\r\n`` and ``\r`` all end
+    a line; blank lines included), in lists covering about ``slice_bytes`` each, so a
+    large file is never decoded whole."""
+    check_positive_int("slice_bytes", slice_bytes)
+    view = memoryview(content)
+    start, size = 0, len(content)
+    while start < size:
+        # Cut just after a newline: a \r\n stays in one slice, and no UTF-8 sequence
+        # spans two (a newline byte is never inside one).
+        cut = content.find(b"\n", start + slice_bytes) if start + slice_bytes < size else -1
+        end = size if cut < 0 else cut + 1
+        text = str(view[start:end], "utf-8", "replace")
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        lines = text.split("\n")
+        if not lines[-1]:
+            lines.pop()  # what follows the last newline of the slice
+        yield lines
+        start = end
 
 
 def parquet_events(content: bytes, name: str) -> Iterator[Event | Quarantined]:

@@ -3,11 +3,11 @@
 Needs ``pip install 'tickwheel[spark]'`` (PySpark, pandas, protobuf, pyarrow) and a
 JVM. One query:
 
-1. a text file source over the event directory (``*.jsonl``, ``*.json``), a binary
-   file source over its ``*.parquet`` files (each read whole, by the reference
-   engine's reader), and a text source over ``CHECKPOINT/control/`` that only ever
-   carries end-of-input markers;
-2. ``mapInArrow`` cuts each Arrow batch of rows into one chunk per shard (see
+1. binary file sources (each file read whole) over the event directory's JSON Lines
+   files (``*.jsonl``, ``*.json``), split into lines as the reference engine reads
+   them, over its ``*.parquet`` files, read by the reference engine's reader, and over
+   ``CHECKPOINT/control/``, which only ever holds end-of-input markers;
+2. ``mapInArrow`` cuts the rows of each file into one chunk per shard (see
    :mod:`tickwheel.pipeline.shard`): watches and cancels by ``op_id``, updates and
    ticks to every shard, and gives each chunk the largest ``ts_ms`` it holds;
 3. an event-time watermark on that, ``lateness_ms`` behind the largest ``ts_ms``;
@@ -53,7 +53,7 @@ from tickwheel.pipeline._seen_log import LogHead, load_seen, save_seen
 from tickwheel.pipeline._spark_python import launcher
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined
-from tickwheel.pipeline.io import outcomes_table, parquet_events, quarantine_table
+from tickwheel.pipeline.io import json_lines, outcomes_table, parquet_events, quarantine_table
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.shard import Shard, ShardStatus, pack, pack_rows
 from tickwheel.pipeline.sink import OutcomeSink
@@ -413,26 +413,29 @@ def _chunk_batch(chunks: list[tuple[int, int | None, bytes, bytes]],
 
 
 def _packer(labels: list[int]) -> Any:
-    """JSON Lines rows (and end-of-input markers) to chunks."""
+    """Whole JSON Lines files (and end-of-input markers) to chunks, a slice of each
+    file at a time."""
     shards = len(labels)
 
-    def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def pack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         _settle_worker_heap()
         for batch in batches:
-            with _collector_paused():
-                lines = batch.column(0).to_pylist()
-                control = batch.column(1).to_pylist()
-                chunks = pack((line for line, c in zip(lines, control, strict=True)
-                               if not c), shards)
-                for line, is_control in zip(lines, control, strict=True):
-                    if is_control and line.strip():
-                        end = int(json.loads(line)["ts_ms"])
-                        chunks.extend((shard, end, b"", b"") for shard in range(shards))
-                out = _chunk_batch(chunks, labels) if chunks else None
-            if out is not None:
-                yield out
+            contents = batch.column(1)
+            for i, is_control in enumerate(batch.column(2).to_pylist()):
+                for lines in json_lines(contents[i].as_py()):
+                    with _collector_paused():
+                        chunks: list[tuple[int, int | None, bytes, bytes]]
+                        if is_control:
+                            chunks = [(shard, int(json.loads(line)["ts_ms"]), b"", b"")
+                                      for line in lines if line.strip()
+                                      for shard in range(shards)]
+                        else:
+                            chunks = pack(lines, shards)
+                        out = _chunk_batch(chunks, labels) if chunks else None
+                    if out is not None:
+                        yield out
 
-    return pack_batches
+    return pack_files
 
 
 def _parquet_packer(labels: list[int]) -> Any:
@@ -556,10 +559,14 @@ class SparkEngine:
                 reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
             return reader
 
-        rows = files("*.{jsonl,json}").text(str(self.input_dir)).withColumn(
-            "control", F.lit(False))
-        control = (self.spark.readStream.text(str(self.checkpoint_dir / "control"))
-                   .withColumn("control", F.lit(True)))
+        # Whole files, split into lines by the packer as the reference engine reads
+        # them: a text source turned every line into a JVM string and then an Arrow
+        # value on its way to Python, most of the JVM's time on a warm run.
+        rows = (files("*.{jsonl,json}").format("binaryFile").schema(BINARY_FILE_SCHEMA)
+                .load(str(self.input_dir)).select("path", "content", F.lit(False).alias("control")))
+        control = (self.spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA)
+                   .load(str(self.checkpoint_dir / "control"))
+                   .select("path", "content", F.lit(True).alias("control")))
         parquet = (files("*.parquet").format("binaryFile").schema(BINARY_FILE_SCHEMA)
                    .load(str(self.input_dir)).select("path", "content"))
         chunks = (rows.unionByName(control)
@@ -615,6 +622,9 @@ class SparkEngine:
             # both stages share one pool; a failing worker prints Python's full
             # traceback instead of the user frames alone.
             "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
+            # Input files travel whole: an Arrow batch of them to a packer holds at most
+            # this much (one larger file alone), never past Arrow's 2 GiB per column.
+            "spark.sql.execution.arrow.maxBytesPerBatch": str(64 << 20),
         }
         if self.spark.conf.get(CHECKPOINT_MANAGER_SETTING, None) is None:
             settings[CHECKPOINT_MANAGER_SETTING] = CHECKPOINT_MANAGER
