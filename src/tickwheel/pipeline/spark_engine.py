@@ -204,6 +204,7 @@ def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
 # reloads the state. Spark hands a shard's next batch to any worker, so each worker
 # also keeps the seen-id set it saved last with its log head (see `_seen_log`): a
 # worker that saved an earlier state of the shard reads only the log entries since.
+
 # Tags the state's snapshot blob; a blob without it is a whole shard (seen ids
 # included), as saved before the seen-id log.
 _WITH_SEEN_LOG = "shard+seen-log"
