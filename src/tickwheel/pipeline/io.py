@@ -55,7 +55,7 @@ def read_events(directory: Path) -> Iterator[Event | Quarantined]:
 
 
 def json_lines(content: bytes, slice_bytes: int = 8 << 20) -> Iterator[list[str]]:
-    """The lines of a JSON Lines file held in memory, read as :func:`read_events`
+    r"""The lines of a JSON Lines file held in memory, read as :func:`read_events`
     reads a file (UTF-8 with bad bytes replaced, ``\n``, ``\r\n`` and ``\r`` all end
     a line; blank lines included), in lists covering about ``slice_bytes`` each, so a
     large file is never decoded whole."""
