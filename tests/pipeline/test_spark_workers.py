@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import inspect
 import json
 import os
 import subprocess
 import sys
+import types
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tickwheel.pipeline._spark_daemon import use_young_collections
 from tickwheel.pipeline._spark_python import launcher, without_bundled_zips
 from tickwheel.pipeline.spark_engine import LOCAL_JAVA_OPTIONS
 
@@ -101,24 +105,54 @@ def test_the_launcher_hands_anything_else_to_the_interpreter() -> None:
 
 
 def _worker_facts(_rows: Iterator[Any]) -> Iterator[tuple[str, int, str | None, list[str],
-                                                          list[str]]]:
+                                                          list[str], str]]:
     import gc
     import sys
 
     import pyspark
 
     main = sys.modules["__main__"].__spec__
+    after_task_gc = type(sys.modules["pyspark.daemon"].gc).__name__
     yield (pyspark.__file__ or "", gc.get_freeze_count(), None if main is None else main.name,
            [entry for entry in sys.path if entry.endswith(".zip") and "pyspark" in entry],
-           sys.orig_argv)
+           sys.orig_argv, after_task_gc)
+
+
+def test_the_collection_after_each_task_leaves_the_oldest_generation_alone() -> None:
+    daemon = types.ModuleType("daemon")
+    daemon.__dict__["gc"] = gc
+    use_young_collections(daemon)
+    generations: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            generations.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        daemon.gc.collect()
+    finally:
+        gc.callbacks.remove(seen)
+    assert generations == [1]
+
+
+def test_pyspark_still_collects_after_each_task_through_its_module_gc() -> None:
+    # The shim above only works while pyspark.daemon calls `gc.collect()` on the
+    # module it imported as `gc`.
+    import pyspark.daemon
+
+    source = inspect.getsource(pyspark.daemon)
+    assert "import gc\n" in source
+    assert "gc.collect()" in source
 
 
 @pytest.mark.spark
 def test_workers_fork_from_our_daemon_with_the_installed_pyspark(spark: Any) -> None:
     facts = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_facts).collect()
     assert len(facts) == 2
-    for pyspark_file, frozen, main, zips, argv in facts:
+    for pyspark_file, frozen, main, zips, argv, after_task_gc in facts:
         assert main == "tickwheel.pipeline._spark_daemon"
+        assert after_task_gc == "YoungCollections"
         assert zips == []
         assert ".zip" not in pyspark_file  # bytecode from the installed package
         assert frozen > 0  # the daemon's heap, frozen before the fork

@@ -13,15 +13,43 @@
 Then ``gc.freeze()``, as the ``gc`` documentation advises before forking: the
 daemon's objects move to a generation no collection walks, which keeps the pages
 they live on shared with the workers.
+
+And the collection PySpark runs in a worker after every task it finishes walks the
+young generations only (see :func:`use_young_collections`).
 """
 
 from __future__ import annotations
 
 import gc
+from types import ModuleType
 
 from tickwheel.pipeline._spark_python import drop_bundled_zips
 
-__all__ = ["main"]
+__all__ = ["YoungCollections", "main", "use_young_collections"]
+
+
+class YoungCollections:
+    """``gc`` as ``pyspark.daemon`` sees it: its ``collect()`` collects generations 0
+    and 1, never the oldest."""
+
+    @staticmethod
+    def collect(generation: int = 2) -> int:
+        return gc.collect(min(generation, 1))
+
+
+def use_young_collections(daemon: ModuleType) -> None:
+    """Make the collection ``daemon`` runs after every task a young one.
+
+    A reused worker keeps its shards between tasks (pending operations, seen op ids:
+    hundreds of thousands of objects), and a full collection after each task walked
+    them all again: in a cold and a warm run of the 1M-event benchmark on local[2],
+    46 such collections took 5.8 s of the workers' CPU (timed with ``gc.callbacks``),
+    against 0.75 s for every collection of the pair with young ones. The oldest
+    generation is still collected on the interpreter's own thresholds (4 times in
+    that pair), so cyclic garbage, such as a shard state a newer one replaced, is
+    still freed.
+    """
+    vars(daemon)["gc"] = YoungCollections()
 
 
 def main() -> None:
@@ -33,6 +61,7 @@ def main() -> None:
 
     gc.collect()
     gc.freeze()
+    use_young_collections(daemon)
     daemon.manager()
 
 
