@@ -10,6 +10,7 @@ decided under the operation's lock, and ``on_complete`` runs under that lock too
 
 from __future__ import annotations
 
+import _thread
 import enum
 import logging
 import threading
@@ -54,7 +55,9 @@ class DelayedOperation(TimerTask):
 
     def __init__(self, delay_ms: Millis, lock: threading.RLock | None = None) -> None:
         super().__init__(delay_ms)
-        self._op_lock: threading.RLock = threading.RLock() if lock is None else lock
+        # _thread's RLock, which threading.RLock() returns through a Python-level
+        # function call: 320 instead of 130 ns, a sixth of constructing an operation.
+        self._op_lock: threading.RLock = _thread.RLock() if lock is None else lock
         self._outcome: Outcome | None = None
         self._keys: tuple[Hashable, ...] = ()
         self._purgatory: Purgatory | None = None

@@ -102,7 +102,10 @@ class Purgatory:
     def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
         """Try ``op``; if it cannot complete yet, watch it on every key and let the timer
         expire it. True if it completed during this call (by this caller)."""
-        watch_keys = tuple(dict.fromkeys(keys))
+        if type(keys) is tuple and len(keys) == 1:
+            watch_keys: tuple[Hashable, ...] = keys  # the common case, nothing to dedupe
+        else:
+            watch_keys = tuple(dict.fromkeys(keys))
         if not watch_keys:
             raise ValueError("keys must not be empty: an operation must be watched by a key")
         if self._closed:

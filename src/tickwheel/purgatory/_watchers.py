@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from tickwheel.purgatory._operation import DelayedOperation
 
 __all__ = ["SHARDS", "Watchers"]
 
-SHARDS = 512
+SHARDS: Final = 512
 
 
 class _Shard:
