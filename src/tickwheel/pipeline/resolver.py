@@ -32,8 +32,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tickwheel._clock import ManualClock
 from tickwheel._validate import check_positive_int
@@ -56,8 +55,11 @@ __all__ = ["OutcomeRow", "Resolver", "order_key"]
 WATCH, VALUE, ERROR, CANCEL, TICK = range(5)
 
 
-@dataclass(frozen=True, slots=True)
-class OutcomeRow:
+class OutcomeRow(NamedTuple):
+    """One resolved operation. A tuple, like :class:`Event`: as a frozen dataclass,
+    its ``__init__`` stayed Python-level code in the compiled resolver, and building
+    outcomes took a sixth of the resolver's instructions (callgrind)."""
+
     op_id: str
     outcome: Outcome
     resolved_ms: int
@@ -216,8 +218,10 @@ class Resolver:
             self.seen_op_ids.discard(ev.op_id)
             if self._seen_changes is not None:
                 self._seen_changes[ev.op_id] = False
-        self.outcomes.append(OutcomeRow(ev.op_id, outcome, resolved_ms,
-                                        resolved_ms - ev.ts_ms, ev.keys, error))
+        # tuple.__new__: the named tuple's own __new__ is a Python function.
+        self.outcomes.append(tuple.__new__(OutcomeRow, (ev.op_id, outcome, resolved_ms,
+                                                        resolved_ms - ev.ts_ms, ev.keys,
+                                                        error)))
 
     def drain(self) -> tuple[list[OutcomeRow], list[Quarantined]]:
         """What was resolved and quarantined since the last drain."""
