@@ -212,6 +212,8 @@ def test_a_dedupe_retention_bounds_the_op_ids_remembered() -> None:
     ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
      '"condition": "all_at_least", "targets": {"j": 1}}', Reason.BAD_TARGETS, 1),
     ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
+     '"condition": "all_at_least", "targets": {"k": 1, "j": 2}}', Reason.BAD_TARGETS, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
      '"condition": "sum_at_least", "targets": {"k": 1}, "min_total": 0}', Reason.BAD_TARGETS, 1),
     ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k", "k"], "deadline_ms": 9, '
      '"condition": "any_update"}', Reason.BAD_KEYS, 1),
@@ -290,6 +292,15 @@ def test_a_row_parses_as_the_json_module_decodes_it(fields: dict[str, object], m
         assert parsed == parse_row(decoded, line)
     else:
         assert parsed == Quarantined(line, Reason.UNPARSEABLE, None)
+
+
+@pytest.mark.parametrize("value", [
+    2**62 - 1, 2**62, -(2**62) + 1, -(2**62), -(2**62) - 1, 2**63 - 1, -(2**63)])
+def test_every_64_bit_value_is_a_long(value: int) -> None:
+    # Around 2**62 the compiled parser moves from unboxed to boxed ints.
+    line = f'{{"ts_ms": 1, "type": "update", "key": "k", "value": {value}}}'
+    assert parse_line(line) == Event(1, EventType.UPDATE, line, key="k", value=value)
+    assert isinstance(parse_line(line.replace(str(value), str(value * 4))), Quarantined)
 
 
 def test_latencies_at_the_edges_of_a_long_are_written(tmp_path: Path) -> None:

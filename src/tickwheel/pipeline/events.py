@@ -12,7 +12,7 @@ import enum
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, Final, NamedTuple, TypeGuard
 
 _fast_loads: Callable[[str], Any] | None
 try:
@@ -121,7 +121,11 @@ class _Bad(Exception):
         self.ts_ms = ts_ms
 
 
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+_LONG_MIN: Final = -9223372036854775808  # -(2**63)
+_LONG_MAX: Final = 9223372036854775807  # 2**63 - 1
+# The compiled core keeps ints within +-(2**62 - 1) unboxed, and compares those
+# natively; a comparison with the 64-bit bounds goes through Python's generic one.
+_SMALL: Final = 4611686018427387903  # 2**62 - 1
 
 # By value, as dicts: calling the enum class goes through EnumMeta.__call__ in Python,
 # a microsecond a row.
@@ -133,22 +137,24 @@ _CONDITION_NAMES: dict[str, str] = {c.value: c.value for c in Condition}
 def _is_long(value: object) -> TypeGuard[int]:
     # bool is an int subclass, a float is not a long, and JSON integers have no bound
     # while the outputs' columns are 64-bit.
-    return type(value) is int and _LONG_MIN <= value <= _LONG_MAX
+    if type(value) is not int:
+        return False
+    return -_SMALL <= value <= _SMALL or _LONG_MIN <= value <= _LONG_MAX
 
 
 def _long(row: dict[str, Any], name: str, ts: int | None) -> int:
-    if name not in row or row[name] is None:
+    value = row.get(name)
+    if value is None:  # absent or null
         raise _Bad(Reason.MISSING_FIELD, ts)
-    value = row[name]
     if not _is_long(value):
         raise _Bad(Reason.BAD_TYPE, ts)
     return value
 
 
 def _string(row: dict[str, Any], name: str, ts: int | None) -> str:
-    if name not in row or row[name] is None:
+    value = row.get(name)
+    if value is None:  # absent or null
         raise _Bad(Reason.MISSING_FIELD, ts)
-    value = row[name]
     if not isinstance(value, str):
         raise _Bad(Reason.BAD_TYPE, ts)
     return value
@@ -285,7 +291,8 @@ def _watch(row: dict[str, Any], raw: str, ts: int) -> Wire:
         if not isinstance(raw_targets, dict) or not all(
                 _is_long(v) for v in raw_targets.values()):
             raise _Bad(Reason.BAD_TYPE, ts)
-        if set(raw_targets) != set(keys):
+        # The keys are distinct: the same size and all of them in it is set equality.
+        if len(raw_targets) != len(keys) or not all(k in raw_targets for k in keys):
             raise _Bad(Reason.BAD_TARGETS, ts)
         targets = dict(raw_targets)
     if name == "sum_at_least":
