@@ -83,6 +83,9 @@ def order_key(ev: Event) -> tuple[int, int]:
     return ev.ts_ms, kind_of(ev)
 
 
+_NO_COUNTS: dict[str, int] = {}  # shared, never written
+
+
 class _LogOperation(DelayedOperation):
     __slots__ = ("error", "event", "resolver", "seen_updates")
 
@@ -93,8 +96,11 @@ class _LogOperation(DelayedOperation):
         self.event = event
         self.error: str | None = None
         if seen_updates is None:
-            counts = resolver.update_counts
-            seen_updates = {k: counts.get(k, 0) for k in event.keys}
+            if event.condition is Condition.ANY_UPDATE:
+                counts = resolver.update_counts
+                seen_updates = {k: counts.get(k, 0) for k in event.keys}
+            else:
+                seen_updates = _NO_COUNTS  # only any_update looks at them
         self.seen_updates = seen_updates
 
     def try_complete(self) -> bool:
