@@ -103,7 +103,7 @@ class Purgatory:
         """Try ``op``; if it cannot complete yet, watch it on every key and let the timer
         expire it. True if it completed during this call (by this caller)."""
         if type(keys) is tuple and len(keys) == 1:
-            watch_keys: tuple[Hashable, ...] = keys  # the common case, nothing to dedupe
+            watch_keys: tuple[Hashable, ...] = keys  # one key: nothing to deduplicate
         else:
             watch_keys = tuple(dict.fromkeys(keys))
         if not watch_keys:
