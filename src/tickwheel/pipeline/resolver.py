@@ -221,9 +221,7 @@ class Resolver:
         self.pending.pop(ev.op_id, None)
         if self._lingering and ev.op_id in self._lingering:
             self._lingering.discard(ev.op_id)
-            self.seen_op_ids.discard(ev.op_id)
-            if self._seen_changes is not None:
-                self._seen_changes[ev.op_id] = False
+            self._forget(ev.op_id)
         # tuple.__new__: the named tuple's own __new__ is a Python function.
         self.outcomes.append(tuple.__new__(OutcomeRow, (ev.op_id, outcome, resolved_ms,
                                                         resolved_ms - ev.ts_ms, ev.keys,
@@ -349,9 +347,13 @@ class Resolver:
             if op_id in self.pending:
                 self._lingering.add(op_id)
             else:
-                self.seen_op_ids.discard(op_id)
-                if self._seen_changes is not None:
-                    self._seen_changes[op_id] = False
+                self._forget(op_id)
+
+    def _forget(self, op_id: str) -> None:
+        """A watch of ``op_id`` starts a new operation from now on."""
+        self.seen_op_ids.discard(op_id)
+        if self._seen_changes is not None:
+            self._seen_changes[op_id] = False
 
     def _watch(self, ev: Event) -> None:
         assert ev.op_id is not None
