@@ -37,6 +37,7 @@ CORE = [
     "src/tickwheel/_clock.py",
     "src/tickwheel/_validate.py",
     "src/tickwheel/_histogram.py",
+    "src/tickwheel/_mutex.py",
     "src/tickwheel/timers/_task.py",
     "src/tickwheel/timers/_bucket.py",
     "src/tickwheel/timers/_wheel.py",

@@ -1,6 +1,7 @@
 """What the three timers share: the public API, counters, the executor and the driver.
 
-Locking (CPython). Each timer has one ``threading.Lock``; ``add``, ``cancel`` and the
+Locking (CPython). Each timer has one lock (a :class:`~tickwheel._mutex.Mutex`, cheaper
+to take than ``threading.Lock``); ``add``, ``cancel`` and the
 collecting half of ``advance_clock`` take it, and nothing else runs under it: due tasks
 are collected under the lock and run after it is released, so a task may schedule,
 cancel or complete other work (the purgatory does) without deadlocking. Kafka uses a
@@ -22,6 +23,7 @@ from typing import Any, Final
 
 from tickwheel._clock import Clock, ManualClock, SystemClock
 from tickwheel._histogram import Histogram, HistogramSnapshot
+from tickwheel._mutex import Mutex
 from tickwheel._validate import Millis, check_delay_ms
 from tickwheel.timers._driver import Driver
 from tickwheel.timers._errors import TimerClosed
@@ -75,8 +77,10 @@ class TimerBase(TaskOwner):
         self._manual: ManualClock | None = (
             self._clock if clock_type is ManualClock else None)  # type: ignore[assignment]
         self._system = clock_type is SystemClock
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._lock = Mutex()
+        # Condition needs only acquire() and release(), which Mutex has with Lock's
+        # signature; typeshed names the lock types it expects.
+        self._cond = threading.Condition(self._lock)  # type: ignore[arg-type]
         self._waiting_until: int | None = None
         self._closed = False
         self._size = 0
@@ -295,9 +299,7 @@ class TimerBase(TaskOwner):
                 owner.remove_task(task, False)
 
     def _add_if_free(self, task: TimerTask, expiration: int, now_ms: int) -> bool:
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:
             if self._closed:
                 raise TimerClosed(f"cannot add {task!r}: the {self.kind} timer is closed")
             if task._owner is not None:
@@ -310,8 +312,6 @@ class TimerBase(TaskOwner):
             if waiting is not None and expiration < waiting:
                 self._cond.notify()
             return True
-        finally:
-            lock.release()
 
     def _on_removed(self, cancelling: bool) -> None:
         """A pending task left the timer without running (lock held)."""

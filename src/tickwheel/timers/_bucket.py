@@ -77,13 +77,9 @@ class Bucket(TaskOwner):
 
     def remove_task(self, task: TimerTask, cancelling: bool) -> bool:
         timer = self._timer
-        lock = timer._lock
-        lock.acquire()
-        try:
+        with timer._lock:
             if task._owner is not self:
                 return False
             self.unlink(task)
             timer._on_removed(cancelling)
             return True
-        finally:
-            lock.release()

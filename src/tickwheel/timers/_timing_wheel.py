@@ -84,15 +84,19 @@ class TimingWheelTimer(TimerBase):
         if tick <= current or expiration <= now_ms:
             self._due.append(task)
             return
-        if tick < current + self._wheel_size:
-            bucket = self._buckets0[tick % self._wheel_size]
-            flush_at = tick
+        size = self._wheel_size
+        if tick < current + size:
+            bucket = self._buckets0[tick % size]
+            bucket.append(task)
+            if bucket.expiration == tick:
+                return
+            bucket.expiration = tick
         else:
-            bucket, flush_at = self._wheel.bucket_for(tick, current)
-        if bucket.expiration != flush_at:
-            bucket.expiration = flush_at
-            heapq.heappush(self._queue, (flush_at, id(bucket), bucket))
-        bucket.append(task)
+            placed = self._wheel.next_level().place(task, tick, current)
+            if placed is None:
+                return
+            bucket = placed
+        heapq.heappush(self._queue, (bucket.expiration, id(bucket), bucket))
 
     def _collect(self, now_ms: int) -> tuple[list[TimerTask], bool]:
         now_tick = now_ms // self._tick_ms

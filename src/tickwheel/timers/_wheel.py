@@ -14,6 +14,7 @@ from tickwheel.timers._bucket import Bucket
 
 if TYPE_CHECKING:
     from tickwheel.timers._base import TimerBase
+    from tickwheel.timers._task import TimerTask
 
 __all__ = ["TimingWheel"]
 
@@ -29,22 +30,36 @@ class TimingWheel:
         self.buckets = [Bucket(timer) for _ in range(size)]
         self.overflow: TimingWheel | None = None
 
-    def bucket_for(self, tick: int, current: int) -> tuple[Bucket, int]:
-        """The bucket of the level that holds ``tick`` (> ``current``), creating
-        overflow levels as needed, and the tick at which that bucket must be flushed
-        (which, above the first level, demotes its tasks to finer levels)."""
+    def next_level(self) -> TimingWheel:
+        """The overflow wheel, made on first use: its slot spans this whole level."""
+        overflow = self.overflow
+        if overflow is None:
+            overflow = self.overflow = TimingWheel(self.timer, self.interval, self.size)
+        return overflow
+
+    def place(self, task: TimerTask, tick: int, current: int) -> Bucket | None:
+        """Link ``task`` into the bucket of the first level, from this one up, that
+        holds ``tick`` (> ``current``), making overflow levels as needed. Returns the
+        bucket if its flush tick changed (it must enter the delay queue), else None.
+
+        Above the first level, flushing a bucket demotes its tasks to finer levels.
+        Nothing is allocated here but the levels themselves: placing is on the path of
+        every schedule."""
         wheel = self
         while True:
             unit = wheel.unit
-            start = current - current % unit
-            if tick < start + wheel.interval:
+            if tick < current - current % unit + wheel.interval:
                 slot = tick // unit
+                bucket = wheel.buckets[slot % wheel.size]
+                bucket.append(task)
+                flush_at = slot * unit
                 # A slot is reused only once its previous span is flushed, so a bucket
                 # holds one expiration at a time.
-                return wheel.buckets[slot % wheel.size], slot * unit
-            if wheel.overflow is None:
-                wheel.overflow = TimingWheel(wheel.timer, wheel.interval, wheel.size)
-            wheel = wheel.overflow
+                if bucket.expiration != flush_at:
+                    bucket.expiration = flush_at
+                    return bucket
+                return None
+            wheel = wheel.next_level()
 
     @property
     def levels(self) -> int:
