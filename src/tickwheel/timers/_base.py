@@ -27,7 +27,14 @@ from tickwheel._mutex import Mutex
 from tickwheel._validate import Millis, check_delay_ms
 from tickwheel.timers._driver import Driver
 from tickwheel.timers._errors import TimerClosed
-from tickwheel.timers._task import CallbackTask, PeriodicTask, TaskOwner, TimerTask
+from tickwheel.timers._task import (
+    CANCELLED,
+    ArgsCallbackTask,
+    CallbackTask,
+    PeriodicTask,
+    TaskOwner,
+    TimerTask,
+)
 
 __all__ = ["DEFAULT_EXECUTOR", "TimerBase", "TimerStats"]
 
@@ -158,7 +165,7 @@ class TimerBase(TaskOwner):
 
     def schedule(self, delay_ms: Millis, fn: Callable[..., object], *args: Any) -> TimerTask:
         """Run ``fn(*args)`` after ``delay_ms``; a delay <= 0 is due at once."""
-        task = CallbackTask(delay_ms, fn, args)
+        task = ArgsCallbackTask(delay_ms, fn, args) if args else CallbackTask(delay_ms, fn)
         now = self._now()
         self._add(task, now + task._delay_ms, now)
         return task
@@ -167,7 +174,8 @@ class TimerBase(TaskOwner):
         """Run ``fn(*args)`` once the clock reads ``deadline_ms``."""
         deadline = check_delay_ms("deadline_ms", deadline_ms)
         now = self._now()
-        task = CallbackTask(deadline - now, fn, args)
+        delay = deadline - now
+        task = ArgsCallbackTask(delay, fn, args) if args else CallbackTask(delay, fn)
         self._add(task, deadline, now)
         return task
 
@@ -304,8 +312,8 @@ class TimerBase(TaskOwner):
                 raise TimerClosed(f"cannot add {task!r}: the {self.kind} timer is closed")
             if task._owner is not None:
                 return False  # another thread added it meanwhile; move it again
+            task._index = 0  # no longer marked cancelled; a bucket sets its own index
             self._insert(task, expiration, now_ms)
-            task._cancelled = False
             self._size += 1
             self._scheduled += 1
             waiting = self._waiting_until
@@ -313,11 +321,12 @@ class TimerBase(TaskOwner):
                 self._cond.notify()
             return True
 
-    def _on_removed(self, cancelling: bool) -> None:
+    def _on_removed(self, task: TimerTask, cancelling: bool) -> None:
         """A pending task left the timer without running (lock held)."""
         self._size -= 1
         if cancelling:
             self._cancelled += 1
+            task._index = CANCELLED
 
     def _account_due(self, due: list[TimerTask], now_ms: int) -> None:
         """Counters for tasks just taken out to run (lock held)."""

@@ -81,5 +81,5 @@ class Bucket(TaskOwner):
             if task._owner is not self:
                 return False
             self.unlink(task)
-            timer._on_removed(cancelling)
+            timer._on_removed(task, cancelling)
             return True

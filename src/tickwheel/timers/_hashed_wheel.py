@@ -96,7 +96,7 @@ class HashedWheelTimer(TimerBase):
             if task._owner is not self:
                 return False
             task._owner = None
-            self._on_removed(cancelling)
+            self._on_removed(task, cancelling)
             return True
 
     def _transfer(self, now_ms: int, due: list[TimerTask]) -> None:

@@ -47,7 +47,7 @@ class HeapTimer(TimerBase):
             if task._owner is not self:
                 return False
             task._owner = None
-            self._on_removed(cancelling)
+            self._on_removed(task, cancelling)
             heap = self._heap
             stale = len(heap) - self._size
             if stale > _MIN_STALE_TO_COMPACT and stale > self._size:
