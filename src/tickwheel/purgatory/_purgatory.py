@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from tickwheel._clock import Clock, SystemClock
 from tickwheel._histogram import Histogram, HistogramSnapshot
+from tickwheel._mutex import Mutex
 from tickwheel._validate import Millis, check_positive_int
 from tickwheel.purgatory._futures import DelayedFuture
 from tickwheel.purgatory._operation import DelayedOperation, Outcome, safe_try_complete
@@ -81,7 +81,7 @@ class Purgatory:
         self._timer = timer
         self._clock = timer.clock
         self._watchers = Watchers()
-        self._counts_lock = threading.Lock()
+        self._counts_lock = Mutex()
         self._completed = 0
         self._expired = 0
         self._cancelled = 0

@@ -10,9 +10,10 @@ memory incidents). A key whose list becomes empty is removed at once.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Final
+
+from tickwheel._mutex import Mutex
 
 if TYPE_CHECKING:
     from tickwheel.purgatory._operation import DelayedOperation
@@ -26,7 +27,7 @@ class _Shard:
     __slots__ = ("count", "lists", "lock")
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = Mutex()
         self.lists: dict[Hashable, dict[DelayedOperation, None]] = {}
         self.count = 0
 
@@ -44,10 +45,7 @@ class Watchers:
 
     def watch(self, key: Hashable, op: DelayedOperation) -> None:
         shard = self._shards[hash(key) % SHARDS]
-        # acquire/release rather than `with` on the hot paths: see DelayedOperation.
-        lock = shard.lock
-        lock.acquire()
-        try:
+        with shard.lock:
             ops = shard.lists.get(key)
             if ops is None:
                 shard.lists[key] = {op: None}
@@ -55,14 +53,10 @@ class Watchers:
             elif op not in ops:
                 ops[op] = None
                 shard.count += 1
-        finally:
-            lock.release()
 
     def unwatch(self, key: Hashable, op: DelayedOperation) -> bool:
         shard = self._shards[hash(key) % SHARDS]
-        lock = shard.lock
-        lock.acquire()
-        try:
+        with shard.lock:
             ops = shard.lists.get(key)
             if ops is None or op not in ops:
                 return False
@@ -75,20 +69,14 @@ class Watchers:
                     # memory returns to where it was once the operations are gone.
                     shard.lists = {}
             return True
-        finally:
-            lock.release()
 
     def snapshot(self, key: Hashable) -> list[DelayedOperation]:
         """The operations watching ``key`` now; the caller tries them without holding
         the shard's lock (completing one unwatches it from other shards)."""
         shard = self._shards[hash(key) % SHARDS]
-        lock = shard.lock
-        lock.acquire()
-        try:
+        with shard.lock:
             ops = shard.lists.get(key)
             return list(ops) if ops else []
-        finally:
-            lock.release()
 
     def remove_key(self, key: Hashable) -> list[DelayedOperation]:
         shard = self._shard(key)
