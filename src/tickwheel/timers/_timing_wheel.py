@@ -52,6 +52,8 @@ class TimingWheelTimer(TimerBase):
         self._current = self._clock.now_ms() // self._tick_ms
         self._wheel = TimingWheel(self, 1, self._wheel_size)
         self._buckets0 = self._wheel.buckets
+        size = self._wheel_size
+        self._mask0 = size - 1 if size & (size - 1) == 0 else -1
         # Tasks due at once (delay <= 0, or re-inserted after their tick): they run at
         # the next advance_clock, never inside add().
         self._due = Bucket(self)
@@ -86,7 +88,8 @@ class TimingWheelTimer(TimerBase):
             return
         size = self._wheel_size
         if tick < current + size:
-            bucket = self._buckets0[tick % size]
+            mask = self._mask0
+            bucket = self._buckets0[tick & mask if mask >= 0 else tick % size]
             bucket.append(task)
             if bucket.expiration == tick:
                 return

@@ -20,13 +20,16 @@ __all__ = ["TimingWheel"]
 
 
 class TimingWheel:
-    __slots__ = ("buckets", "interval", "overflow", "size", "timer", "unit")
+    __slots__ = ("buckets", "interval", "overflow", "shift", "size", "timer", "unit")
 
     def __init__(self, timer: TimerBase, unit: int, size: int) -> None:
         self.timer = timer
         self.unit = unit
         self.size = size
         self.interval = unit * size
+        # With a power-of-two size (the default 256) every unit is a power of two too,
+        # and placing a task takes shifts and masks instead of three integer divisions.
+        self.shift = unit.bit_length() - 1 if size & (size - 1) == 0 else -1
         self.buckets = [Bucket(timer) for _ in range(size)]
         self.overflow: TimingWheel | None = None
 
@@ -47,19 +50,30 @@ class TimingWheel:
         every schedule."""
         wheel = self
         while True:
-            unit = wheel.unit
-            if tick < current - current % unit + wheel.interval:
+            shift = wheel.shift
+            if shift >= 0:
+                # tick < start + interval, with start = current rounded down to a unit
+                slot = tick >> shift
+                if slot >= (current >> shift) + wheel.size:
+                    wheel = wheel.next_level()
+                    continue
+                bucket = wheel.buckets[slot & (wheel.size - 1)]
+                flush_at = slot << shift
+            else:
+                unit = wheel.unit
+                if tick >= current - current % unit + wheel.interval:
+                    wheel = wheel.next_level()
+                    continue
                 slot = tick // unit
                 bucket = wheel.buckets[slot % wheel.size]
-                bucket.append(task)
                 flush_at = slot * unit
-                # A slot is reused only once its previous span is flushed, so a bucket
-                # holds one expiration at a time.
-                if bucket.expiration != flush_at:
-                    bucket.expiration = flush_at
-                    return bucket
-                return None
-            wheel = wheel.next_level()
+            bucket.append(task)
+            # A slot is reused only once its previous span is flushed, so a bucket
+            # holds one expiration at a time.
+            if bucket.expiration != flush_at:
+                bucket.expiration = flush_at
+                return bucket
+            return None
 
     @property
     def levels(self) -> int:
