@@ -428,3 +428,19 @@ def test_add_cancel_and_advance_from_many_threads_at_once(timer: TimerBase,
     assert len(runs) + len(cancelled) == 6_000
     s = timer.stats()
     assert (s.scheduled, s.expired, s.cancelled) == (6_000, len(runs), len(cancelled))
+
+
+def test_callbacks_with_and_without_arguments_run_and_cancel_alike(
+        timer: TimerBase, clock: ManualClock) -> None:
+    calls: list[tuple[object, ...]] = []
+    plain = timer.schedule(10, lambda: calls.append(()))
+    with_args = timer.schedule(10, lambda *a: calls.append(a), 1, "two")
+    at = timer.schedule_at(clock.now_ms() + 10, lambda: calls.append(("at",)))
+    gone = timer.schedule(10, lambda: calls.append(("never",)))
+    assert gone.cancel() and gone.cancelled
+    assert not (plain.cancelled or with_args.cancelled or at.cancelled)
+    clock.advance(1_000)
+    timer.advance_clock(0)
+    assert sorted(calls, key=repr) == sorted([(), (1, "two"), ("at",)], key=repr)
+    assert not (plain.cancelled or with_args.cancelled or at.cancelled)
+    assert gone.cancelled and not gone.pending
