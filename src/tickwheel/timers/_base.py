@@ -27,14 +27,7 @@ from tickwheel._mutex import Mutex
 from tickwheel._validate import Millis, check_delay_ms
 from tickwheel.timers._driver import Driver
 from tickwheel.timers._errors import TimerClosed
-from tickwheel.timers._task import (
-    CANCELLED,
-    ArgsCallbackTask,
-    CallbackTask,
-    PeriodicTask,
-    TaskOwner,
-    TimerTask,
-)
+from tickwheel.timers._task import CANCELLED, PeriodicTask, TaskOwner, TimerTask, callback_task
 
 __all__ = ["DEFAULT_EXECUTOR", "TimerBase", "TimerStats"]
 
@@ -165,7 +158,7 @@ class TimerBase(TaskOwner):
 
     def schedule(self, delay_ms: Millis, fn: Callable[..., object], *args: Any) -> TimerTask:
         """Run ``fn(*args)`` after ``delay_ms``; a delay <= 0 is due at once."""
-        task = ArgsCallbackTask(delay_ms, fn, args) if args else CallbackTask(delay_ms, fn)
+        task = callback_task(delay_ms, fn, args)
         now = self._now()
         self._add(task, now + task._delay_ms, now)
         return task
@@ -174,8 +167,7 @@ class TimerBase(TaskOwner):
         """Run ``fn(*args)`` once the clock reads ``deadline_ms``."""
         deadline = check_delay_ms("deadline_ms", deadline_ms)
         now = self._now()
-        delay = deadline - now
-        task = ArgsCallbackTask(delay, fn, args) if args else CallbackTask(delay, fn)
+        task = callback_task(deadline - now, fn, args)
         self._add(task, deadline, now)
         return task
 

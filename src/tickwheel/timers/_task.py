@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 provide_mypyc_attr(globals())
 
 __all__ = ["CANCELLED", "ArgsCallbackTask", "CallbackTask", "PeriodicTask", "TaskOwner",
-           "TimerTask"]
+           "TimerTask", "callback_task"]
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,12 @@ class ArgsCallbackTask(CallbackTask):
 
     def run(self) -> None:
         self._fn(*self._args)
+
+
+def callback_task(delay_ms: Millis, fn: Callable[..., object], args: tuple[Any, ...]
+                  ) -> CallbackTask:
+    """The task that calls ``fn(*args)``: without an args slot when there are none."""
+    return ArgsCallbackTask(delay_ms, fn, args) if args else CallbackTask(delay_ms, fn)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
