@@ -25,7 +25,40 @@ def test_try_complete_runs_under_the_lock_in_try_complete_else_watch(
             return False
 
     purgatory.try_complete_else_watch(Op(100_000), ["key"])
-    assert held == [True, True]  # tried before and after watching, both under the lock
+    assert held == [True]  # no key event while watching: one try, under the lock
+
+
+def test_a_key_event_between_the_first_try_and_the_watch_is_not_missed(
+        purgatory: Purgatory) -> None:
+    """Kafka's reason for trying twice: the event's check_and_complete ran before the
+    operation was watched, so only a second try can see what it signalled."""
+
+    class Op(MockOperation):
+        tries = 0
+
+        def try_complete(self) -> bool:
+            self.tries += 1
+            if self.tries == 1:
+                # Another thread, right after this try read the state: the state
+                # changes and its key event comes, finding nobody to try.
+                self.completable = True
+                assert purgatory.check_and_complete("key") == 0
+                return False
+            return super().try_complete()
+
+    op = Op(100_000)
+    assert purgatory.try_complete_else_watch(op, ["other", "key"]) is True
+    assert (op.tries, op.completions, op.outcome) == (2, 1, Outcome.COMPLETED)
+    assert purgatory.watched == 0 and purgatory.num_delayed == 0
+
+
+def test_duplicate_keys_are_watched_once(purgatory: Purgatory) -> None:
+    op = MockOperation(100_000)
+    purgatory.try_complete_else_watch(op, ("a", "b", "a"))
+    assert op.keys == ("a", "b") and purgatory.watched == 2
+    other = MockOperation(100_000)
+    purgatory.try_complete_else_watch(other, ("c", "c"))
+    assert other.keys == ("c",) and purgatory.watched == 3
 
 
 def test_safe_try_complete_or_else() -> None:

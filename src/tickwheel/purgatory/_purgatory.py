@@ -102,8 +102,9 @@ class Purgatory:
     def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
         """Try ``op``; if it cannot complete yet, watch it on every key and let the timer
         expire it. True if it completed during this call (by this caller)."""
-        if type(keys) is tuple and len(keys) == 1:
-            watch_keys: tuple[Hashable, ...] = keys  # one key: nothing to deduplicate
+        watch_keys: tuple[Hashable, ...]
+        if type(keys) is tuple and _distinct_few(keys):
+            watch_keys = keys  # the common case, checked without building a dict
         else:
             watch_keys = tuple(dict.fromkeys(keys))
         if not watch_keys:
@@ -112,20 +113,26 @@ class Purgatory:
             raise RuntimeError(f"purgatory {self.name!r} is closed")
         op._purgatory = self
         # Kafka's safeTryCompleteOrElse, inlined (no closure per operation): under the
-        # operation's lock, try; watch every key; try again. After the second try nothing
-        # that changes a key can be missed.
+        # operation's lock, try; watch every key; try again. The second try is for a key
+        # event that came after the first try read the state but before its key was
+        # watched: that event's check_and_complete found nobody to try. Such an event
+        # moved the epoch of its key's shard, so when no epoch moved the second try is
+        # skipped; an event after the watch finds the operation and tries it itself,
+        # waiting for this lock.
         lock = op._op_lock
         lock.acquire()
         try:
             if op._outcome is not None:
                 return False
+            watchers = self._watchers
+            before = watchers.epochs(watch_keys)
             if op.try_complete():
                 return True
             op._keys = watch_keys
-            watchers = self._watchers
+            after = 0
             for key in watch_keys:
-                watchers.watch(key, op)
-            if op._outcome is None and op.try_complete():
+                after += watchers.watch(key, op)
+            if after != before and op._outcome is None and op.try_complete():
                 return True
         finally:
             lock.release()
@@ -302,6 +309,19 @@ class Purgatory:
     def _count_error(self) -> None:
         with self._counts_lock:
             self._errors += 1
+
+
+def _distinct_few(keys: tuple[Hashable, ...]) -> bool:
+    """True for a tuple of one to three keys with no repeats."""
+    n = len(keys)
+    if n == 1:
+        return True
+    if n == 2:
+        return bool(keys[0] != keys[1])
+    if n == 3:
+        a, b, c = keys
+        return bool(a != b and c not in (a, b))
+    return False
 
 
 def _set_result(future: asyncio.Future[Outcome], outcome: Outcome) -> None:

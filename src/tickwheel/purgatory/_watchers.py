@@ -6,6 +6,11 @@ operation that completes or expires leaves the lists of all its keys at once, in
 per key. Kafka leaves completed operations in the lists until a purge that runs after
 ``purgeInterval`` completions; under load those lists grew without bound (out of
 memory incidents). A key whose list becomes empty is removed at once.
+
+Each shard also counts the key events it has served (``epoch``): the purgatory reads
+the counts before an operation's first try and again as it watches each key, and tries
+a second time only if an event came through one of its shards in between (Kafka always
+tries twice).
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ SHARDS: Final = 512
 
 
 class _Shard:
-    __slots__ = ("count", "lists", "lock")
+    __slots__ = ("count", "epoch", "lists", "lock")
 
     def __init__(self) -> None:
         self.lock = Mutex()
         self.lists: dict[Hashable, dict[DelayedOperation, None]] = {}
         self.count = 0
+        # Snapshots taken (key events served); only ever grows, under the lock.
+        self.epoch = 0
 
 
 class Watchers:
@@ -43,7 +50,18 @@ class Watchers:
     def _shard(self, key: Hashable) -> _Shard:
         return self._shards[hash(key) % SHARDS]
 
-    def watch(self, key: Hashable, op: DelayedOperation) -> None:
+    def epochs(self, keys: tuple[Hashable, ...]) -> int:
+        """The sum of the epochs of the shards of ``keys`` (a shard counted once per
+        key). Read without the locks: it is compared with what ``watch`` returns, and
+        epochs only grow, so equal sums mean no key event passed in between."""
+        shards = self._shards
+        total = 0
+        for key in keys:
+            total += shards[hash(key) % SHARDS].epoch
+        return total
+
+    def watch(self, key: Hashable, op: DelayedOperation) -> int:
+        """Watch ``key`` for ``op``; return the shard's epoch as of the watch."""
         shard = self._shards[hash(key) % SHARDS]
         with shard.lock:
             ops = shard.lists.get(key)
@@ -53,6 +71,7 @@ class Watchers:
             elif op not in ops:
                 ops[op] = None
                 shard.count += 1
+            return shard.epoch
 
     def unwatch(self, key: Hashable, op: DelayedOperation) -> bool:
         shard = self._shards[hash(key) % SHARDS]
@@ -75,6 +94,7 @@ class Watchers:
         the shard's lock (completing one unwatches it from other shards)."""
         shard = self._shards[hash(key) % SHARDS]
         with shard.lock:
+            shard.epoch += 1
             ops = shard.lists.get(key)
             return list(ops) if ops else []
 
