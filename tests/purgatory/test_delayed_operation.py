@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import gc
+import itertools
 import random
 import sys
 import threading
@@ -273,6 +275,77 @@ def test_try_complete_with_many_threads(purgatory: Purgatory) -> None:
     assert total == 100
     assert all(op.is_completed and op.completions == 1 for op in ops)
     assert (purgatory.watched, purgatory.num_delayed, purgatory.num_keys) == (0, 0, 0)
+
+
+def test_no_wakeup_is_lost_while_operations_are_being_watched(purgatory: Purgatory) -> None:
+    """Watching races key events: 3 threads watch operations, each on its own key, and
+    announce each one as they start watching it; 2 threads move each announced key once
+    and call check_and_complete on it, so the event lands before, during or after the
+    watch. An operation completes once its key moved; with one event per key, none may
+    be left pending (the case of the second try, and of the shard epochs that decide
+    whether it runs)."""
+    per_thread, watchers, signallers = 1_000, 3, 2
+    total = per_thread * watchers
+    versions = [0] * total
+    announced: collections.deque[int] = collections.deque()
+    made: list[MockOperation | None] = [None] * total
+
+    class VersionOp(MockOperation):
+        def __init__(self, key: int) -> None:
+            super().__init__(10_000_000)
+            self.key = key
+
+        def try_complete(self) -> bool:
+            current = versions[self.key]
+            time.sleep(0)  # a slow check: others run between reading and deciding
+            if current != 0:
+                return self.force_complete()
+            return False
+
+    start = threading.Barrier(watchers + signallers)
+
+    def watcher(n: int) -> None:
+        start.wait(timeout=30)
+        for key in range(n * per_thread, (n + 1) * per_thread):
+            op = VersionOp(key)
+            made[key] = op
+            announced.append(key)
+            purgatory.try_complete_else_watch(op, (key, f"other{key % 97}"))
+
+    done = itertools.count(1)  # next() is atomic: counts keys signalled
+    finished = threading.Event()
+
+    def signaller() -> None:
+        start.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while not finished.is_set() and time.monotonic() < deadline:
+            try:
+                key = announced.popleft()
+            except IndexError:
+                time.sleep(0)
+                continue
+            versions[key] = 1
+            purgatory.check_and_complete(key)
+            if next(done) == total:
+                finished.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
+    try:
+        threads = [threading.Thread(target=watcher, args=(n,)) for n in range(watchers)]
+        threads += [threading.Thread(target=signaller) for _ in range(signallers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert all(versions), "every key was signalled once"
+    lost = [op for op in made if op is None or not op.is_completed]
+    assert not lost, f"{len(lost)} operations missed the key event that completes them"
+    assert all(op is not None and op.completions == 1 for op in made)
+    stats = purgatory.stats()
+    assert (stats.completed, stats.watched, stats.num_delayed) == (total, 0, 0)
 
 
 @pytest.mark.realtime
