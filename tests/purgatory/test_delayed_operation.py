@@ -54,6 +54,29 @@ def test_a_key_event_between_the_first_try_and_the_watch_is_not_missed(
     assert purgatory.watched == 0 and purgatory.num_delayed == 0
 
 
+def test_an_operation_resolved_by_its_own_try_returning_false_is_left_nowhere(
+        purgatory: Purgatory) -> None:
+    """A try_complete that calls force_complete but returns False (or another thread
+    resolving the operation meanwhile): the purgatory must notice, unwatch it and
+    keep it out of the timer. (The compiled purgatory once raised TypeError here.)"""
+
+    class Sloppy(MockOperation):
+        def try_complete(self) -> bool:
+            self.force_complete()
+            return False
+
+    op = Sloppy(100_000)
+    assert purgatory.try_complete_else_watch(op, ["k", "j"]) is False
+    assert (op.outcome, op.completions) == (Outcome.COMPLETED, 1)
+    assert (purgatory.watched, purgatory.num_delayed, purgatory.num_keys) == (0, 0, 0)
+
+
+def test_safe_try_complete_or_else_when_f_resolves_the_operation() -> None:
+    op = MockOperation(100_000)
+    assert op.safe_try_complete_or_else(op.force_complete) is False
+    assert (op.outcome, op.completions) == (Outcome.COMPLETED, 1)
+
+
 def test_duplicate_keys_are_watched_once(purgatory: Purgatory) -> None:
     op = MockOperation(100_000)
     purgatory.try_complete_else_watch(op, ("a", "b", "a"))

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 provide_mypyc_attr(globals())
 
-__all__ = ["DelayedOperation", "Outcome", "resolve", "safe_try_complete"]
+__all__ = ["DelayedOperation", "Outcome", "is_resolved", "resolve", "safe_try_complete"]
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class DelayedOperation(TimerTask):
             if self.try_complete():
                 return True
             f()
-            return self._outcome is None and self.try_complete()
+            return not is_resolved(self) and self.try_complete()
 
     def run(self) -> None:
         """The timer's expiry: complete (if nobody did first), then ``on_expiration``."""
@@ -137,13 +137,24 @@ class DelayedOperation(TimerTask):
         fn(self)
 
     def __repr__(self) -> str:
-        state = self._outcome.value if self._outcome is not None else "pending"
+        outcome = self._outcome
+        state = outcome.value if outcome is not None else "pending"
         return f"<{type(self).__name__} delay_ms={self.delay_ms} {state}>"
 
 
 # Module-level functions, not methods: DelayedOperation allows interpreted subclasses,
 # so the compiled core reaches its methods through a Python-level lookup by name. The
 # purgatory's hot paths call these directly instead.
+
+
+def is_resolved(op: DelayedOperation) -> bool:
+    """Whether ``op`` is resolved, read afresh. Code that has already checked
+    ``op._outcome is None`` must ask again through this function: the type checker
+    narrows the attribute to None until it is assigned in the same function, even
+    across calls that resolve the operation (``try_complete``, another thread), and
+    the compiled module then checks the value it reads against that narrowed type and
+    raises TypeError."""
+    return op._outcome is not None
 
 
 def safe_try_complete(op: DelayedOperation) -> bool:

@@ -22,7 +22,12 @@ from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel._mutex import Mutex
 from tickwheel._validate import Millis, check_positive_int
 from tickwheel.purgatory._futures import DelayedFuture
-from tickwheel.purgatory._operation import DelayedOperation, Outcome, safe_try_complete
+from tickwheel.purgatory._operation import (
+    DelayedOperation,
+    Outcome,
+    is_resolved,
+    safe_try_complete,
+)
 from tickwheel.purgatory._reaper import Reaper
 from tickwheel.purgatory._watchers import SHARDS, Watchers
 from tickwheel.timers import TimerBase, TimerTask, TimingWheelTimer
@@ -132,15 +137,15 @@ class Purgatory:
             after = 0
             for key in watch_keys:
                 after += watchers.watch(key, op)
-            if after != before and op._outcome is None and op.try_complete():
+            if after != before and not is_resolved(op) and op.try_complete():
                 return True
         finally:
             lock.release()
-        if op._outcome is None:
+        if not is_resolved(op):
             self._timer.add(op)
-            if op._outcome is not None:
+            if is_resolved(op):
                 TimerTask.cancel(op)
-        if op._outcome is not None:
+        if is_resolved(op):
             # It completed while we were adding watchers, maybe after its completer had
             # unwatched the keys: make sure nothing is left behind.
             self._unwatch_all(op)
