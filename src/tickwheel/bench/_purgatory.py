@@ -192,8 +192,7 @@ def _anchor_pairs(n: int, seed: int) -> float:
     delays = [rng.randint(1, DEADLINE_MS) for _ in range(n)]
     first, rest = delays[:ROUND], delays[ROUND:]
     picks = [rng.randrange(ROUND) for _ in range(n - ROUND)]  # random, as in timers W3
-    gc.collect()
-    gc.freeze()  # the inputs, as in the engines' runs
+    _freeze()  # the inputs, as in the engines' runs
     clock = ManualClock(0)
     timer = TimingWheelTimer(clock=clock, executor=None)
     schedule = timer.schedule
@@ -285,9 +284,13 @@ def _frozen_workload(n: int, seed: int) -> Rounds:
     slots are the benchmark's input, and every full collection during a run would
     walk them, for every engine alike."""
     rounds = _workload(n, seed)
+    _freeze()
+    return rounds
+
+
+def _freeze() -> None:
     gc.collect()
     gc.freeze()
-    return rounds
 
 
 def _thaw() -> None:
