@@ -189,9 +189,10 @@ _LEFTOVER = [0]
 def _anchor_pairs(n: int, seed: int) -> float:
     """TimingWheelTimer schedule+cancel pairs/s with ROUND pending."""
     rng = random.Random(seed)
-    delays = [rng.randint(1, DEADLINE_MS) for _ in range(n)]
+    pairs = max(n - ROUND, ROUND)  # n may be just ROUND: still time some pairs
+    delays = [rng.randint(1, DEADLINE_MS) for _ in range(ROUND + pairs)]
     first, rest = delays[:ROUND], delays[ROUND:]
-    picks = [rng.randrange(ROUND) for _ in range(n - ROUND)]  # random, as in timers W3
+    picks = [rng.randrange(ROUND) for _ in range(pairs)]  # random, as in timers W3
     _freeze()  # the inputs, as in the engines' runs
     clock = ManualClock(0)
     timer = TimingWheelTimer(clock=clock, executor=None)
@@ -205,7 +206,7 @@ def _anchor_pairs(n: int, seed: int) -> float:
     elapsed = time.perf_counter() - t0
     del window
     _thaw()
-    return (n - ROUND) / elapsed
+    return pairs / elapsed
 
 
 def _floor_ops(rounds: Rounds) -> float:
