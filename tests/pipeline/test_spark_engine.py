@@ -296,6 +296,49 @@ def test_a_run_without_final_holds_the_rows_the_watermark_has_not_passed(
     assert outcomes_of(tmp_path / "out") == expected_outcomes(reference(log))
 
 
+class RacingQuery:
+    """A query whose passes apply the end-of-input marker only from pass ``applies_at``
+    on, as when a trigger had listed the control directory just before the marker
+    was written."""
+
+    def __init__(self, applies_at: int | None) -> None:
+        self.applies_at = applies_at
+        self.passes = 0
+
+    def processAllAvailable(self) -> None:
+        self.passes += 1
+
+
+def racing_engine(spark: Any, tmp_path: Path, query: RacingQuery) -> SparkEngine:
+    (tmp_path / "in").mkdir()
+    engine = SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ckpt")
+    end, marker_watermark = 5_000, 5_001
+
+    def shard_watermark() -> tuple[int, int]:
+        applied = query.applies_at is not None and query.passes >= query.applies_at
+        return end, marker_watermark if applied else end - LATENESS_MS
+
+    engine._shard_watermark = shard_watermark  # type: ignore[method-assign]
+    engine._write_end_marker = lambda: marker_watermark  # type: ignore[method-assign]
+    return engine
+
+
+def test_a_final_run_waits_for_its_marker_when_a_trigger_raced_with_writing_it(
+        spark: Any, tmp_path: Path) -> None:
+    query = RacingQuery(applies_at=3)  # the input, a pass that missed the marker, then it
+    racing_engine(spark, tmp_path, query)._process_to_the_end(query)  # type: ignore[arg-type]
+    assert query.passes == 3
+
+
+def test_a_final_run_whose_marker_is_never_applied_fails_instead_of_hanging(
+        spark: Any, tmp_path: Path) -> None:
+    query = RacingQuery(applies_at=None)
+    engine = racing_engine(spark, tmp_path, query)
+    with pytest.raises(RuntimeError, match="end-of-input marker was not applied"):
+        engine._process_to_the_end(query)  # type: ignore[arg-type]
+    assert query.passes == 11  # the input, then ten passes for the marker
+
+
 def test_a_checkpoint_keeps_its_shards(spark: Any, tmp_path: Path) -> None:
     log = tmp_path / "in"
     log.mkdir()
