@@ -674,7 +674,8 @@ class SparkEngine:
         its next micro-batch. ``processAllAvailable`` returns once a trigger found
         nothing new; a trigger that had already listed the control directory before
         the marker was written could return it early, so the shards' watermark says
-        when the marker is in.
+        when the marker is in. (Spark documents it for tests because it never returns
+        while data keeps arriving; a final run is told that the input is complete.)
         """
         query.processAllAvailable()
         watermark = self._write_end_marker()
