@@ -3,9 +3,10 @@ the reference engine, on one generated log.
 
 Each Spark master gets a fresh process (a JVM takes its master once) that runs the
 engine twice over the whole log, each time on a fresh checkpoint: *cold* is the
-session's first query, which also pays for the JVM's warm-up (code generation, JIT)
-and for starting the Python workers; *warm* is the second, as a long-running job
-sees it. A run's time is the query's, from start to the end of the input (the
+session's first query, which also pays for the JVM's warm-up (code generation, JIT),
+for the session state Spark builds on first use (SQL parser, function registry) and
+for starting the Python workers; *warm* is the second, as a long-running job sees
+it. A run's time is the query's, from start to the end of the input (the
 session's own start-up is not counted). The reference engine is the anchor.
 """
 
