@@ -684,7 +684,7 @@ class SparkEngine:
         for _ in range(_END_OF_INPUT_TRIES):
             query.processAllAvailable()
             state = self._shard_watermark()
-            if state is not None and state[1] >= watermark:
+            if state is not None and state[1] >= watermark:  # (latest row, watermark)
                 return
         raise RuntimeError(
             f"the end-of-input marker was not applied after {_END_OF_INPUT_TRIES} passes")
@@ -726,13 +726,16 @@ class SparkEngine:
         """Write the end-of-input marker; return the watermark it moves the shards to
         (None if there was nothing to move)."""
         state = self._shard_watermark()
-        if state is None or state[1] > state[0]:
+        if state is None:
+            return None
+        end, watermark = state
+        if watermark > end:
             return None
         marker = self.checkpoint_dir / "control" / f"end-{uuid.uuid4().hex}.jsonl"
         tmp = marker.with_name(f".{marker.name}")
         # Within a long (the chunks' ts column): rows in the last lateness_ms below
         # 2**63 then stay held, and the run says so.
-        ts = min(state[0] + self.lateness_ms + 1, 2**63 - 1)
+        ts = min(end + self.lateness_ms + 1, 2**63 - 1)
         tmp.write_text(json.dumps({"ts_ms": ts}) + "\n")
         os.replace(tmp, marker)
         return ts - self.lateness_ms
