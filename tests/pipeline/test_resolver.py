@@ -7,10 +7,11 @@ import random
 
 import pytest
 
-from tickwheel.pipeline.events import Event, parse_line
+from tests.pipeline.test_spark_engine import random_log
+from tickwheel.pipeline.events import Event, event_from_wire, parse_line, to_wire
 from tickwheel.pipeline.generator import GeneratorConfig, generate
 from tickwheel.pipeline.reference import ReferenceEngine
-from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
+from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key, wire_order
 
 
 def workload(seed: int) -> list[str]:
@@ -113,3 +114,35 @@ def test_resolved_operations_leave_the_state() -> None:
     assert resolver.pending == {}
     assert resolver.snapshot()[5] == []
     assert resolver.next_deadline() is None
+
+
+def well_formed(lines: list[str]) -> list[Event]:
+    return [e for e in map(parse_line, lines) if isinstance(e, Event)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_rows_in_wire_form_sort_as_their_events_do(seed: int) -> None:
+    events = well_formed(random_log(seed))
+    by_wire = sorted(events, key=lambda e: wire_order(to_wire(e)))
+    assert by_wire == sorted(events, key=order_key)
+    assert [event_from_wire(to_wire(e)) for e in by_wire] == by_wire
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_rows_applied_in_wire_form_resolve_as_their_events_do(seed: int) -> None:
+    """Ties, errors, cancels, duplicate ids and every condition (random_log), applied
+    in pieces: ``apply_wire`` must leave the same outcomes, quarantine and counters."""
+    events = sorted(well_formed(random_log(seed)), key=order_key)
+    assert any(e.error is not None for e in events), "the log has no error to check"
+    as_events, as_wire = Resolver(), Resolver()
+    rng = random.Random(seed)
+    i = 0
+    while i < len(events):
+        j = min(len(events), i + rng.randrange(1, 60))
+        as_events.apply(events[i:j])
+        as_wire.apply_wire([to_wire(e) for e in events[i:j]])
+        i = j
+    assert as_wire.drain() == as_events.drain()
+    assert as_wire.snapshot() == as_events.snapshot()
+    assert (as_wire.applied, as_wire.ignored_cancels) == (as_events.applied,
+                                                           as_events.ignored_cancels)

@@ -19,6 +19,7 @@ Nothing here imports Spark: the engine moves bytes in and out, this decides.
 
 from __future__ import annotations
 
+import bisect
 import marshal
 import zlib
 from collections.abc import Iterable
@@ -31,11 +32,10 @@ from tickwheel.pipeline.events import (
     Quarantined,
     Reason,
     Wire,
-    event_from_wire,
     parse_wire,
     to_wire,
 )
-from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
+from tickwheel.pipeline.resolver import OutcomeRow, Resolver, wire_order
 
 __all__ = ["Shard", "ShardStatus", "pack", "pack_rows", "shard_of"]
 
@@ -114,6 +114,10 @@ class ShardStatus:
     outcomes_by_outcome: dict[str, int] = field(default_factory=dict)
 
 
+def _held_order(item: tuple[Wire, bool]) -> int:
+    return wire_order(item[0])
+
+
 class Shard:
     """Rows in (:meth:`take`), outcomes out (:meth:`release`).
 
@@ -190,12 +194,17 @@ class Shard:
             watermark_ms = max(watermark_ms, self.max_ts - self.lateness_ms)
         if watermark_ms <= 0:  # Spark's watermark before any event time was seen
             return [], []
-        due = [item for item in self.held if item[0][0] < watermark_ms]
+        # Sorted in the order they apply (stable: rows tied on ts_ms and kind keep the
+        # order they came in), so the due rows are a prefix. What stays held is sorted
+        # already, and a sort of mostly sorted rows is a merge.
+        held = self.held
+        held.sort(key=_held_order)
+        cut = bisect.bisect_left(held, watermark_ms * 8, key=_held_order)
+        due = held[:cut]
         if due:
-            self.held = [item for item in self.held if item[0][0] >= watermark_ms]
+            del held[:cut]
             # Held rows are well-formed: take() quarantined the rest.
-            events = [event_from_wire(fields) for fields, _ in due]
-            resolver.apply(sorted(events, key=order_key))
+            resolver.apply_wire([fields for fields, _ in due])
         if resolver.now is None or watermark_ms - 1 > resolver.now:
             resolver.advance_to(watermark_ms - 1)
         outcomes, duplicates = resolver.drain()
