@@ -3,6 +3,7 @@ micro-batch, played by hand."""
 
 from __future__ import annotations
 
+import marshal
 import pickle
 
 import pytest
@@ -125,12 +126,36 @@ def test_early_release_applies_rows_older_than_the_bound_before_the_watermark_mo
     shard.take(own, shared, watermark_ms=0)
     shard.release(0)  # Spark has no watermark yet
     assert shard.resolver.now == 1_099  # rows below 1_200 - 100 are applied
-    assert [fields[0] for fields, _ in shard.held] == [1_200]
+    assert [fields[0] for fields in shard.held] == [1_200]
     # Time has passed 1_050: a row that old is late even if the watermark lags.
     (_, _, own, shared), = pack(['{"ts_ms": 1050, "type": "update", "key": "k", '
                                  '"value": 1}'], 1)
     late = shard.take(own, shared, watermark_ms=0)
     assert [(q.reason, q.ts_ms) for q in late] == [(Reason.LATE, 1_050)]
+
+
+def test_held_rows_count_once_across_shards_and_survive_an_older_snapshot() -> None:
+    """A shared row (an update) is held by every shard and counted by shard 0 only. A
+    version-2 snapshot, which kept each held row with that flag, restores the same."""
+    rows = ['{"ts_ms": 10, "type": "update", "key": "k", "value": 1}',
+            *(f'{{"ts_ms": 11, "type": "watch", "op_id": "op-{i}", "keys": [], '
+              f'"deadline_ms": 90, "condition": "none"}}' for i in range(6))]
+    shards = [Shard(0), Shard(1)]
+    for shard_id, _, own, shared in pack(rows, 2):
+        shards[shard_id].take(own, shared, watermark_ms=0)
+    held = [s.status(0).held for s in shards]
+    assert sum(held) == 7 and len(shards[1].held) > held[1]  # it holds the shared update
+    for shard in shards:
+        snapshot = list(shard.snapshot())
+        assert snapshot[0] == 3
+        snapshot[0] = 2
+        snapshot[4] = marshal.dumps([(f, shard.shard == 0 or f[3] is not None)
+                                     for f in marshal.loads(snapshot[4])])
+        old = Shard.restore(tuple(snapshot))
+        assert old.held == shard.held
+        assert old.status(0).held == shard.status(0).held
+        assert old.release(100)[0] == shard.release(100)[0]
+        assert old.rows_applied == shard.rows_applied
 
 
 def test_a_shard_rejects_a_negative_lateness() -> None:

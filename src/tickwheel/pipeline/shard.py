@@ -114,10 +114,6 @@ class ShardStatus:
     outcomes_by_outcome: dict[str, int] = field(default_factory=dict)
 
 
-def _held_order(item: tuple[Wire, bool]) -> int:
-    return wire_order(item[0])
-
-
 class Shard:
     """Rows in (:meth:`take`), outcomes out (:meth:`release`).
 
@@ -138,12 +134,10 @@ class Shard:
         self.lateness_ms = (None if lateness_ms is None
                             else check_positive_int("lateness_ms", lateness_ms, minimum=0))
         self.resolver = Resolver(dedupe_retention_ms=dedupe_retention_ms)
-        # Held rows stay in their encoded form (see `Wire`), each with whether it is
-        # counted here (a shared row counts in shard 0 only, so the shards' counters sum
-        # to the rows read). Most rows are held for one micro-batch and saved with the
-        # state once; marshal moves builtins at C speed, so a row becomes an `Event`
-        # only when it is applied.
-        self.held: list[tuple[tuple[Any, ...], bool]] = []
+        # Held rows stay in their encoded form (see `Wire`). Most rows are held for one
+        # micro-batch and saved with the state once; marshal moves builtins at C speed,
+        # so a row becomes an `Event` only when it is applied, if at all.
+        self.held: list[Wire] = []
         self.rows_in = 0
         self.rows_applied = 0
         self.quarantined = 0
@@ -179,7 +173,7 @@ class Shard:
                     if counted:
                         out.append(Quarantined(fields[2], Reason.LATE, ts))
                     continue
-                held.append((fields, counted))
+                held.append(fields)
                 if top is None or ts > top:
                     top = ts
         self.max_ts = top
@@ -198,17 +192,17 @@ class Shard:
         # order they came in), so the due rows are a prefix. What stays held is sorted
         # already, and a sort of mostly sorted rows is a merge.
         held = self.held
-        held.sort(key=_held_order)
-        cut = bisect.bisect_left(held, watermark_ms * 8, key=_held_order)
+        held.sort(key=wire_order)
+        cut = bisect.bisect_left(held, watermark_ms * 8, key=wire_order)
         due = held[:cut]
         if due:
             del held[:cut]
             # Held rows are well-formed: take() quarantined the rest.
-            resolver.apply_wire([fields for fields, _ in due])
+            resolver.apply_wire(due)
         if resolver.now is None or watermark_ms - 1 > resolver.now:
             resolver.advance_to(watermark_ms - 1)
         outcomes, duplicates = resolver.drain()
-        self.rows_applied += sum(1 for _, counted in due if counted) - len(duplicates)
+        self.rows_applied += self._counted(due) - len(duplicates)
         self._count_quarantined(duplicates)
         by_outcome = self.outcomes_by_outcome
         for row in outcomes:
@@ -217,6 +211,13 @@ class Shard:
             name: str = row.outcome._value_
             by_outcome[name] = by_outcome.get(name, 0) + 1
         return outcomes, duplicates
+
+    def _counted(self, rows: list[Wire]) -> int:
+        """How many of these rows this shard counts: a shared row (an update or a tick:
+        no op_id) counts in shard 0 only, so the shards' counters sum to the rows read."""
+        if self.shard == 0:
+            return len(rows)
+        return sum(1 for fields in rows if fields[3] is not None)
 
     def _count_quarantined(self, rows: list[Quarantined]) -> None:
         self.quarantined += len(rows)
@@ -227,7 +228,7 @@ class Shard:
     def next_timer_ms(self) -> int | None:
         """When the watermark must next wake this shard: just past its earliest held
         row or pending deadline."""
-        held = min((fields[0] for fields, _ in self.held), default=None)
+        held = min((fields[0] for fields in self.held), default=None)
         deadline = self.resolver.next_deadline()
         times = [t for t in (held, deadline) if t is not None]
         return min(times) + 1 if times else None
@@ -235,7 +236,7 @@ class Shard:
     def status(self, watermark_ms: int) -> ShardStatus:
         self.seq += 1
         return ShardStatus(self.shard, self.seq, watermark_ms, self.rows_in, self.rows_applied,
-                           self.quarantined, sum(1 for _, c in self.held if c),
+                           self.quarantined, self._counted(self.held),
                            len(self.resolver.pending), self.resolver.ignored_cancels,
                            self.max_ts, dict(self.quarantined_by_reason),
                            dict(self.outcomes_by_outcome))
@@ -243,7 +244,7 @@ class Shard:
     def snapshot(self, with_seen: bool = True) -> tuple[Any, ...]:
         """See :meth:`Resolver.snapshot <tickwheel.pipeline.resolver.Resolver.snapshot>`
         for ``with_seen``."""
-        return (2, self.shard, self.lateness_ms, self.resolver.snapshot(with_seen),
+        return (3, self.shard, self.lateness_ms, self.resolver.snapshot(with_seen),
                 marshal.dumps(self.held), self.rows_in,
                 self.rows_applied, self.quarantined, self.max_ts, self.seq, self.timer_ms,
                 self.quarantined_by_reason, self.outcomes_by_outcome)
@@ -252,13 +253,15 @@ class Shard:
     def restore(cls, snapshot: tuple[Any, ...], seen_op_ids: set[str] | None = None,
                 ) -> Shard:
         version = snapshot[0]
-        if version != 2:
+        if version not in (2, 3):
             raise ValueError(f"shard snapshot version {version} is not supported")
         (_, shard_id, lateness_ms, resolver, held, rows_in, applied, quarantined, max_ts, seq,
          timer, by_reason, by_outcome) = snapshot
         shard = cls(shard_id, lateness_ms)
         shard.resolver = Resolver.restore(resolver, seen_op_ids)
         shard.held = marshal.loads(held)
+        if version == 2:  # held rows were (row, counted) pairs
+            shard.held = [fields for fields, _ in shard.held]
         shard.rows_in, shard.rows_applied, shard.quarantined = rows_in, applied, quarantined
         shard.max_ts, shard.seq, shard.timer_ms = max_ts, seq, timer
         shard.quarantined_by_reason, shard.outcomes_by_outcome = by_reason, by_outcome
