@@ -110,6 +110,8 @@ def test_resolved_operations_leave_the_state() -> None:
     resolver = Resolver()
     resolver.apply(events[:1])
     assert len(resolver.snapshot()[5]) == 1
+    # A pending operation costs no lock of its own: the resolver's is shared.
+    assert [op.lock for op in resolver.pending.values()] == [resolver.op_lock]
     resolver.apply(events[1:])
     assert resolver.pending == {}
     assert resolver.snapshot()[5] == []

@@ -29,6 +29,7 @@ per shard of the op-id space and keeps it in the state store between micro-batch
 
 from __future__ import annotations
 
+import _thread
 import itertools
 from collections import deque
 from collections.abc import Hashable, Iterable
@@ -114,7 +115,7 @@ class _LogOperation(DelayedOperation):
 
     def __init__(self, resolver: Resolver, event: Event, delay_ms: int,
                  seen_updates: dict[str, int] | None = None) -> None:
-        super().__init__(delay_ms)
+        super().__init__(delay_ms, resolver.op_lock)
         self.resolver = resolver
         self.event = event
         self.error: str | None = None
@@ -189,6 +190,10 @@ class Resolver:
         self.applied = 0
         self.ignored_cancels = 0
         self.now = now_ms
+        # One lock for all its operations, as Kafka shares a group's lock: a resolver
+        # is used by one thread, and a lock of their own cost every operation an
+        # allocation.
+        self.op_lock = _thread.RLock()
         self._clock: ManualClock | None = None
         self._purgatory: Purgatory | None = None
 
