@@ -147,7 +147,7 @@ def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
     print(f"\nanchor: TimingWheelTimer schedule+cancel {anchor / 1e3:,.0f}k pairs/s "
           f"({ROUND:,} pending); the naive baseline ended holding {leftover_entries():,} "
           "entries of completed operations")
-    print(f"floor: the operation's own code alone (constructed, try_complete once, no "
+    print(f"floor: the operation's own code alone (constructed, try_complete once, freed; no "
           f"purgatory) {floor / 1e3:,.0f}k ops/s = {floor / anchor:.2f}x the anchor")
     return 0
 

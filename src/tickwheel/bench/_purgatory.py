@@ -210,11 +210,13 @@ def _anchor_pairs(n: int, seed: int) -> float:
 
 
 def _floor_ops(rounds: Rounds) -> float:
-    """Operations/s of the operation's own code alone: construct it and call
+    """Operations/s of the operation's own code alone: construct it, call
     ``try_complete`` once, as the purgatory does when no key event comes while it
-    watches (Kafka always tries twice), with no watching, no timer and no key events.
-    The round's operations are kept, as a purgatory keeps them until they resolve (the
-    garbage collector walks them). No purgatory running this operation can be faster."""
+    watches (Kafka always tries twice), and free it, with no watching, no timer and no
+    key events. The round's operations are kept until the round ends, as a purgatory
+    keeps them until they resolve (the garbage collector walks them), and freeing them
+    is timed, as the purgatory's phases free each operation once it resolves. What any
+    purgatory pays for this operation before its first watch or timer entry."""
     versions = [0] * KEYS
     elapsed = 0.0
     n = 0
@@ -225,8 +227,8 @@ def _floor_ops(rounds: Rounds) -> float:
             op = _VersionedOp(versions, ks)
             op.try_complete()
             held.append(op)
-        elapsed += time.perf_counter() - t0
         del held
+        elapsed += time.perf_counter() - t0
         n += len(keys)
     return n / elapsed
 
