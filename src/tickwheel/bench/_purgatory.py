@@ -209,28 +209,30 @@ def _anchor_pairs(n: int, seed: int) -> float:
     return pairs / elapsed
 
 
-def _floor_ops(rounds: Rounds) -> float:
+def _floor_ops(rounds: Rounds, seed: int) -> float:
     """Operations/s of the operation's own code alone: construct it, call
     ``try_complete`` once, as the purgatory does when no key event comes while it
     watches (Kafka always tries twice), and free it, with no watching, no timer and no
-    key events. The round's operations are kept until the round ends, as a purgatory
-    keeps them until they resolve (the garbage collector walks them), and freeing them
-    is timed, as the purgatory's phases free each operation once it resolves. What any
-    purgatory pays for this operation before its first watch or timer entry."""
+    key events. ``ROUND`` operations are held at a time, as in the purgatory, and each
+    new one takes the place of a random held one, which is freed: a purgatory frees an
+    operation when it resolves, in the random order key events come, inside its timed
+    phases. What any purgatory pays for this operation before its first watch or timer
+    entry."""
     versions = [0] * KEYS
-    elapsed = 0.0
-    n = 0
-    for keys, _events in rounds:
-        t0 = time.perf_counter()
-        held = []
-        for ks in keys:
-            op = _VersionedOp(versions, ks)
-            op.try_complete()
-            held.append(op)
-        del held
-        elapsed += time.perf_counter() - t0
-        n += len(keys)
-    return n / elapsed
+    keys = [ks for round_keys, _events in rounds for ks in round_keys]
+    rng = random.Random(seed)
+    picks = [rng.randrange(ROUND) for _ in keys]
+    _freeze()  # the inputs just made, as in the engines' runs
+    held: list[_VersionedOp | None] = [None] * ROUND
+    t0 = time.perf_counter()
+    for ks, j in zip(keys, picks, strict=True):
+        op = _VersionedOp(versions, ks)
+        op.try_complete()
+        held[j] = op
+    elapsed = time.perf_counter() - t0
+    del held
+    _thaw()
+    return len(keys) / elapsed
 
 
 def _noop() -> None:
@@ -275,7 +277,7 @@ def run_purgatory(n: int, repeat: int, progress: Callable[[str], None]
     for rep in range(repeat):
         anchors.append(_anchor_pairs(n, rep))
         rounds = _frozen_workload(n, seed=rep)
-        floors.append(_floor_ops(rounds))
+        floors.append(_floor_ops(rounds, rep))
         del rounds
         _thaw()
         progress(f"anchor and floor: rep {rep + 1}/{repeat}")
