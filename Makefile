@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 # The compiled core is built from these: any change rebuilds it, or tests would run
 # the stale extension instead of the edited source.
-SOURCES := $(shell find src/tickwheel -name '*.py')
+SOURCES := $(shell find src/tickwheel -name '*.py' -o -name '*.c')
 
 .PHONY: run test lint typecheck unit bench clean
 

@@ -13,7 +13,7 @@ import shutil
 import sys
 import sysconfig
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 
@@ -77,7 +77,9 @@ def _ext_modules() -> list[object]:
     except (Exception, SystemExit) as exc:  # mypyc reports compile errors via SystemExit
         print(f"tickwheel: mypyc failed ({exc!r}), building pure Python", file=sys.stderr)
         return []
-    return list(extensions)
+    # The lock the compiled core takes on every schedule and cancel (see _rawlock.c).
+    rawlock = Extension("tickwheel._rawlock", ["src/tickwheel/_rawlock.c"])
+    return [*extensions, rawlock]
 
 
 setup(ext_modules=_ext_modules(), cmdclass={"build_ext": _AllOrNothingBuildExt})

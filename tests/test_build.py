@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tickwheel
+import tickwheel._mutex
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,15 +28,17 @@ def _have_c_compiler() -> bool:
 def test_the_install_uses_the_compiled_core_where_a_compiler_exists() -> None:
     # A silent fallback to pure Python would cost 3-5x in speed; make it loud.
     assert tickwheel.compiled is True
+    assert tickwheel._mutex.native is True  # the C lock is built with the core
 
 
 def test_no_compiled_module_is_older_than_its_source() -> None:
     # An edited source next to an old extension would silently run the old code.
     stale = []
     for ext in (ROOT / "src" / "tickwheel").rglob("*.so"):
-        source = ext.parent / (ext.name.split(".")[0] + ".py")
-        if source.exists() and source.stat().st_mtime > ext.stat().st_mtime:
-            stale.append(source.relative_to(ROOT))
+        for suffix in (".py", ".c"):
+            source = ext.parent / (ext.name.split(".")[0] + suffix)
+            if source.exists() and source.stat().st_mtime > ext.stat().st_mtime:
+                stale.append(source.relative_to(ROOT))
     assert not stale, f"rebuild the compiled core (make test does): {stale}"
 
 

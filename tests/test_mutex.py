@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 
 import pytest
 
-from tickwheel._mutex import Mutex
+from tickwheel._mutex import Mutex, native
 
 
 def test_a_mutex_is_held_by_one_owner_at_a_time() -> None:
@@ -108,3 +110,67 @@ def test_a_condition_can_wait_on_a_mutex() -> None:
         assert m.locked()  # wait() hands the mutex back before returning
     t.join(10)
     assert not m.locked()
+
+
+def test_a_timed_acquire_of_a_held_mutex_gives_up_after_its_timeout() -> None:
+    m = Mutex()
+    m.acquire()
+    t0 = time.monotonic()
+    assert not m.acquire(timeout=0.05)
+    assert time.monotonic() - t0 >= 0.04  # generous: never early by more than clock grain
+    m.release()
+    assert m.acquire(timeout=0.05)
+    m.release()
+
+
+def test_a_timed_acquire_waits_for_a_release_from_another_thread() -> None:
+    m = Mutex()
+    m.acquire()
+    releaser = threading.Timer(0.02, m.release)  # Lock semantics: any thread may release
+    releaser.start()
+    assert m.acquire(timeout=30)
+    releaser.join(10)
+    m.release()
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+def test_a_signal_handler_that_raises_interrupts_a_blocked_acquire() -> None:
+    # As with threading.Lock, Ctrl-C must get a thread out of a lock it waits for.
+    m = Mutex()
+    m.acquire()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(KeyboardInterrupt):
+            m.acquire()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert m.locked()  # still ours: the interrupted call took nothing
+    m.release()
+    assert not m.locked()
+
+
+@pytest.mark.skipif(not native, reason="the C lock is built only where a C compiler exists")
+def test_the_raw_lock_rejects_bad_arguments_with_clear_errors() -> None:
+    from tickwheel._rawlock import RawLock
+
+    with pytest.raises(TypeError, match="takes no arguments"):
+        RawLock(1)  # type: ignore[call-arg]
+    lock = RawLock()
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="non-negative"):
+            lock.acquire_for(bad)
+    with pytest.raises(TypeError):
+        lock.acquire_for("soon")  # type: ignore[arg-type]
+    assert not lock.locked()
+    assert lock.acquire_for(float("inf"))  # free: taken at once, whatever the timeout
+    assert not lock.try_acquire()
+    assert not lock.acquire_for(0)
+    lock.release()
+    with pytest.raises(RuntimeError, match="release unlocked lock"):
+        lock.release()
