@@ -24,6 +24,7 @@ Either way the lock's methods are bound once, so ``with mutex:`` is two direct c
 
 from __future__ import annotations
 
+import functools
 import queue
 from collections.abc import Callable
 
@@ -46,11 +47,6 @@ class _TokenLock:
     def __init__(self) -> None:
         self._token: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._token.put(True)
-
-    def acquire(self) -> bool:
-        # With its ``block`` argument: called with none, CPython 3.11 takes the slow
-        # keyword-parsing path.
-        return self._token.get(True)
 
     def try_acquire(self) -> bool:
         try:
@@ -79,12 +75,22 @@ class Mutex:
     __slots__ = ("_enter", "_exit", "_lock")
 
     def __init__(self) -> None:
-        lock: RawLock | _TokenLock = RawLock() if RawLock is not None else _TokenLock()
-        self._lock = lock
         # Bound once: calling a bound method skips the lookup on the lock's type that
-        # every call through the lock would pay.
-        self._enter: Callable[[], bool] = lock.acquire
-        self._exit: Callable[[], None] = lock.release
+        # every call through the lock would pay. ``with`` pairs each exit with an
+        # enter, so the fallback's exit puts the token back without release()'s check.
+        # ``get`` gets its ``block`` argument: called with none, CPython 3.11 takes the
+        # slow keyword-parsing path.
+        self._enter: Callable[[], bool]
+        self._exit: Callable[[], None]
+        lock: RawLock | _TokenLock
+        if RawLock is not None:
+            lock = RawLock()
+            self._enter, self._exit = lock.acquire, lock.release
+        else:
+            lock = _TokenLock()
+            self._enter = functools.partial(lock._token.get, True)
+            self._exit = functools.partial(lock._token.put, True)
+        self._lock = lock
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Take the lock; as ``threading.Lock.acquire``."""
@@ -100,7 +106,7 @@ class Mutex:
 
     def release(self) -> None:
         """Give the lock back; releasing a lock nobody holds raises RuntimeError."""
-        self._exit()
+        self._lock.release()
 
     def locked(self) -> bool:
         return self._lock.locked()
