@@ -159,11 +159,16 @@ def _pipeline(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             print(f"--{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
+    from tickwheel.pipeline.class_archive import archive_options
+
+    # Read before the runs: their sessions look the archive up the same way.
+    archive = "with" if archive_options() else "without"
     results = run_pipeline(args.events, args.repeat, args.shards, args.files_per_trigger,
                            lambda msg: print(msg, file=sys.stderr, flush=True))
     anchor = results[0].events_per_s
     print(f"pipeline, {results[0].rows:,} events, median of {args.repeat}, "
-          f"{args.shards} shards, {args.files_per_trigger} files per micro-batch")
+          f"{args.shards} shards, {args.files_per_trigger} files per micro-batch, "
+          f"{archive} the Spark class archive")
     print("| engine | events/s | vs reference |")
     print("|---|---:|---:|")
     for r in results:

@@ -53,6 +53,7 @@ from tickwheel._validate import check_positive_int
 from tickwheel.pipeline import _worker_state
 from tickwheel.pipeline._seen_log import LogHead, load_seen, save_seen
 from tickwheel.pipeline._spark_python import launcher
+from tickwheel.pipeline.class_archive import archive_options
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined
 from tickwheel.pipeline.io import json_lines, outcomes_table, parquet_events, quarantine_table
@@ -116,8 +117,9 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
     this process's terminal: its start-up warnings, and the lines PySpark's
     transformWithState driver worker prints for every query.
 
-    ``java_options`` become ``spark.driver.extraJavaOptions``; by default
-    :data:`LOCAL_JAVA_OPTIONS` for a ``local`` master and nothing otherwise. Like
+    ``java_options`` become ``spark.driver.extraJavaOptions``; by default, for a
+    ``local`` master, :data:`LOCAL_JAVA_OPTIONS` and the class archive if one has been
+    made (see :mod:`tickwheel.pipeline.class_archive`), and nothing otherwise. Like
     ``driver_memory``, they apply only to a JVM this call starts. A ``local`` master
     also leaves shuffle blocks uncompressed."""
     if "PYSPARK_PYTHON" not in os.environ:
@@ -129,7 +131,7 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
     from pyspark.sql import SparkSession
 
     if java_options is None and master.startswith("local"):
-        java_options = LOCAL_JAVA_OPTIONS
+        java_options = f"{LOCAL_JAVA_OPTIONS} {archive_options()}".strip()
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
                .config("spark.driver.memory", driver_memory)

@@ -1,0 +1,155 @@
+"""The JVM class archive: named for its PySpark and JVM, used when there, harmless when
+wrong, and really mapped by a session's JVM."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tickwheel.pipeline import class_archive
+from tickwheel.pipeline.class_archive import (
+    DISABLE_VARIABLE,
+    archive_options,
+    archive_path,
+    java_binary,
+    make_archive,
+)
+
+
+@pytest.fixture
+def fake_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    monkeypatch.setenv("TICKWHEEL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(DISABLE_VARIABLE, raising=False)
+    return java
+
+
+def test_the_archive_is_named_for_the_pyspark_version_and_the_jvm_binary(
+        fake_java: Path, tmp_path: Path) -> None:
+    path = archive_path()
+    assert path is not None
+    assert path.parent == tmp_path / "cache"
+    assert path.name.startswith(f"spark-{metadata.version('pyspark')}-jvm-")
+    assert path.suffix == ".jsa"
+    fake_java.write_text("#!/bin/sh\n# another build\n")
+    assert archive_path() != path, "a replaced JVM must not reuse the old archive"
+
+
+def test_without_a_jvm_there_is_no_archive_to_use_or_make(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    monkeypatch.setenv("TICKWHEEL_CACHE_DIR", str(tmp_path / "cache"))
+    assert java_binary() is None
+    assert archive_path() is None
+    assert archive_options() == ""
+    assert make_archive() is None
+    assert not (tmp_path / "cache").exists()
+
+
+def test_options_name_the_archive_only_once_it_exists(fake_java: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    assert archive_options() == ""
+    path = archive_path()
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    options = shlex.split(archive_options())
+    assert f"-XX:SharedArchiveFile={path}" in options
+    assert "-Xshare:auto" in options  # never -Xshare:on: a bad archive must not stop a JVM
+    monkeypatch.setenv(DISABLE_VARIABLE, "0")
+    assert archive_options() == ""
+
+
+def test_an_existing_archive_is_not_made_again(fake_java: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    path = archive_path()
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+
+    def no_training(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("trained although the archive exists")
+
+    monkeypatch.setattr(class_archive.subprocess, "run", no_training)
+    assert make_archive() == path
+
+
+def test_a_failed_training_leaves_no_archive_and_says_why(fake_java: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(*args: Any, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 3, "", "no JVM today")
+
+    monkeypatch.setattr(class_archive.subprocess, "run", failing)
+    with pytest.raises(RuntimeError, match=r"exit 3(.|\n)*no JVM today"):
+        make_archive()
+    path = archive_path()
+    assert path is not None
+    assert list(path.parent.iterdir()) == []
+
+
+needs_java = pytest.mark.skipif(java_binary() is None, reason="no JVM here")
+
+
+@needs_java
+def test_a_corrupt_archive_leaves_the_jvm_running_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TICKWHEEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(DISABLE_VARIABLE, raising=False)
+    path = archive_path()
+    assert path is not None
+    path.write_bytes(os.urandom(64 * 1024))
+    java = java_binary()
+    assert java is not None
+    done = subprocess.run([str(java), *shlex.split(archive_options()), "-version"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "error" not in done.stderr.lower()
+
+
+def _made_archive() -> Path:
+    if os.environ.get(DISABLE_VARIABLE) == "0":
+        pytest.skip(f"{DISABLE_VARIABLE}=0")
+    path = archive_path()
+    assert path is not None and path.is_file(), (
+        "no Spark class archive: `python -m tickwheel.pipeline.class_archive` makes it "
+        "(`make` does)")
+    return path
+
+
+@needs_java
+def test_the_test_session_starts_with_the_archive(spark: Any) -> None:
+    path = _made_archive()
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    assert f"-XX:SharedArchiveFile={path}" in shlex.split(options)
+
+
+SESSION_WITH_ARCHIVE_REQUIRED = """
+from tickwheel.pipeline.class_archive import archive_options
+from tickwheel.pipeline.spark_engine import LOCAL_JAVA_OPTIONS, spark_session
+options = archive_options().replace("-Xshare:auto", "-Xshare:on")
+spark = spark_session("local[1]", java_options=f"{LOCAL_JAVA_OPTIONS} {options}")
+print(spark.range(7).count())
+"""
+
+
+@needs_java
+def test_the_made_archive_maps_into_a_local_sessions_jvm() -> None:
+    """With ``-Xshare:on`` a JVM that cannot map the archive (another JVM build, another
+    class path) does not start at all: this session starting proves the one the
+    engine's sessions name is usable, not silently ignored."""
+    _made_archive()
+    done = subprocess.run([sys.executable, "-c", SESSION_WITH_ARCHIVE_REQUIRED],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "7"
