@@ -30,7 +30,8 @@ def fake_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     java = home / "bin" / "java"
     java.write_text("#!/bin/sh\n")
     monkeypatch.setenv("JAVA_HOME", str(home))
-    monkeypatch.setenv("TICKWHEEL_CACHE_DIR", str(tmp_path / "cache"))
+    # A space, so the options must quote the path as Spark splits them.
+    monkeypatch.setenv("TICKWHEEL_CACHE_DIR", str(tmp_path / "cache dir"))
     monkeypatch.delenv(DISABLE_VARIABLE, raising=False)
     return java
 
@@ -39,7 +40,7 @@ def test_the_archive_is_named_for_the_pyspark_version_and_the_jvm_binary(
         fake_java: Path, tmp_path: Path) -> None:
     path = archive_path()
     assert path is not None
-    assert path.parent == tmp_path / "cache"
+    assert path.parent == tmp_path / "cache dir"
     assert path.name.startswith(f"spark-{metadata.version('pyspark')}-jvm-")
     assert path.suffix == ".jsa"
     fake_java.write_text("#!/bin/sh\n# another build\n")
@@ -104,10 +105,11 @@ needs_java = pytest.mark.skipif(java_binary() is None, reason="no JVM here")
 @needs_java
 def test_a_corrupt_archive_leaves_the_jvm_running_without_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TICKWHEEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TICKWHEEL_CACHE_DIR", str(tmp_path / "cache dir"))
     monkeypatch.delenv(DISABLE_VARIABLE, raising=False)
     path = archive_path()
     assert path is not None
+    path.parent.mkdir()
     path.write_bytes(os.urandom(64 * 1024))
     java = java_binary()
     assert java is not None

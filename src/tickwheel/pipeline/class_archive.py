@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -94,7 +95,9 @@ def archive_options(directory: Path | None = None) -> str:
         return ""
     # The JVM logs a mismatched archive as a warning on its console before running
     # without it: quiet, since that is the designed outcome.
-    return f"-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+    # Quoted as Spark splits extraJavaOptions: like a shell.
+    archive = shlex.quote(f"-XX:SharedArchiveFile={path}")
+    return f"{archive} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def make_archive(directory: Path | None = None, timeout_s: float = 900.0) -> Path | None:
@@ -176,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     try:
         made = make_archive(args.dir)
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
         # Sessions run without it, only slower to start: not a reason to fail a setup.
         print(f"Spark class archive: not made, sessions start without it: {exc}",
               file=sys.stderr)
