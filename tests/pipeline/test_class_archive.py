@@ -7,6 +7,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,12 @@ import pytest
 from tickwheel.pipeline import class_archive
 from tickwheel.pipeline.class_archive import (
     DISABLE_VARIABLE,
+    STALE_AFTER_S,
     archive_options,
     archive_path,
     java_binary,
     make_archive,
+    prune,
 )
 
 
@@ -97,6 +100,40 @@ def test_a_failed_training_leaves_no_archive_and_says_why(fake_java: Path,
     path = archive_path()
     assert path is not None
     assert list(path.parent.iterdir()) == []
+
+
+def _aged(path: Path, seconds: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"archive")
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+    return path
+
+
+def test_archives_unused_for_a_month_and_stale_partial_files_are_deleted(
+        fake_java: Path) -> None:
+    current = archive_path()
+    assert current is not None
+    folder = current.parent
+    day = 86_400
+    kept = [_aged(current, STALE_AFTER_S + day),  # this PySpark's and JVM's: never
+            _aged(folder / "spark-4.0.0-jvm-aaaaaaaaaaaa.jsa", STALE_AFTER_S - day),
+            _aged(folder / ".spark-4.0.0-jvm-bbbbbbbbbbbb.jsa.12.partial", day // 2),
+            _aged(folder / "notes.txt", 10 * STALE_AFTER_S)]  # not an archive
+    gone = [_aged(folder / "spark-3.5.0-jvm-cccccccccccc.jsa", STALE_AFTER_S + day),
+            _aged(folder / ".spark-4.0.0-jvm-dddddddddddd.jsa.13.partial", 2 * day)]
+    assert sorted(prune()) == sorted(gone)
+    assert all(path.exists() for path in kept)
+    assert not any(path.exists() for path in gone)
+
+
+def test_a_session_naming_the_archive_marks_it_used(fake_java: Path) -> None:
+    current = archive_path()
+    assert current is not None
+    _aged(current, STALE_AFTER_S - 86_400)
+    assert archive_options()
+    assert time.time() - current.stat().st_mtime < 60
+    assert prune() == []
 
 
 needs_java = pytest.mark.skipif(java_binary() is None, reason="no JVM here")

@@ -35,7 +35,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["archive_options", "archive_path", "cache_dir", "java_binary", "make_archive"]
+__all__ = ["archive_options", "archive_path", "cache_dir", "java_binary", "make_archive", "prune"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,14 @@ log = logging.getLogger(__name__)
 DISABLE_VARIABLE = "TICKWHEEL_SPARK_CLASS_ARCHIVE"
 
 _TRAINING_EVENTS = 20_000
+
+#: Archives no session has named for this long are deleted whenever the archive is
+#: made or checked (each ``make``): every PySpark or JDK upgrade leaves one behind.
+STALE_AFTER_S = 30 * 86_400
+# A session refreshes its archive's mtime at most this often: the mark of use above.
+_MARK_USED_EVERY_S = 86_400
+# A training interrupted hard (its JVM killed) can leave a partial file behind.
+_PARTIAL_STALE_AFTER_S = 86_400
 
 
 def cache_dir() -> Path:
@@ -87,17 +95,49 @@ def _disabled() -> bool:
 
 def archive_options(directory: Path | None = None) -> str:
     """The JVM options that use the archive, or ``""`` when there is none (or
-    :data:`DISABLE_VARIABLE` is ``0``)."""
+    :data:`DISABLE_VARIABLE` is ``0``). Marks the archive as used (see
+    :func:`prune`)."""
     if _disabled():
         return ""
     path = archive_path(directory)
     if path is None or not path.is_file():
         return ""
+    _mark_used(path)
     # The JVM logs a mismatched archive as a warning on its console before running
     # without it: quiet, since that is the designed outcome.
     # Quoted as Spark splits extraJavaOptions: like a shell.
     archive = shlex.quote(f"-XX:SharedArchiveFile={path}")
     return f"{archive} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def _mark_used(path: Path) -> None:
+    try:
+        if time.time() - path.stat().st_mtime > _MARK_USED_EVERY_S:
+            os.utime(path)
+    except OSError:
+        pass  # a cache this user cannot write to still serves
+
+
+def prune(directory: Path | None = None, now: float | None = None) -> list[Path]:
+    """Delete the archives in the cache that no session has named for
+    :data:`STALE_AFTER_S` and partial files of interrupted trainings, except the
+    archive for this PySpark and JVM; return what was deleted."""
+    folder = directory or cache_dir()
+    current = archive_path(folder)
+    now = time.time() if now is None else now
+    deleted = []
+    candidates = [*folder.glob("spark-*-jvm-*.jsa"), *folder.glob(".spark-*-jvm-*.jsa.*.partial")]
+    for path in candidates:
+        limit = _PARTIAL_STALE_AFTER_S if path.name.endswith(".partial") else STALE_AFTER_S
+        try:
+            if path != current and now - path.stat().st_mtime > limit:
+                path.unlink()
+                deleted.append(path)
+        except OSError:
+            continue  # gone already (another prune), or not ours to delete
+    for path in deleted:
+        log.info("deleted the unused Spark class archive %s", path)
+    return deleted
 
 
 def make_archive(directory: Path | None = None, timeout_s: float = 900.0) -> Path | None:
@@ -168,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     if _disabled():
         print(f"Spark class archive: off ({DISABLE_VARIABLE}=0)")
         return 0
+    for stale in prune(args.dir):
+        print(f"Spark class archive: deleted {stale}, unused for {STALE_AFTER_S // 86_400} days")
     path = archive_path(args.dir)
     if path is None:
         print("Spark class archive: no JVM or no PySpark here, nothing to make")
