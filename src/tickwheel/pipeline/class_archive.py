@@ -4,9 +4,10 @@ A cold local session spends seconds loading, parsing and verifying tens of thous
 classes (Spark SQL, the streaming engine, RocksDB, Arrow, Janino) before and during its
 first query. The JVM can map them from an archive instead (JDK 13+: AppCDS,
 ``-XX:SharedArchiveFile``), and dumps one at exit after a training run
-(``-XX:ArchiveClassesAtExit``). On this 2-core machine a 1M-event run on local[2] took
-2-3 s less cold with it and the whole process 6-8 s less (three pairs of fresh
-processes); warm runs were unchanged.
+(``-XX:ArchiveClassesAtExit``). On this 2-core machine a cold 1M-event run on local[2]
+took 0.6-1.2 s less with it (of 10-11 s) and the whole process, session start-up
+included, 3.5-5 s less (of 26-29 s; three pairs of fresh processes); warm runs were
+unchanged.
 
 :func:`make_archive` trains once, in a child process, by running the engine over a
 small generated log, and keeps the archive in the cache directory under a name that
