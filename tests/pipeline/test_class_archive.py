@@ -50,6 +50,32 @@ def test_the_archive_is_named_for_the_pyspark_version_and_the_jvm_binary(
     assert archive_path() != path, "a replaced JVM must not reuse the old archive"
 
 
+def test_the_archive_is_named_for_sparks_class_path(fake_java: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JVM refuses an archive made on another class path ("shared class paths
+    mismatch"): a cache copied from another checkout or machine must not be reused."""
+    def spark_home(name: str) -> Path:
+        home = tmp_path / name
+        (home / "jars").mkdir(parents=True)
+        for jar in ("spark-core.jar", "scala-library.jar"):
+            (home / "jars" / jar).write_bytes(b"classes")
+        monkeypatch.setenv("SPARK_HOME", str(home))
+        return home
+
+    home = spark_home("venv-a")
+    here = archive_path()
+    assert archive_path() == here, "the name must be stable for one installation"
+    spark_home("venv-b")
+    assert archive_path() != here, "the same jars elsewhere are another class path"
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    assert archive_path() == here
+    (home / "jars" / "scala-library.jar").write_bytes(b"other classes")
+    assert archive_path() != here, "a replaced jar is another class path"
+    changed = archive_path()
+    monkeypatch.setenv("SPARK_DIST_CLASSPATH", "/opt/hadoop/lib/x.jar")
+    assert archive_path() != changed, "the launcher adds this to the class path"
+
+
 def test_without_a_jvm_there_is_no_archive_to_use_or_make(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))

@@ -11,11 +11,13 @@ unchanged.
 
 :func:`make_archive` trains once, in a child process, by running the engine over a
 small generated log, and keeps the archive in the cache directory under a name that
-changes with the PySpark version and the ``java`` binary, so an upgrade of either
-leads to a new archive instead of a mismatched one. :func:`archive_options` names it
-to the JVM when it is there; ``spark_session`` adds them for a local master. The JVM
-checks the archive against itself and its class path and, with ``-Xshare:auto``, runs
-without it if they disagree: an archive can make a session faster, never fail it.
+changes with the PySpark version, the ``java`` binary and Spark's class path (where
+the jars are, in which order, and each one's size and time), so an upgrade, another
+virtual environment or a cache copied from another machine leads to a new archive
+instead of a mismatched one. :func:`archive_options` names it to the JVM when it is
+there; ``spark_session`` adds them for a local master. The JVM checks the archive
+against itself and its class path and, with ``-Xshare:auto``, runs without it if they
+disagree: an archive can make a session faster, never fail it.
 
 ``python -m tickwheel.pipeline.class_archive`` makes it (``make`` does); the archive is
 about 180 MB.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import logging
 import os
 import shlex
@@ -74,9 +77,44 @@ def java_binary() -> Path | None:
     return Path(os.path.realpath(found))
 
 
+# Environment variables Spark's launcher puts on the driver's class path.
+_CLASS_PATH_VARIABLES = ("SPARK_CONF_DIR", "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH",
+                         "HADOOP_CONF_DIR", "YARN_CONF_DIR")
+
+
+def _spark_home() -> Path | None:
+    """``$SPARK_HOME``, else the PySpark package (a pip install is its own Spark home),
+    found without importing it."""
+    explicit = os.environ.get("SPARK_HOME")
+    if explicit:
+        return Path(explicit)
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _class_path_identity() -> str:
+    """What the JVM checks an archive's class path against: the jars' directory, their
+    order (the launcher's ``jars/*`` expands in directory order, as ``os.scandir``
+    lists it), and each jar's size and modification time."""
+    home = _spark_home()
+    parts = [os.path.realpath(home) if home else "",
+             *(f"{name}={os.environ.get(name, '')}" for name in _CLASS_PATH_VARIABLES)]
+    if home is not None:
+        try:
+            with os.scandir(home / "jars") as entries:
+                for entry in entries:
+                    stat = entry.stat()
+                    parts.append(f"{entry.name}:{stat.st_size}:{stat.st_mtime_ns}")
+        except OSError:
+            parts.append("no jars")
+    return "\0".join(parts)
+
+
 def archive_path(directory: Path | None = None) -> Path | None:
-    """Where the archive for this PySpark and this JVM lives (whether or not it has been
-    made); None without a JVM or PySpark."""
+    """Where the archive for this PySpark, this JVM and this class path lives (whether
+    or not it has been made); None without a JVM or PySpark."""
     java = java_binary()
     if java is None:
         return None
@@ -86,8 +124,9 @@ def archive_path(directory: Path | None = None) -> Path | None:
         return None
     stat = java.stat()
     # The binary's identity stands for the JVM build: a JDK update replaces the file.
-    jvm = hashlib.sha256(f"{java}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()
-    return (directory or cache_dir()) / f"spark-{pyspark}-jvm-{jvm[:12]}.jsa"
+    identity = f"{java}\0{stat.st_size}\0{stat.st_mtime_ns}\0{_class_path_identity()}"
+    digest = hashlib.sha256(identity.encode()).hexdigest()
+    return (directory or cache_dir()) / f"spark-{pyspark}-jvm-{digest[:12]}.jsa"
 
 
 def _disabled() -> bool:
