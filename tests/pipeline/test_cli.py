@@ -153,3 +153,39 @@ def test_a_dedupe_retention_lets_a_reused_op_id_start_a_new_operation(tmp_path: 
     bad = runner.invoke(app, ["run", "--input", str(source), "--output", str(tmp_path / "x"),
                               "--dedupe-retention-ms", "-1"])
     assert bad.exit_code == 2
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "five"])
+def test_the_pipeline_benchmark_rejects_bad_files_per_trigger(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tickwheel.bench.__main__ import main as bench_main
+
+    with pytest.raises(SystemExit) as exited:
+        bench_main(["pipeline", "--files-per-trigger", value])
+    assert exited.value.code == 2
+    assert "--files-per-trigger" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("value", "expected", "header"), [
+    ("all", None, "all the input per micro-batch"),
+    ("4", 4, "4 files per micro-batch"),
+])
+def test_the_pipeline_benchmark_passes_files_per_trigger_on(
+        value: str, expected: int | None, header: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tickwheel.bench import _pipeline
+    from tickwheel.bench.__main__ import main as bench_main
+
+    seen = []
+
+    def fake_run(events: int, repeat: int, shards: int, per_trigger: int | None,
+                 progress: object) -> list[_pipeline.PipelineResult]:
+        seen.append(per_trigger)
+        return [_pipeline.PipelineResult(name, 1000, [0.01])
+                for name in ("reference", "spark local[1] cold", "spark local[1] warm",
+                             "spark local[2] cold", "spark local[2] warm")]
+
+    monkeypatch.setattr(_pipeline, "run_pipeline", fake_run)
+    assert bench_main(["pipeline", "--files-per-trigger", value]) == 0
+    assert seen == [expected]
+    assert header in capsys.readouterr().out

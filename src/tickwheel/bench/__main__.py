@@ -37,6 +37,18 @@ def _table(results: list[Result], gc_on: bool) -> str:
     return "\n".join(lines)
 
 
+def _files_per_trigger(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or 'all': {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 or 'all', got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tickwheel.bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -61,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--events", type=int, default=1_000_000)
     pl.add_argument("--repeat", type=int, default=1, help="repetitions (median reported)")
     pl.add_argument("--shards", type=int, default=2)
-    pl.add_argument("--files-per-trigger", type=int, default=5,
-                    help="input files (50,000 rows each) per micro-batch")
+    pl.add_argument("--files-per-trigger", type=_files_per_trigger, default=5,
+                    help="input files (50,000 rows each) per micro-batch, or 'all' for the "
+                         "engine's default: all the input there is in one micro-batch")
     args = parser.parse_args(argv)
 
     import tickwheel
@@ -155,7 +168,7 @@ def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
 def _pipeline(args: argparse.Namespace) -> int:
     from tickwheel.bench._pipeline import run_pipeline
 
-    for name in ("events", "repeat", "shards", "files_per_trigger"):
+    for name in ("events", "repeat", "shards"):
         if getattr(args, name) < 1:
             print(f"--{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
@@ -166,8 +179,10 @@ def _pipeline(args: argparse.Namespace) -> int:
     results = run_pipeline(args.events, args.repeat, args.shards, args.files_per_trigger,
                            lambda msg: print(msg, file=sys.stderr, flush=True))
     anchor = results[0].events_per_s
+    per_trigger = ("all the input" if args.files_per_trigger is None
+                   else f"{args.files_per_trigger} files")
     print(f"pipeline, {results[0].rows:,} events, median of {args.repeat}, "
-          f"{args.shards} shards, {args.files_per_trigger} files per micro-batch, "
+          f"{args.shards} shards, {per_trigger} per micro-batch, "
           f"{archive} the Spark class archive")
     print("| engine | events/s | vs reference |")
     print("|---|---:|---:|")

@@ -39,7 +39,7 @@ runs = {}
 for name in ("cold", "warm"):
     engine = SparkEngine(spark, Path(log), Path(work) / name / "out",
                          Path(work) / name / "ckpt", shards=int(shards),
-                         max_files_per_trigger=int(per_trigger))
+                         max_files_per_trigger=int(per_trigger) or None)
     result = engine.run()
     runs[name] = {"seconds": result.seconds, "rows": result.rows_in,
                   "batches": result.batches}
@@ -67,14 +67,15 @@ def _reference(log: Path) -> tuple[int, float]:
     return result.rows_in, time.perf_counter() - started
 
 
-def _spark(log: Path, master: str, shards: int, per_trigger: int,
+def _spark(log: Path, master: str, shards: int, per_trigger: int | None,
            ) -> dict[str, tuple[int, float, int]]:
-    """``{"cold": (rows, seconds, micro-batches), "warm": (...)}``."""
+    """``{"cold": (rows, seconds, micro-batches), "warm": (...)}``; ``per_trigger``
+    None leaves the engine's default (all the input in one micro-batch)."""
     work = Path(tempfile.mkdtemp(prefix="tickwheel-bench-spark-"))
     try:
         done = subprocess.run(
             [sys.executable, "-c", _SPARK_RUN, str(log), str(work), master, str(shards),
-             str(per_trigger)], capture_output=True, text=True, check=False)
+             str(per_trigger or 0)], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the Spark run on {master} failed:\n{done.stderr[-3000:]}")
         runs = json.loads(done.stdout.strip().splitlines()[-1])
@@ -84,7 +85,7 @@ def _spark(log: Path, master: str, shards: int, per_trigger: int,
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_pipeline(events: int, repeat: int, shards: int, per_trigger: int,
+def run_pipeline(events: int, repeat: int, shards: int, per_trigger: int | None,
                  progress: Callable[[str], None]) -> list[PipelineResult]:
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-log-") as tmp:
         log = Path(tmp) / "events"
