@@ -21,8 +21,10 @@ from tickwheel.pipeline.class_archive import (
     archive_options,
     archive_path,
     java_binary,
+    main,
     make_archive,
     prune,
+    unusable_because,
 )
 
 
@@ -74,6 +76,37 @@ def test_the_archive_is_named_for_sparks_class_path(fake_java: Path, tmp_path: P
     changed = archive_path()
     monkeypatch.setenv("SPARK_DIST_CLASSPATH", "/opt/hadoop/lib/x.jar")
     assert archive_path() != changed, "the launcher adds this to the class path"
+
+
+@pytest.mark.parametrize("variable", ["SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR"])
+def test_a_non_empty_directory_on_sparks_class_path_rules_the_archive_out(
+        variable: str, fake_java: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The JVM refuses to dump or map an archive whose class path has a non-empty
+    directory (measured: "Cannot have non-empty directory in paths"), and Spark's
+    launcher puts its conf directories there: no training, no option, and set-up
+    says why instead of failing."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv(variable, str(conf))
+    assert unusable_because() is None, "an empty directory is fine"
+    (conf / "log4j2.properties").write_text("rootLogger.level = warn\n")
+    reason = unusable_because()
+    assert reason is not None and str(conf) in reason
+
+    def no_training(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("trained for a class path no archive can serve")
+
+    monkeypatch.setattr(class_archive.subprocess, "run", no_training)
+    with pytest.raises(RuntimeError, match="non-empty directory"):
+        make_archive()
+    assert main([]) == 0
+    assert "not made" in capsys.readouterr().out
+    path = archive_path()
+    assert path is not None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"archive")
+    assert archive_options() == ""
 
 
 def test_without_a_jvm_there_is_no_archive_to_use_or_make(
@@ -185,6 +218,8 @@ def test_a_corrupt_archive_leaves_the_jvm_running_without_it(
 def _made_archive() -> Path:
     if os.environ.get(DISABLE_VARIABLE) == "0":
         pytest.skip(f"{DISABLE_VARIABLE}=0")
+    if (reason := unusable_because()) is not None:
+        pytest.skip(reason)
     path = archive_path()
     assert path is not None and path.is_file(), (
         "no Spark class archive: `python -m tickwheel.pipeline.class_archive` makes it "

@@ -17,7 +17,10 @@ virtual environment or a cache copied from another machine leads to a new archiv
 instead of a mismatched one. :func:`archive_options` names it to the JVM when it is
 there; ``spark_session`` adds them for a local master. The JVM checks the archive
 against itself and its class path and, with ``-Xshare:auto``, runs without it if they
-disagree: an archive can make a session faster, never fail it.
+disagree: an archive can make a session faster, never fail it. A non-empty directory
+on the class path (a Spark conf directory with files in it, ``HADOOP_CONF_DIR``) rules
+an archive out, as the JVM neither dumps nor maps one then: set-up says so and
+sessions start without it (:func:`unusable_because`).
 
 ``python -m tickwheel.pipeline.class_archive`` makes it (``make`` does); the archive is
 about 180 MB.
@@ -39,7 +42,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["archive_options", "archive_path", "cache_dir", "java_binary", "make_archive", "prune"]
+__all__ = ["archive_options", "archive_path", "cache_dir", "java_binary", "make_archive", "prune",
+           "unusable_because"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,30 @@ def _spark_home() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def unusable_because() -> str | None:
+    """Why no archive can serve Spark's class path here, or None.
+
+    The JVM neither dumps nor maps an archive whose class path has a non-empty
+    directory ("Cannot have non-empty directory in paths"), and Spark's launcher puts
+    its conf directory (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``) first on the
+    class path, and ``$HADOOP_CONF_DIR`` and ``$YARN_CONF_DIR`` when set. A pip
+    install of PySpark has no conf directory."""
+    home = _spark_home()
+    conf = os.environ.get("SPARK_CONF_DIR") or (str(home / "conf") if home else "")
+    directories = [conf, os.environ.get("HADOOP_CONF_DIR", ""),
+                   os.environ.get("YARN_CONF_DIR", "")]
+    for variable in ("SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH"):
+        directories += os.environ.get(variable, "").split(os.pathsep)
+    for directory in filter(None, directories):
+        try:
+            with os.scandir(directory) as entries:
+                if next(entries, None) is not None:
+                    return f"Spark's class path has a non-empty directory, {directory}"
+        except OSError:
+            continue  # not a directory, or not there: the JVM accepts both
+    return None
+
+
 def _class_path_identity() -> str:
     """What the JVM checks an archive's class path against: the jars' directory, their
     order (the launcher's ``jars/*`` expands in directory order, as ``os.scandir``
@@ -137,7 +165,7 @@ def archive_options(directory: Path | None = None) -> str:
     """The JVM options that use the archive, or ``""`` when there is none (or
     :data:`DISABLE_VARIABLE` is ``0``). Marks the archive as used (see
     :func:`prune`)."""
-    if _disabled():
+    if _disabled() or unusable_because() is not None:
         return ""
     path = archive_path(directory)
     if path is None or not path.is_file():
@@ -187,6 +215,9 @@ def make_archive(directory: Path | None = None, timeout_s: float = 900.0) -> Pat
     path = archive_path(directory)
     if path is None or path.is_file():
         return path
+    reason = unusable_because()
+    if reason is not None:
+        raise RuntimeError(f"no Spark class archive can be made here: {reason}")
     path.parent.mkdir(parents=True, exist_ok=True)
     # Written under a name of its own and renamed when whole: two makers at once each
     # write their own, and a reader never maps a half-written archive.
@@ -250,24 +281,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for stale in prune(args.dir):
         print(f"Spark class archive: deleted {stale}, unused for {STALE_AFTER_S // 86_400} days")
-    path = archive_path(args.dir)
+    print(f"Spark class archive: {_set_up(args.dir)}")
+    return 0
+
+
+def _set_up(directory: Path | None) -> str:
+    """Make the archive unless it is there or cannot be; say which. Never fails: sessions
+    run without an archive, only slower to start, which is no reason to fail a set-up."""
+    path = archive_path(directory)
     if path is None:
-        print("Spark class archive: no JVM or no PySpark here, nothing to make")
-        return 0
+        return "no JVM or no PySpark here, nothing to make"
     if path.is_file():
-        print(f"Spark class archive: {path}")
-        return 0
+        return str(path)
+    reason = unusable_because()
+    if reason is not None:
+        return f"not made, sessions start without it: {reason}"
     print("Spark class archive: training a local Spark session once (about a minute) ...",
           flush=True)
     try:
-        made = make_archive(args.dir)
+        return str(make_archive(directory))
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        # Sessions run without it, only slower to start: not a reason to fail a setup.
-        print(f"Spark class archive: not made, sessions start without it: {exc}",
-              file=sys.stderr)
-        return 0
-    print(f"Spark class archive: {made}")
-    return 0
+        return f"not made, sessions start without it: {exc}"
 
 
 if __name__ == "__main__":
