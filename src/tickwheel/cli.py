@@ -188,8 +188,7 @@ def report(
     plot_path: Annotated[Path | None, typer.Option(
         "--plot", help="where to write the plot (default: OUTPUT/report.png)")] = None,
 ) -> None:
-    """Tables of outcomes, latencies and quarantined rows, and a plot, from an output
-    directory."""
+    """Tables of outcomes, latencies and quarantined rows, and a plot, from an output directory."""
     if not (output / "outcomes").is_dir():
         console.print(f"[red]{output} has no outcomes/ directory[/red]")
         raise typer.Exit(2)
@@ -204,23 +203,28 @@ def report(
                               ("completed", "expired", "cancelled", "error")),
                       *(f"{v:,}" for v in (p50, p90, p99, top)))
     console.print(kinds)
-    quarantine = Table(title="quarantined rows")
-    quarantine.add_column("reason")
-    quarantine.add_column("rows", justify="right")
-    for reason, n in summary.quarantine.items():
-        quarantine.add_row(reason, f"{n:,}")
-    console.print(quarantine)
+    if summary.quarantine:
+        quarantine = Table(title="quarantined rows")
+        quarantine.add_column("reason")
+        quarantine.add_column("rows", justify="right")
+        for reason, n in summary.quarantine.items():
+            quarantine.add_row(reason, f"{n:,}")
+        console.print(quarantine)
+    else:
+        console.print("quarantined rows: none")
     console.print(f"plot: {plot(output, plot_path)}")
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench(
+    ctx: typer.Context,
     what: Annotated[BenchTarget, typer.Argument(help="which benchmark")],
 ) -> None:
-    """Run a benchmark (see `python -m tickwheel.bench --help` for its options)."""
+    """Run a benchmark; options after its name go to it (`tickwheel bench pipeline
+    --repeat 3`; `python -m tickwheel.bench WHAT --help` lists them)."""
     from tickwheel.bench.__main__ import main as bench_main
 
-    raise typer.Exit(bench_main([what.value]))
+    raise typer.Exit(bench_main([what.value, *ctx.args]))
 
 
 

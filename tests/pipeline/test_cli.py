@@ -37,7 +37,19 @@ def test_generate_run_report(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert "produce" in result.output and "quarantined rows" in result.output
+    assert "unparseable" in result.output
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_report_without_quarantined_rows_says_none(tmp_path: Path) -> None:
+    events, out = tmp_path / "events", tmp_path / "out"
+    assert runner.invoke(app, ["generate", "--events", "2000", "--output",
+                               str(events)]).exit_code == 0
+    assert runner.invoke(app, ["run", "--input", str(events), "--output",
+                               str(out)]).exit_code == 0
+    result = runner.invoke(app, ["report", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "quarantined rows: none" in result.output
 
 
 def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
@@ -189,3 +201,26 @@ def test_the_pipeline_benchmark_passes_files_per_trigger_on(
     assert bench_main(["pipeline", "--files-per-trigger", value]) == 0
     assert seen == [expected]
     assert header in capsys.readouterr().out
+
+
+def test_the_bench_command_passes_the_benchmarks_options_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tickwheel.bench import _pipeline
+
+    seen = []
+
+    def fake_run(events: int, repeat: int, shards: int, per_trigger: int | None,
+                 progress: object) -> list[_pipeline.PipelineResult]:
+        seen.append((events, repeat, per_trigger))
+        return [_pipeline.PipelineResult(name, events, [0.01])
+                for name in ("reference", "spark local[1] cold", "spark local[1] warm",
+                             "spark local[2] cold", "spark local[2] warm")]
+
+    monkeypatch.setattr(_pipeline, "run_pipeline", fake_run)
+    result = runner.invoke(app, ["bench", "pipeline", "--events", "5000", "--repeat", "3",
+                                 "--files-per-trigger", "all"])
+    assert result.exit_code == 0, result.output
+    assert seen == [(5000, 3, None)]
+    result = runner.invoke(app, ["bench", "pipeline", "--files-per-trigger", "0"])
+    assert result.exit_code == 2
+    assert seen == [(5000, 3, None)], "a bad option must stop the benchmark before it runs"
