@@ -18,7 +18,15 @@ import pytest
 
 from tickwheel.pipeline._spark_daemon import use_young_collections
 from tickwheel.pipeline._spark_python import launcher, without_bundled_zips
-from tickwheel.pipeline.spark_engine import LOCAL_JAVA_OPTIONS
+from tickwheel.pipeline.spark_engine import (
+    LOCAL_JAVA_OPTIONS,
+    _environment_variable,
+    _huge_pages_on_request,
+    _with_huge_page_malloc,
+)
+
+# Read when pytest collects this module, before any test starts a session.
+_TUNABLES_BEFORE_ANY_SESSION = os.environ.get("GLIBC_TUNABLES")
 
 
 def _package_with_zips(site: Path) -> tuple[str, str]:
@@ -168,6 +176,66 @@ def test_a_local_jvm_runs_with_the_local_options(spark: Any) -> None:
         assert option in arguments
     # Shuffle blocks stay on this machine: not compressed.
     assert spark.sparkContext.getConf().get("spark.shuffle.compress") == "false"
+
+
+@pytest.mark.parametrize(("mode", "offered"), [
+    ("always [madvise] never\n", True),
+    ("[always] madvise never\n", True),
+    ("always madvise [never]\n", False),
+    ("", False),
+])
+def test_huge_pages_are_asked_for_only_where_the_kernel_hands_them_out_on_request(
+        tmp_path: Path, mode: str, offered: bool) -> None:
+    mode_file = tmp_path / "enabled"
+    mode_file.write_text(mode)
+    assert _huge_pages_on_request(mode_file) is offered
+    assert _huge_pages_on_request(tmp_path / "no-such-file") is False
+
+
+@pytest.mark.parametrize(("tunables", "expected"), [
+    (None, "glibc.malloc.hugetlb=1"),
+    ("", "glibc.malloc.hugetlb=1"),
+    ("glibc.malloc.arena_max=2", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"),
+    # The user's own choice, even "no", is kept.
+    ("glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"),
+    ("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2",
+     "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"),
+])
+def test_malloc_is_asked_for_huge_pages_on_top_of_the_users_own_tunables(
+        tunables: str | None, expected: str) -> None:
+    assert _with_huge_page_malloc(tunables) == expected
+
+
+def _malloc_tunables(_rows: Iterator[Any]) -> Iterator[str | None]:
+    yield os.environ.get("GLIBC_TUNABLES")
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not _huge_pages_on_request(),
+                    reason="this kernel hands out no transparent huge pages on request")
+def test_a_local_jvm_and_its_workers_ask_for_huge_pages(spark: Any) -> None:
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert "-XX:+UseTransparentHugePages" in list(runtime.getInputArguments())
+    tunables = spark.sparkContext.parallelize(range(2), 2).mapPartitions(
+        _malloc_tunables).collect()
+    assert len(tunables) == 2
+    for worker in tunables:
+        assert worker is not None
+        assert "glibc.malloc.hugetlb=" in worker
+    # Only the JVM's launch got the setting: this process's later children do not.
+    assert os.environ.get("GLIBC_TUNABLES") == _TUNABLES_BEFORE_ANY_SESSION
+
+
+@pytest.mark.parametrize("before", [None, "glibc.malloc.arena_max=2"])
+def test_the_launch_environment_is_put_back(monkeypatch: pytest.MonkeyPatch,
+                                            before: str | None) -> None:
+    if before is None:
+        monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    else:
+        monkeypatch.setenv("GLIBC_TUNABLES", before)
+    with _environment_variable("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"):
+        assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    assert os.environ.get("GLIBC_TUNABLES") == before
 
 
 def _daemons_of(jvm_pid: int) -> list[int]:

@@ -105,6 +105,55 @@ _END_OF_INPUT_TRIES = 10
 #: runs each), and warm runs were no slower. Clusters keep their own settings.
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
 
+# Huge pages for a local JVM and its Python workers, where the kernel hands them out
+# on request (transparent huge pages in ``madvise`` or ``always`` mode). A cold run
+# spends much of its system time faulting in fresh 4 KiB pages and zeroing them: the
+# JVM's heap as it grows, and the malloc'd buffers of Arrow, Netty and RocksDB in the
+# JVM and of the workers, which glibc hands back to the kernel and takes again batch
+# after batch. In a cold 1M-event run on local[2] the JVM took 732k page faults (83k
+# with huge pages) and its workers 535k (299k); its time fell from 11.1-11.3 s to
+# 9.4-10.7 s (three pairs of runs), and warm runs were 2-15% faster.
+_THP_MODE_FILE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+_HUGE_PAGE_JAVA_OPTION = "-XX:+UseTransparentHugePages"
+_HUGE_PAGE_MALLOC = "glibc.malloc.hugetlb"
+
+
+def _huge_pages_on_request(mode_file: Path = _THP_MODE_FILE) -> bool:
+    """Whether a process may ask for transparent huge pages: the kernel's mode (the
+    bracketed word of ``always [madvise] never``) is not ``never``. Without them the
+    JVM would print a warning at start."""
+    try:
+        mode = mode_file.read_text()
+    except OSError:  # not Linux, or no THP in this kernel
+        return False
+    return "[" in mode and "[never]" not in mode
+
+
+def _with_huge_page_malloc(tunables: str | None) -> str:
+    """``GLIBC_TUNABLES`` asking glibc's malloc (2.35 and later; older ones ignore it)
+    to back its arenas and large blocks with huge pages; a user's own
+    ``glibc.malloc.hugetlb`` stays as it is, and so do their other tunables."""
+    if not tunables:
+        return f"{_HUGE_PAGE_MALLOC}=1"
+    if any(t.split("=", 1)[0] == _HUGE_PAGE_MALLOC for t in tunables.split(":")):
+        return tunables
+    return f"{tunables}:{_HUGE_PAGE_MALLOC}=1"
+
+
+@contextlib.contextmanager
+def _environment_variable(name: str, value: str) -> Iterator[None]:
+    """``name=value`` for the processes started meanwhile (the JVM, and through it its
+    Python workers), not for this process's own later children."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
 
 def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
                   driver_memory: str = "4g", jvm_log: Path | None = None,
@@ -121,7 +170,9 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
     ``local`` master, :data:`LOCAL_JAVA_OPTIONS` and the class archive if one has been
     made (see :mod:`tickwheel.pipeline.class_archive`), and nothing otherwise. Like
     ``driver_memory``, they apply only to a JVM this call starts. A ``local`` master
-    also leaves shuffle blocks uncompressed."""
+    also leaves shuffle blocks uncompressed, and where the kernel offers transparent
+    huge pages on request, its JVM (``-XX:+UseTransparentHugePages``, by default) and
+    Python workers (``GLIBC_TUNABLES``) use them."""
     if "PYSPARK_PYTHON" not in os.environ:
         # Workers of a local master run this interpreter; tickwheel-spark-python
         # starts it with the installed PySpark's bytecode instead of its zips.
@@ -130,8 +181,13 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    if java_options is None and master.startswith("local"):
-        java_options = f"{LOCAL_JAVA_OPTIONS} {archive_options()}".strip()
+    is_local = master.startswith("local")
+    huge_pages = is_local and _huge_pages_on_request()
+    if java_options is None and is_local:
+        java_options = " ".join(
+            option for option in (LOCAL_JAVA_OPTIONS,
+                                  _HUGE_PAGE_JAVA_OPTION if huge_pages else "",
+                                  archive_options()) if option)
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
                .config("spark.driver.memory", driver_memory)
@@ -141,17 +197,19 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
                .config("spark.python.daemon.module", "tickwheel.pipeline._spark_daemon"))
     if java_options:
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
-    if master.startswith("local"):
+    if is_local:
         # Shuffle blocks never leave this machine, so compressing them (lz4, the
         # chunks' marshal'd rows every micro-batch) only spent CPU on the cores the
         # workers need: a 1M-event run took 10% less time cold and 16% warm without
         # it (three pairs of runs on local[2]).
         builder = builder.config("spark.shuffle.compress", "false")
-    if jvm_log is None:
+    with contextlib.ExitStack() as launch:
+        if jvm_log is not None:
+            launch.enter_context(_console_output_to(jvm_log))
+        if huge_pages:
+            launch.enter_context(_environment_variable(
+                "GLIBC_TUNABLES", _with_huge_page_malloc(os.environ.get("GLIBC_TUNABLES"))))
         spark = builder.getOrCreate()
-    else:
-        with _console_output_to(jvm_log):
-            spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
