@@ -102,14 +102,8 @@ _END_OF_INPUT_TRIES = 10
 #: the same few cores as the Python workers, and a run of a few minutes never pays
 #: back the C2 compiler's threads: with C1 only and the parallel collector the JVM
 #: used 39-44 s of CPU instead of 52-69 s for a cold 1M-event run on 2 cores (three
-#: runs each), and warm runs were no slower. A young generation of fixed size, 128
-#: MiB: the collector's own sizing grew it past 1 GiB in a cold run, every page of it
-#: new to the process (faulted in and zeroed by the kernel), for objects that mostly
-#: die within a task. With it, a cold 1M-event run on local[2] took 9.5-9.6 s instead
-#: of 10.1-10.7 s (four pairs of runs), the JVM's system time fell from 3.0-4.0 s to
-#: 1.7-2.0 s, and warm runs were no slower; 64 MiB was slower again (10.1, 10.3 s).
-#: Clusters keep their own settings.
-LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC -Xmn128m"
+#: runs each), and warm runs were no slower. Clusters keep their own settings.
+LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
 
 # Huge pages for a local JVM and its Python workers, where the kernel hands them out
 # on request (transparent huge pages in ``madvise`` or ``always`` mode). A cold run
