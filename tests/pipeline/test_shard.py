@@ -11,7 +11,7 @@ import pytest
 from tests.pipeline.test_spark_engine import LATENESS_MS, random_log
 from tickwheel.pipeline.events import Reason
 from tickwheel.pipeline.reference import ReferenceEngine
-from tickwheel.pipeline.shard import Shard, pack
+from tickwheel.pipeline.shard import NO_ROWS, Shard, pack
 
 
 def play(lines: list[str], shards: int, batch_rows: int, lateness_ms: int | None = None,
@@ -24,7 +24,7 @@ def play(lines: list[str], shards: int, batch_rows: int, lateness_ms: int | None
     watermark = 0
     for start in range(0, len(lines), batch_rows):
         top = None
-        for shard_id, chunk_top, own, shared in pack(lines[start:start + batch_rows], shards):
+        for shard_id, _, chunk_top, own, shared in pack(lines[start:start + batch_rows], shards):
             quarantine += state[shard_id].take(own, shared, watermark)
             if chunk_top is not None and (top is None or chunk_top > top):
                 top = chunk_top
@@ -96,7 +96,7 @@ def test_a_row_below_the_watermark_is_late_and_counted_once_across_shards() -> N
     shards = [Shard(0), Shard(1)]
     line = '{"ts_ms": 5, "type": "update", "key": "k", "value": 1}'
     late = []
-    for shard_id, _, own, shared in pack([line], 2):
+    for shard_id, _, _, own, shared in pack([line], 2):
         late += shards[shard_id].take(own, shared, watermark_ms=100)
     assert [(q.reason, q.ts_ms) for q in late] == [(Reason.LATE, 5)]
     assert sum(s.rows_in for s in shards) == 1
@@ -107,7 +107,7 @@ def test_the_next_timer_is_just_past_the_earliest_held_row_or_deadline() -> None
     shard = Shard(0)
     watch = ('{"ts_ms": 50, "type": "watch", "op_id": "a", "keys": [], "deadline_ms": 70,'
              ' "condition": "none"}')
-    (_, _, own, shared), = pack([watch], 1)
+    (_, _, _, own, shared), = pack([watch], 1)
     shard.take(own, shared, watermark_ms=10)
     assert shard.next_timer_ms() == 51
     shard.release(51)  # applies the watch; its deadline is next
@@ -122,13 +122,13 @@ def test_early_release_applies_rows_older_than_the_bound_before_the_watermark_mo
     shard = Shard(0, lateness_ms=100)
     rows = [f'{{"ts_ms": {ts}, "type": "update", "key": "k", "value": {ts}}}'
             for ts in (1_000, 1_050, 1_200)]
-    (_, _, own, shared), = pack(rows, 1)
+    (_, _, _, own, shared), = pack(rows, 1)
     shard.take(own, shared, watermark_ms=0)
     shard.release(0)  # Spark has no watermark yet
     assert shard.resolver.now == 1_099  # rows below 1_200 - 100 are applied
     assert [fields[0] for fields in shard.held] == [1_200]
     # Time has passed 1_050: a row that old is late even if the watermark lags.
-    (_, _, own, shared), = pack(['{"ts_ms": 1050, "type": "update", "key": "k", '
+    (_, _, _, own, shared), = pack(['{"ts_ms": 1050, "type": "update", "key": "k", '
                                  '"value": 1}'], 1)
     late = shard.take(own, shared, watermark_ms=0)
     assert [(q.reason, q.ts_ms) for q in late] == [(Reason.LATE, 1_050)]
@@ -141,7 +141,7 @@ def test_held_rows_count_once_across_shards_and_survive_an_older_snapshot() -> N
             *(f'{{"ts_ms": 11, "type": "watch", "op_id": "op-{i}", "keys": [], '
               f'"deadline_ms": 90, "condition": "none"}}' for i in range(6))]
     shards = [Shard(0), Shard(1)]
-    for shard_id, _, own, shared in pack(rows, 2):
+    for shard_id, _, _, own, shared in pack(rows, 2):
         shards[shard_id].take(own, shared, watermark_ms=0)
     held = [s.status(0).held for s in shards]
     assert sum(held) == 7 and len(shards[1].held) > held[1]  # it holds the shared update
@@ -156,6 +156,83 @@ def test_held_rows_count_once_across_shards_and_survive_an_older_snapshot() -> N
         assert old.status(0).held == shard.status(0).held
         assert old.release(100)[0] == shard.release(100)[0]
         assert old.rows_applied == shard.rows_applied
+
+
+def test_a_chunk_carries_the_oldest_and_newest_of_its_well_formed_rows() -> None:
+    rows = ['{"ts_ms": 30, "type": "update", "key": "k", "value": 1}',
+            '{"ts_ms": 20, "type": "watch", "op_id": "a", "keys": [], "deadline_ms": 90,'
+            ' "condition": "none"}',
+            '{"ts_ms": 5, "type": "bogus"}',  # malformed: bounds nothing
+            '{"ts_ms": 40, "type": "tick"}']
+    (_, low, top, _, _), = pack(rows, 1)
+    assert (low, top) == (20, 40)
+    (_, low, top, _, _), = pack(['not json'], 1)
+    assert (low, top) == (NO_ROWS, None)
+
+
+def play_in_steps(lines: list[str], shards: int, files: int,
+                  interleaved: bool = False) -> tuple[list, list, int]:
+    """One micro-batch of `files` slices of the log (consecutive rows, or every
+    `files`-th row, so that each spans the whole log), taken oldest chunk first with a
+    release capped at the next chunk's oldest row after each, as the Spark engine's
+    shards do; returns the outcomes, the quarantined rows and the most rows any shard
+    held at once."""
+    state = [Shard(s, LATENESS_MS) for s in range(shards)]
+    per_file = -(-len(lines) // files)
+    slices = ([lines[i::files] for i in range(files)] if interleaved
+              else [lines[start:start + per_file] for start in range(0, len(lines), per_file)])
+    chunks = sorted((chunk for part in slices for chunk in pack(part, shards)),
+                    key=lambda chunk: chunk[1])
+    outcomes: list = []
+    quarantine: list = []
+    most_held = 0
+    for shard in state:
+        mine = [chunk for chunk in chunks if chunk[0] == shard.shard]
+        for i, (_, _, _, own, shared) in enumerate(mine):
+            quarantine += shard.take(own, shared, 0)
+            most_held = max(most_held, len(shard.held))
+            if i + 1 < len(mine):
+                done, dups = shard.release(0, below_ms=mine[i + 1][1])
+                outcomes += done
+                quarantine += dups
+        end = max(s.max_ts for s in state if s.max_ts is not None) + 1
+        done, dups = shard.release(end)
+        outcomes += done
+        quarantine += dups
+    return outcomes, quarantine, most_held
+
+
+@pytest.mark.parametrize(("seed", "shards"), [(6, 1), (7, 2), (8, 3)])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["consecutive", "interleaved"])
+def test_a_batch_released_chunk_by_chunk_resolves_as_the_reference_engine(
+        seed: int, shards: int, interleaved: bool) -> None:
+    lines = random_log(seed)
+    reference = ReferenceEngine(lateness_ms=LATENESS_MS)
+    reference.feed_lines(lines)
+    expected = reference.run()
+
+    outcomes, quarantine, most_held = play_in_steps(lines, shards, 8, interleaved)
+
+    assert sorted(outcomes, key=repr) == sorted(expected.outcomes, key=repr)
+    assert sorted(map(repr, quarantine)) == sorted(map(repr, expected.quarantine))
+    if not interleaved:
+        # Released as it goes: no shard ever held the whole batch. (Slices that each
+        # span the whole log can only be released together, at the end.)
+        assert most_held < len(lines) // 2
+
+
+def test_a_capped_release_applies_nothing_at_or_after_the_cap() -> None:
+    shard = Shard(0, lateness_ms=100)
+    rows = [f'{{"ts_ms": {ts}, "type": "update", "key": "k", "value": {ts}}}'
+            for ts in (1_000, 1_050, 1_500)]
+    (_, _, _, own, shared), = pack(rows, 1)
+    shard.take(own, shared, watermark_ms=0)
+    shard.release(0, below_ms=1_050)  # uncapped, it would apply up to 1_400
+    assert shard.resolver.now == 1_049
+    assert [fields[0] for fields in shard.held] == [1_050, 1_500]
+    # A row at the cap, still to come in this batch, is not late.
+    (_, _, _, own, shared), = pack(['{"ts_ms": 1050, "type": "tick"}'], 1)
+    assert shard.take(own, shared, watermark_ms=0) == []
 
 
 def test_a_shard_rejects_a_negative_lateness() -> None:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.pipeline.test_sink import Flaky
+from tickwheel.pipeline import spark_engine
 from tickwheel.pipeline.io import read_events, read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.sink import OutcomeSink
@@ -115,6 +116,24 @@ def expected_outcomes(result: RunResult) -> list[tuple[Any, ...]]:
 
 def expected_quarantine(result: RunResult) -> list[tuple[Any, ...]]:
     return sorted((q.reason.value, q.raw, q.ts_ms) for q in result.quarantine)
+
+
+def test_shards_releasing_in_the_middle_of_a_micro_batch_agree_with_the_reference(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """All the input in one micro-batch, and a shard releases after every chunk it
+    takes (oldest first) instead of at 100k held rows: the same outcomes."""
+    monkeypatch.setattr(spark_engine, "_RELEASE_AT_HELD_ROWS", 1)
+    log = tmp_path / "in"
+    write_files(random_log(3), log, files=6)
+    expected = reference(log)
+    engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                         lateness_ms=LATENESS_MS, shards=2)
+    result = engine.run()
+
+    assert result.batches == 2  # the input, then the end-of-input marker
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
+    assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
+    assert (result.held, result.pending) == (0, expected.pending)
 
 
 @pytest.mark.parametrize(("seed", "retention"), [(1, None), (2, 300)])

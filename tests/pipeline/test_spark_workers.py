@@ -318,7 +318,7 @@ def test_a_processor_shipped_to_a_worker_keeps_shards_where_the_next_task_finds_
 
     # Spark ships the processor by value; a dict it named directly came along as a
     # copy, new for every task.
-    shipped = cloudpickle.loads(cloudpickle.dumps(_processor_class()([0, 1], 10, None)))
+    shipped = cloudpickle.loads(cloudpickle.dumps(_processor_class()([0, 1], 10, None, 1)))
     names = type(shipped)._loaded.__globals__
     assert names["_worker_state"] is _worker_state
     assert [name for name, value in names.items()

@@ -37,7 +37,7 @@ from tickwheel.pipeline.events import (
 )
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, wire_order
 
-__all__ = ["Shard", "ShardStatus", "pack", "pack_rows", "shard_of"]
+__all__ = ["NO_ROWS", "Chunk", "Shard", "ShardStatus", "pack", "pack_rows", "shard_of"]
 
 
 def shard_of(op_id: str, shards: int) -> int:
@@ -45,28 +45,38 @@ def shard_of(op_id: str, shards: int) -> int:
     return zlib.crc32(op_id.encode("utf-8", "surrogatepass")) % shards
 
 
-def pack(lines: Iterable[str], shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
+#: One shard's part of a slice of input: ``(shard, low, top, own rows, shared rows)``.
+#: ``low`` and ``top`` are the smallest and largest ``ts_ms`` of its well-formed rows
+#: (:data:`NO_ROWS` and None when it has none).
+Chunk = tuple[int, int, int | None, bytes, bytes]
+
+#: A chunk's ``low`` when it holds no well-formed row: it bounds nothing. The largest
+#: long, so that the value travels in a Spark ``long`` column without nulls.
+NO_ROWS = 2**63 - 1
+
+
+def pack(lines: Iterable[str], shards: int) -> list[Chunk]:
     """:func:`pack_rows` of JSON Lines rows (blank lines are not rows), parsed straight
     to their wire form."""
     return _pack_wire((parse_wire(line) for line in lines if line.strip()), shards)
 
 
-def pack_rows(rows: Iterable[Event | Quarantined],
-              shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
-    """Cut parsed rows into one chunk per shard: ``(shard, max ts_ms of its
-    well-formed rows, own rows, shared rows)``. Rows travel ``marshal``'d in their wire
-    form (:data:`~tickwheel.pipeline.events.Wire`): parsed once, in parallel over the
-    input, instead of once per shard. Shared rows are in every chunk; a malformed row
-    goes to the shard of its raw text, which quarantines it; a chunk is made for a
-    shard only if it has rows."""
+def pack_rows(rows: Iterable[Event | Quarantined], shards: int) -> list[Chunk]:
+    """Cut parsed rows into one :data:`Chunk` per shard. Rows travel ``marshal``'d in
+    their wire form (:data:`~tickwheel.pipeline.events.Wire`): parsed once, in parallel
+    over the input, instead of once per shard. Shared rows are in every chunk; a
+    malformed row goes to the shard of its raw text, which quarantines it; a chunk is
+    made for a shard only if it has rows."""
     return _pack_wire((to_wire(row) for row in rows), shards)
 
 
-def _pack_wire(rows: Iterable[Wire], shards: int) -> list[tuple[int, int | None, bytes, bytes]]:
+def _pack_wire(rows: Iterable[Wire], shards: int) -> list[Chunk]:
     own: list[list[Wire]] = [[] for _ in range(shards)]
     shared: list[Wire] = []
     tops: list[int | None] = [None] * shards
+    lows = [NO_ROWS] * shards
     shared_top: int | None = None
+    shared_low = NO_ROWS
     for row in rows:
         if len(row) == 3:  # quarantined: (raw, reason, ts_ms)
             own[shard_of(row[0], shards)].append(row)
@@ -77,12 +87,14 @@ def _pack_wire(rows: Iterable[Wire], shards: int) -> list[tuple[int, int | None,
             shared.append(row)
             if shared_top is None or ts > shared_top:
                 shared_top = ts
+            shared_low = min(shared_low, ts)
         else:
             where = shard_of(op_id, shards)
             own[where].append(row)
             top = tops[where]
             if top is None or ts > top:
                 tops[where] = ts
+            lows[where] = min(lows[where], ts)
     shared_blob = marshal.dumps(shared)
     chunks = []
     for shard in range(shards):
@@ -91,7 +103,8 @@ def _pack_wire(rows: Iterable[Wire], shards: int) -> list[tuple[int, int | None,
         top = tops[shard]
         if shared_top is not None and (top is None or shared_top > top):
             top = shared_top
-        chunks.append((shard, top, marshal.dumps(own[shard]), shared_blob))
+        chunks.append((shard, min(lows[shard], shared_low), top, marshal.dumps(own[shard]),
+                       shared_blob))
     return chunks
 
 
@@ -180,12 +193,22 @@ class Shard:
         self._count_quarantined(out)
         return out
 
-    def release(self, watermark_ms: int) -> tuple[list[OutcomeRow], list[Quarantined]]:
+    def release(self, watermark_ms: int, below_ms: int | None = None,
+                ) -> tuple[list[OutcomeRow], list[Quarantined]]:
         """Apply every held row below the watermark (or below the latest row seen less
-        ``lateness_ms``, if that is higher); time moves to just before that point."""
+        ``lateness_ms``, if that is higher); time moves to just before that point.
+
+        ``below_ms`` caps that point, for a release in the middle of a micro-batch: no
+        row at or after it is applied, nor does time reach it. A caller that knows no
+        row still to come in the batch is below ``below_ms`` (the smallest ``low`` of
+        the chunks not taken yet) releases what it has taken so far, and the outcomes
+        are those of one release after the whole batch: the rows applied are the same,
+        in the same order, and none still to come is late by it."""
         resolver = self.resolver
         if self.lateness_ms is not None and self.max_ts is not None:
             watermark_ms = max(watermark_ms, self.max_ts - self.lateness_ms)
+        if below_ms is not None and below_ms < watermark_ms:
+            watermark_ms = below_ms
         if watermark_ms <= 0:  # Spark's watermark before any event time was seen
             return [], []
         # Sorted in the order they apply (stable: rows tied on ts_ms and kind keep the
