@@ -95,11 +95,11 @@ CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
 _LOCAL = re.compile(r"local\[(\d+|\*)\]")
 #: Held rows at which a shard releases what it can in the middle of a micro-batch. A
 #: worker of a cold 1M-event run on local[2] (all the input in one micro-batch) held
-#: 724k rows per shard and peaked at 873 MB; releasing after every chunk it peaked at
-#: 515 MB and took 127k page faults instead of 300k, and the run took 8.2-9.9 s
-#: instead of 10.5-11.6 s (three pairs), but each release has a cost of its own (a
-#: sort of what stays held, a pass of the resolver), and warm runs were slower, on
-#: local[1] by 2 s. At this many, a shard of that run releases 6 times, not 19.
+#: 724k rows per shard and peaked at 870 MB. At this many, a shard of that run
+#: releases 6 times and its worker peaked at 540 MB; the cold run on local[2] was
+#: faster in five pairs of five. Releasing after every chunk (19 times, 515 MB) cost
+#: warm runs on local[1] 2 s: each release sorts what stays held and runs the
+#: resolver once more, and one core pays that in full.
 _RELEASE_AT_HELD_ROWS = 100_000
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
