@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from tests.pipeline.test_spark_engine import LATENESS_MS, random_log
-from tickwheel.pipeline.events import Reason
+from tickwheel.pipeline.events import Reason, canonical_line, compact_wire, parse_wire
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.shard import NO_ROWS, Shard, pack
 
@@ -238,3 +238,68 @@ def test_a_capped_release_applies_nothing_at_or_after_the_cap() -> None:
 def test_a_shard_rejects_a_negative_lateness() -> None:
     with pytest.raises(ValueError, match="lateness_ms"):
         Shard(0, lateness_ms=-1)
+
+
+# -- the wire form: a row's text travels only when it cannot be rebuilt ----------------
+
+COMPACT = [
+    '{"ts_ms":7,"type":"update","key":"t-0","value":125}',
+    '{"ts_ms":7,"type":"update","key":"t-1","error":"NOT_LEADER"}',
+    '{"ts_ms":7,"type":"watch","op_id":"p-1","keys":["t-0","t-1"],"deadline_ms":9,'
+    '"condition":"all_at_least","targets":{"t-1":88,"t-0":120}}',
+    '{"ts_ms":7,"type":"watch","op_id":"f-1","keys":["t-0"],"deadline_ms":9,'
+    '"condition":"sum_at_least","targets":{"t-0":100},"min_total":5}',
+    '{"ts_ms":7,"type":"watch","op_id":"s-1","keys":["g1/m3"],"deadline_ms":9,'
+    '"condition":"any_update"}',
+    '{"ts_ms":7,"type":"watch","op_id":"task-9","keys":[],"deadline_ms":-3,'
+    '"condition":"none"}',
+    '{"ts_ms":7,"type":"cancel","op_id":"task-9"}',
+    '{"ts_ms":-7,"type":"tick"}',
+]
+
+
+@pytest.mark.parametrize("line", COMPACT)
+def test_a_row_in_the_contracts_compact_form_travels_without_its_text(line: str) -> None:
+    fields = compact_wire(line)
+    assert fields[2] is None
+    assert fields[:2] + fields[3:] == parse_wire(line)[:2] + parse_wire(line)[3:]
+    assert canonical_line(fields) == line
+
+
+@pytest.mark.parametrize("line", [
+    '{"ts_ms": 7, "type": "update", "key": "t-0", "value": 125}',  # spaces
+    '{"type":"update","ts_ms":7,"key":"t-0","value":125}',  # another field order
+    '{"ts_ms":7,"type":"update","key":"t-0","value":125,"note":"x"}',  # unknown field
+    '{"ts_ms":7,"type":"update","key":"t-\u00e9","value":125}',  # an escape
+    '{"ts_ms":7,"type":"update","key":"t-é","value":125}',  # not ASCII
+    '{"ts_ms":7,"type":"update","key":"t-0","value":125} ',  # trailing space
+    # any_update ignores targets, so the parsed row cannot give them back
+    '{"ts_ms":7,"type":"watch","op_id":"s-1","keys":["k"],"deadline_ms":9,'
+    '"condition":"any_update","targets":{"k":1}}',
+    '{"ts_ms":7,"type":"watch","op_id":"p-1","keys":["k"],"deadline_ms":9,'
+    '"condition":"all_at_least","targets":{"k":1},"min_total":3}',
+])
+def test_any_other_row_keeps_its_text(line: str) -> None:
+    fields = compact_wire(line)
+    assert fields == parse_wire(line)
+    assert fields[2] == line
+
+
+def test_a_malformed_row_keeps_its_text() -> None:
+    line = '{"ts_ms":7,"type":"launch"}'
+    assert compact_wire(line) == (line, Reason.UNKNOWN_TYPE.value, 7)
+
+
+def test_late_and_duplicate_rows_quarantine_the_line_as_read() -> None:
+    compact = '{"ts_ms":5,"type":"update","key":"k","value":1}'
+    spaced = '{"ts_ms": 6, "type": "update", "key": "k", "value": 1}'
+    watch = ('{"ts_ms":200,"type":"watch","op_id":"w","keys":["k"],"deadline_ms":900,'
+             '"condition":"any_update"}')
+    shard = Shard(0)
+    quarantine = []
+    for _, _, _, own, shared in pack([compact, spaced, watch, watch], 1):
+        quarantine += shard.take(own, shared, watermark_ms=100)
+    quarantine += shard.release(1_000)[1]
+    assert sorted((q.reason.value, q.raw) for q in quarantine) == sorted([
+        ("late", compact), ("late", spaced), ("duplicate_op_id", watch),
+        ("duplicate_op_id", watch)])

@@ -28,8 +28,11 @@ __all__ = [
     "Quarantined",
     "Reason",
     "Wire",
+    "canonical_line",
+    "compact_wire",
     "event_from_wire",
     "from_wire",
+    "line_of",
     "new_event",
     "parse_line",
     "parse_row",
@@ -81,7 +84,7 @@ class Event(NamedTuple):
 
     ts_ms: int
     type: EventType
-    raw: str
+    raw: str | None  # None: the row is its canonical_line() (see compact_wire)
     op_id: str | None = None
     keys: tuple[str, ...] = ()
     deadline_ms: int = 0
@@ -96,7 +99,7 @@ class Event(NamedTuple):
 _EMPTY: Mapping[str, int] = {}
 
 
-def new_event(ts_ms: int, type: EventType, raw: str, op_id: str | None = None,
+def new_event(ts_ms: int, type: EventType, raw: str | None, op_id: str | None = None,
               keys: tuple[str, ...] = (), deadline_ms: int = 0,
               condition: Condition | None = None, targets: Mapping[str, int] = _EMPTY,
               min_total: int = 0, key: str | None = None, value: int | None = None,
@@ -165,7 +168,8 @@ def _string(row: dict[str, Any], name: str, ts: int | None) -> str:
 #: is ``(ts_ms, type, raw, op_id, keys, deadline_ms, condition, targets, min_total,
 #: key, value, error)`` with the enums as their values; a quarantined one is
 #: ``(raw, reason, ts_ms)``. The Spark engine moves rows in this form and keeps held
-#: rows in it, in its checkpoints too.
+#: rows in it, in its checkpoints too. A well-formed row's ``raw`` is None when the
+#: row is its :func:`canonical_line` (see :func:`compact_wire`).
 Wire = tuple[Any, ...]
 
 _REASONS: dict[str, Reason] = {r.value: r for r in Reason}
@@ -191,6 +195,63 @@ def parse_wire(line: str) -> Wire:
     if not isinstance(row, dict):
         return (line, Reason.UNPARSEABLE.value, None)
     return _wire(row, line)
+
+
+def compact_wire(line: str) -> Wire:
+    """:func:`parse_wire`, without the raw line when :func:`canonical_line` gives it
+    back exactly (``raw`` is then None).
+
+    A well-formed row needs its raw line only if it is quarantined later (late, or a
+    duplicate op_id), and the raw line was two thirds of a row's wire form: the Spark
+    engine moved each row's text through the JVM, its shuffle and its state next to
+    the parsed fields. Rows written in the contract's compact form (the generator's,
+    and any writer's with ``separators=(",", ":")`` and the contract's field order)
+    travel without it; any other line keeps its text, so a quarantined row always
+    shows the line as read."""
+    fields = parse_wire(line)
+    # ASCII without a backslash: no string in the row needed an escape, so no
+    # encoder would write it differently (control characters cannot appear unescaped
+    # in a line that parsed).
+    if (len(fields) > 3 and line.isascii() and "\\" not in line
+            and canonical_line(fields) == line):
+        return (fields[0], fields[1], None, *fields[3:])
+    return fields
+
+
+def canonical_line(fields: Wire) -> str:
+    """A well-formed row's wire form as compact JSON in the contract's field order:
+    ``ts_ms``, ``type``, then ``key`` and ``value`` or ``error`` (update), ``op_id``
+    (watch, cancel), ``keys``, ``deadline_ms``, ``condition``, ``targets`` (keyed
+    conditions), ``min_total`` (``sum_at_least``). Strings are written unescaped: it is
+    exact only for the rows :func:`compact_wire` checked."""
+    ts = fields[0]
+    kind = fields[1]
+    if kind == "update":
+        if fields[11] is None:
+            return f'{{"ts_ms":{ts},"type":"update","key":"{fields[9]}","value":{fields[10]}}}'
+        return f'{{"ts_ms":{ts},"type":"update","key":"{fields[9]}","error":"{fields[11]}"}}'
+    if kind == "watch":
+        condition: str = fields[6]
+        keys = ",".join([f'"{key}"' for key in fields[4]])
+        line = (f'{{"ts_ms":{ts},"type":"watch","op_id":"{fields[3]}","keys":[{keys}],'
+                f'"deadline_ms":{fields[5]},"condition":"{condition}"')
+        if condition in {"all_at_least", "sum_at_least"}:
+            targets = ",".join([f'"{key}":{value}' for key, value in fields[7].items()])
+            line += f',"targets":{{{targets}}}'
+            if condition == "sum_at_least":
+                line += f',"min_total":{fields[8]}'
+        return line + "}"
+    if kind == "cancel":
+        return f'{{"ts_ms":{ts},"type":"cancel","op_id":"{fields[3]}"}}'
+    return f'{{"ts_ms":{ts},"type":"tick"}}'
+
+
+def line_of(event: Event) -> str:
+    """The row as read: its raw line, or its :func:`canonical_line` when the line was
+    left out on the way (:func:`compact_wire`)."""
+    if event.raw is not None:
+        return event.raw
+    return canonical_line(to_wire(event))
 
 
 def _loads(line: str) -> Any:

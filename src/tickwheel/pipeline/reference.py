@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.events import Event, Quarantined, Reason, parse_line
+from tickwheel.pipeline.events import Event, Quarantined, Reason, line_of, parse_line
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
 
 __all__ = ["DEFAULT_LATENESS_MS", "OutcomeRow", "ReferenceEngine", "RunResult"]
@@ -89,7 +89,7 @@ class ReferenceEngine:
             result.quarantine.append(row)
             return
         if self._max_ts is not None and row.ts_ms < self._max_ts - self.lateness_ms:
-            result.quarantine.append(Quarantined(row.raw, Reason.LATE, row.ts_ms))
+            result.quarantine.append(Quarantined(line_of(row), Reason.LATE, row.ts_ms))
             return
         if self._max_ts is None or row.ts_ms > self._max_ts:
             self._max_ts = row.ts_ms

@@ -46,6 +46,7 @@ from tickwheel.pipeline.events import (
     Reason,
     Wire,
     event_from_wire,
+    line_of,
     new_event,
 )
 from tickwheel.purgatory import DelayedOperation, Purgatory
@@ -391,7 +392,7 @@ class Resolver:
         for ev in watches:
             assert ev.op_id is not None
             if ev.op_id in seen or counts[ev.op_id] > 1:
-                self.quarantine.append(Quarantined(ev.raw, Reason.DUPLICATE_OP_ID, ev.ts_ms))
+                self.quarantine.append(Quarantined(line_of(ev), Reason.DUPLICATE_OP_ID, ev.ts_ms))
             else:
                 self.applied += 1
                 self._watch(ev)

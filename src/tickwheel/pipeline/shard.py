@@ -32,7 +32,8 @@ from tickwheel.pipeline.events import (
     Quarantined,
     Reason,
     Wire,
-    parse_wire,
+    canonical_line,
+    compact_wire,
     to_wire,
 )
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, wire_order
@@ -57,8 +58,8 @@ NO_ROWS = 2**63 - 1
 
 def pack(lines: Iterable[str], shards: int) -> list[Chunk]:
     """:func:`pack_rows` of JSON Lines rows (blank lines are not rows), parsed straight
-    to their wire form."""
-    return _pack_wire((parse_wire(line) for line in lines if line.strip()), shards)
+    to their wire form, without the raw lines :func:`compact_wire` can leave out."""
+    return _pack_wire((compact_wire(line) for line in lines if line.strip()), shards)
 
 
 def pack_rows(rows: Iterable[Event | Quarantined], shards: int) -> list[Chunk]:
@@ -184,7 +185,9 @@ class Shard:
                 ts = fields[0]
                 if late_before is not None and ts < late_before:
                     if counted:
-                        out.append(Quarantined(fields[2], Reason.LATE, ts))
+                        raw = fields[2]
+                        out.append(Quarantined(canonical_line(fields) if raw is None else raw,
+                                               Reason.LATE, ts))
                     continue
                 held.append(fields)
                 if top is None or ts > top:
