@@ -3,10 +3,14 @@ micro-batch, played by hand."""
 
 from __future__ import annotations
 
+import json
 import marshal
 import pickle
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.pipeline.test_spark_engine import LATENESS_MS, random_log
 from tickwheel.pipeline.events import Reason, canonical_line, compact_wire, parse_wire
@@ -303,3 +307,49 @@ def test_late_and_duplicate_rows_quarantine_the_line_as_read() -> None:
     assert sorted((q.reason.value, q.raw) for q in quarantine) == sorted([
         ("late", compact), ("late", spaced), ("duplicate_op_id", watch),
         ("duplicate_op_id", watch)])
+
+
+_TEXT = st.text(max_size=4)
+_LONG = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@st.composite
+def _rows(draw: st.DrawFn) -> dict[str, Any]:
+    """Well-formed rows in the contract's field order, with any strings."""
+    kind = draw(st.sampled_from(["watch", "update", "cancel", "tick"]))
+    row: dict[str, Any] = {"ts_ms": draw(_LONG), "type": kind}
+    if kind == "update":
+        row["key"] = draw(_TEXT)
+        if draw(st.booleans()):
+            row["value"] = draw(_LONG)
+        else:
+            row["error"] = draw(_TEXT)
+    elif kind == "cancel":
+        row["op_id"] = draw(_TEXT)
+    elif kind == "watch":
+        condition = draw(st.sampled_from(["all_at_least", "sum_at_least", "any_update",
+                                          "none"]))
+        keys = [] if condition == "none" else draw(st.lists(_TEXT, min_size=1, max_size=3,
+                                                            unique=True))
+        row.update(op_id=draw(_TEXT), keys=keys,
+                   deadline_ms=row["ts_ms"] + draw(st.integers(-5, 5)), condition=condition)
+        if condition in ("all_at_least", "sum_at_least"):
+            row["targets"] = {key: draw(_LONG) for key in draw(st.permutations(keys))}
+        if condition == "sum_at_least":
+            row["min_total"] = draw(st.integers(1, 2**63 - 1))
+    return row
+
+
+@settings(max_examples=300, deadline=None)
+@given(_rows(), st.booleans(), st.booleans())
+def test_a_row_travels_without_its_text_only_when_it_can_be_rebuilt_exactly(
+        row: dict[str, Any], compact: bool, ascii_only: bool) -> None:
+    line = json.dumps(row, separators=(",", ":") if compact else None, ensure_ascii=ascii_only)
+    fields, parsed = compact_wire(line), parse_wire(line)
+    assert fields[:2] + fields[3:] == parsed[:2] + parsed[3:]
+    if fields[2] is None:
+        assert canonical_line(fields) == line
+    else:
+        assert fields[2] == line
+    # Nothing needed an escape: the compact form is left out, whatever the strings.
+    assert (fields[2] is None) == (compact and line.isascii() and "\\" not in line)
