@@ -113,7 +113,7 @@ def test_the_launcher_hands_anything_else_to_the_interpreter() -> None:
 
 
 def _worker_facts(_rows: Iterator[Any]) -> Iterator[tuple[str, int, str | None, list[str],
-                                                          list[str], str]]:
+                                                          list[str], str, bool]]:
     import gc
     import sys
 
@@ -121,9 +121,43 @@ def _worker_facts(_rows: Iterator[Any]) -> Iterator[tuple[str, int, str | None, 
 
     main = sys.modules["__main__"].__spec__
     after_task_gc = type(sys.modules["pyspark.daemon"].gc).__name__
+    # Nothing this task runs imports them.
+    preloaded = "pandas" in sys.modules and "pyarrow" in sys.modules
     yield (pyspark.__file__ or "", gc.get_freeze_count(), None if main is None else main.name,
            [entry for entry in sys.path if entry.endswith(".zip") and "pyspark" in entry],
-           sys.orig_argv, after_task_gc)
+           sys.orig_argv, after_task_gc, preloaded)
+
+
+_PRELOAD = """
+import json, os, sys
+from tickwheel.pipeline._spark_daemon import PRELOADED, preload
+done = preload()
+print(json.dumps([done, len(os.listdir("/proc/self/task")),
+                  [name for name in PRELOADED if name in sys.modules]]))
+"""
+
+
+def _preload_in_a_fresh_interpreter(**environment: str) -> list[Any]:
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("JE_ARROW_MALLOC_CONF", "OPENBLAS_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", _PRELOAD], env={**env, **environment},
+                         check=True, capture_output=True, text=True).stdout
+    result: list[Any] = json.loads(out)
+    return result
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_the_daemon_imports_pandas_and_pyarrow_for_its_workers_without_starting_a_thread(
+        ) -> None:
+    from tickwheel.pipeline._spark_daemon import PRELOADED
+
+    assert _preload_in_a_fresh_interpreter() == [True, 1, list(PRELOADED)]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_a_users_own_allocator_setting_leaves_the_imports_to_the_workers() -> None:
+    assert _preload_in_a_fresh_interpreter(
+        JE_ARROW_MALLOC_CONF="background_thread:true") == [False, 1, []]
 
 
 def test_the_collection_after_each_task_leaves_the_oldest_generation_alone() -> None:
@@ -158,9 +192,10 @@ def test_pyspark_still_collects_after_each_task_through_its_module_gc() -> None:
 def test_workers_fork_from_our_daemon_with_the_installed_pyspark(spark: Any) -> None:
     facts = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_facts).collect()
     assert len(facts) == 2
-    for pyspark_file, frozen, main, zips, argv, after_task_gc in facts:
+    for pyspark_file, frozen, main, zips, argv, after_task_gc, preloaded in facts:
         assert main == "tickwheel.pipeline._spark_daemon"
         assert after_task_gc == "YoungCollections"
+        assert preloaded
         assert zips == []
         assert ".zip" not in pyspark_file  # bytecode from the installed package
         assert frozen > 0  # the daemon's heap, frozen before the fork

@@ -7,8 +7,16 @@
   :mod:`tickwheel.pipeline._spark_python`): importing ``pyspark.worker`` took 1.5 s
   from the zip against 0.25 s from the installed package, in every worker.
 - ``pyspark.worker`` is imported once, here, and every forked worker inherits it. It
-  starts no thread (checked); pandas and pyarrow do, which is why PySpark imports
-  them only after the fork, and so does this.
+  starts no thread (checked).
+- So are pyarrow and pandas, which every worker of the engine imports (its packers
+  take Arrow batches, its processor pandas frames): 0.25-0.3 s in every worker, on
+  the way to its first task, in both the cold run's stages. They start threads on
+  import, which is why PySpark imports them only after the fork: pyarrow's jemalloc
+  a background thread, numpy's OpenBLAS its pool. Here neither does
+  (:func:`preload`): jemalloc purges on its allocation paths instead and OpenBLAS
+  runs on the calling thread, as a worker running one task on one core would
+  anyway. A variable the user has set is left alone; if the daemon then holds a
+  thread, :func:`preload` imports nothing.
 
 Then ``gc.freeze()``, as the ``gc`` documentation advises before forking: the
 daemon's objects move to a generation no collection walks, which keeps the pages
@@ -21,11 +29,42 @@ young generations only (see :func:`use_young_collections`).
 from __future__ import annotations
 
 import gc
+import importlib
+import os
 from types import ModuleType
 
 from tickwheel.pipeline._spark_python import drop_bundled_zips
 
-__all__ = ["YoungCollections", "main", "use_young_collections"]
+__all__ = ["PRELOADED", "YoungCollections", "main", "preload", "use_young_collections"]
+
+#: Imported by :func:`preload`, in this order.
+PRELOADED = ("pyarrow", "pandas", "tickwheel.pipeline.spark_engine")
+
+# What the libraries behind PRELOADED read when they load: no background thread for
+# the jemalloc pyarrow bundles (its variable has pyarrow's prefix), one thread for
+# OpenBLAS, which numpy loads.
+_NO_THREADS = {"JE_ARROW_MALLOC_CONF": "background_thread:false",
+               "OPENBLAS_NUM_THREADS": "1"}
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # not Linux: nothing to count threads with cheaply
+        return 0
+
+
+def preload() -> bool:
+    """Import :data:`PRELOADED` for every worker to inherit, if that starts no thread
+    (True when it did the imports)."""
+    for name, value in _NO_THREADS.items():
+        if os.environ.setdefault(name, value) != value:
+            return False  # the user's choice, which may start a thread
+    if _threads() != 1:
+        return False
+    for module in PRELOADED:
+        importlib.import_module(module)
+    return True
 
 
 class YoungCollections:
@@ -59,6 +98,7 @@ def main() -> None:
     import pyspark.worker  # noqa: F401 - inherited by every forked worker
     from pyspark import daemon
 
+    preload()
     gc.collect()
     gc.freeze()
     use_young_collections(daemon)
