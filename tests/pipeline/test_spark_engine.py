@@ -133,7 +133,7 @@ def test_shards_releasing_in_the_middle_of_a_micro_batch_agree_with_the_referenc
                          lateness_ms=LATENESS_MS, shards=2)
     result = engine.run()
 
-    assert result.batches == 2  # the input, then the end-of-input marker
+    assert result.batches == 1  # the input and its end, in one micro-batch
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
     assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
     assert (result.held, result.pending) == (0, expected.pending)
@@ -318,6 +318,28 @@ def test_a_run_without_final_holds_the_rows_the_watermark_has_not_passed(
     done = engine.run(final=True)
     assert done.held == 0
     assert outcomes_of(tmp_path / "out") == expected_outcomes(reference(log))
+
+
+def test_a_final_run_ends_the_input_in_its_one_micro_batch_in_every_shard(
+        spark: Any, tmp_path: Path) -> None:
+    """The latest row is a watch of shard 1; shard 0 holds an operation whose
+    deadline falls between its own latest row and that one. Shard 0 ends the input
+    there too (each chunk says how far its slice reached), so it expires, as in the
+    reference engine, without a second micro-batch."""
+    log = tmp_path / "in"
+    log.mkdir()
+    (log / "a.jsonl").write_text(
+        '{"ts_ms":100,"type":"watch","op_id":"op-0","keys":[],"deadline_ms":500,'
+        '"condition":"none"}\n'
+        '{"ts_ms":1000,"type":"watch","op_id":"op-4","keys":[],"deadline_ms":9000,'
+        '"condition":"none"}\n')
+    engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                         lateness_ms=LATENESS_MS, shards=2)
+    result = engine.run()
+    assert result.batches == 1
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(reference(log))
+    assert [r["op_id"] for r in read_parquet_rows(tmp_path / "out" / "outcomes")] == ["op-0"]
+    assert [(s.shard, s.watermark_ms) for s in engine.statuses()] == [(0, 1001), (1, 1001)]
 
 
 class RacingQuery:

@@ -40,6 +40,8 @@ from tickwheel.pipeline.resolver import OutcomeRow, Resolver, wire_order
 
 __all__ = ["NO_ROWS", "Chunk", "Shard", "ShardStatus", "pack", "pack_rows", "shard_of"]
 
+_LONG_MAX = 2**63 - 1
+
 
 def shard_of(op_id: str, shards: int) -> int:
     """Stable across processes and runs (``hash()`` of a str is not)."""
@@ -47,8 +49,9 @@ def shard_of(op_id: str, shards: int) -> int:
 
 
 #: One shard's part of a slice of input: ``(shard, low, top, own rows, shared rows)``.
-#: ``low`` and ``top`` are the smallest and largest ``ts_ms`` of its well-formed rows
-#: (:data:`NO_ROWS` and None when it has none).
+#: ``low`` is the smallest ``ts_ms`` of its well-formed rows (:data:`NO_ROWS` when it
+#: has none); ``top`` the largest of the whole slice's (None when it has none), the
+#: same in every shard's chunk, so that every shard knows how far the input reached.
 Chunk = tuple[int, int, int | None, bytes, bytes]
 
 #: A chunk's ``low`` when it holds no well-formed row: it bounds nothing. The largest
@@ -74,39 +77,31 @@ def pack_rows(rows: Iterable[Event | Quarantined], shards: int) -> list[Chunk]:
 def _pack_wire(rows: Iterable[Wire], shards: int) -> list[Chunk]:
     own: list[list[Wire]] = [[] for _ in range(shards)]
     shared: list[Wire] = []
-    tops: list[int | None] = [None] * shards
     lows = [NO_ROWS] * shards
-    shared_top: int | None = None
+    top: int | None = None
     shared_low = NO_ROWS
     for row in rows:
         if len(row) == 3:  # quarantined: (raw, reason, ts_ms)
             own[shard_of(row[0], shards)].append(row)
             continue
         ts: int = row[0]
+        if top is None or ts > top:
+            top = ts
         op_id: str | None = row[3]
         if op_id is None:  # update, tick
             shared.append(row)
-            if shared_top is None or ts > shared_top:
-                shared_top = ts
             shared_low = min(shared_low, ts)
         else:
             where = shard_of(op_id, shards)
             own[where].append(row)
-            top = tops[where]
-            if top is None or ts > top:
-                tops[where] = ts
             lows[where] = min(lows[where], ts)
+    if top is None and not any(own):
+        return []
+    # A chunk for every shard, with rows or not: each learns the slice's top. Never
+    # empty bytes (the marshal'd empty list is not): those mark a control chunk.
     shared_blob = marshal.dumps(shared)
-    chunks = []
-    for shard in range(shards):
-        if not own[shard] and not shared:
-            continue
-        top = tops[shard]
-        if shared_top is not None and (top is None or shared_top > top):
-            top = shared_top
-        chunks.append((shard, min(lows[shard], shared_low), top, marshal.dumps(own[shard]),
-                       shared_blob))
-    return chunks
+    return [(shard, min(lows[shard], shared_low), top, marshal.dumps(own[shard]), shared_blob)
+            for shard in range(shards)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +153,18 @@ class Shard:
         self.quarantined_by_reason: dict[str, int] = {}
         self.outcomes_by_outcome: dict[str, int] = {}
         self.max_ts: int | None = None  # of rows taken, not late: where time has reached
+        # The latest ts_ms of the whole input read so far (every chunk's top), the same
+        # in every shard: where the end of input takes time (see end_of_input_ms).
+        self.top_ms: int | None = None
         self.seq = 0
         self.timer_ms: int | None = None  # the Spark timer registered for this shard
 
-    def take(self, own: bytes, shared: bytes, watermark_ms: int) -> list[Quarantined]:
-        """Hold the rows of a chunk (:func:`pack`'s blobs); return those quarantined
-        (malformed or late)."""
+    def take(self, own: bytes, shared: bytes, watermark_ms: int,
+             top_ms: int | None = None) -> list[Quarantined]:
+        """Hold the rows of a chunk (:func:`pack`'s blobs; ``top_ms`` its top); return
+        those quarantined (malformed or late)."""
+        if top_ms is not None and (self.top_ms is None or top_ms > self.top_ms):
+            self.top_ms = top_ms
         out: list[Quarantined] = []
         held = self.held
         top = self.max_ts
@@ -251,6 +252,15 @@ class Shard:
         for row in rows:
             by_reason[row.reason.value] = by_reason.get(row.reason.value, 0) + 1
 
+    def end_of_input_ms(self) -> int | None:
+        """The watermark that ends the input: just past the latest row of the whole
+        input read so far, where the reference engine's time stops. The same in every
+        shard that took every chunk's top; None before any row."""
+        top = self.top_ms if self.top_ms is not None else self.max_ts
+        if top is None:
+            return None
+        return min(top + 1, _LONG_MAX)
+
     def next_timer_ms(self) -> int | None:
         """When the watermark must next wake this shard: just past its earliest held
         row or pending deadline."""
@@ -270,19 +280,21 @@ class Shard:
     def snapshot(self, with_seen: bool = True) -> tuple[Any, ...]:
         """See :meth:`Resolver.snapshot <tickwheel.pipeline.resolver.Resolver.snapshot>`
         for ``with_seen``."""
-        return (3, self.shard, self.lateness_ms, self.resolver.snapshot(with_seen),
+        return (4, self.shard, self.lateness_ms, self.resolver.snapshot(with_seen),
                 marshal.dumps(self.held), self.rows_in,
                 self.rows_applied, self.quarantined, self.max_ts, self.seq, self.timer_ms,
-                self.quarantined_by_reason, self.outcomes_by_outcome)
+                self.quarantined_by_reason, self.outcomes_by_outcome, self.top_ms)
 
     @classmethod
     def restore(cls, snapshot: tuple[Any, ...], seen_op_ids: set[str] | None = None,
                 ) -> Shard:
         version = snapshot[0]
-        if version not in (2, 3):
+        if version not in (2, 3, 4):
             raise ValueError(f"shard snapshot version {version} is not supported")
+        if version < 4:  # before chunks said how far the input reached
+            snapshot = (*snapshot, None)
         (_, shard_id, lateness_ms, resolver, held, rows_in, applied, quarantined, max_ts, seq,
-         timer, by_reason, by_outcome) = snapshot
+         timer, by_reason, by_outcome, top_ms) = snapshot
         shard = cls(shard_id, lateness_ms)
         shard.resolver = Resolver.restore(resolver, seen_op_ids)
         shard.held = marshal.loads(held)
@@ -290,5 +302,6 @@ class Shard:
             shard.held = [fields for fields, _ in shard.held]
         shard.rows_in, shard.rows_applied, shard.quarantined = rows_in, applied, quarantined
         shard.max_ts, shard.seq, shard.timer_ms = max_ts, seq, timer
+        shard.top_ms = top_ms
         shard.quarantined_by_reason, shard.outcomes_by_outcome = by_reason, by_outcome
         return shard
