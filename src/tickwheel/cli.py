@@ -155,7 +155,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
     outcomes = len(read_parquet_rows(output / "outcomes"))
     _print_run(f"Spark engine ({master}, {spark_engine.shards} shards, "
-               f"{result.batches} micro-batches)", result.seconds, result.rows_in,
+               f"{result.batches} micro-batch{'' if result.batches == 1 else 'es'})",
+               result.seconds, result.rows_in,
                result.rows_applied, reasons, outcomes, result.pending,
                result.ignored_cancels, held=result.held)
 

@@ -85,6 +85,10 @@ def _spark(log: Path, master: str, shards: int, per_trigger: int | None,
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _micro_batches(count: int) -> str:
+    return f"{count} micro-batch" if count == 1 else f"{count} micro-batches"
+
+
 def run_pipeline(events: int, repeat: int, shards: int, per_trigger: int | None,
                  progress: Callable[[str], None]) -> list[PipelineResult]:
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-log-") as tmp:
@@ -104,5 +108,5 @@ def run_pipeline(events: int, repeat: int, shards: int, per_trigger: int | None,
                         raise RuntimeError(f"Spark read {spark_rows:,} rows of {rows:,}")
                     times.setdefault(f"spark {master} {name}", []).append(seconds)
                     progress(f"round {round_ + 1}: spark {master} {name} "
-                             f"{rows / seconds:,.0f} events/s ({batches} micro-batches)")
+                             f"{rows / seconds:,.0f} events/s ({_micro_batches(batches)})")
         return [PipelineResult(name, rows, seconds) for name, seconds in times.items()]
