@@ -73,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--events", type=int, default=1_000_000)
     pl.add_argument("--repeat", type=int, default=1, help="repetitions (median reported)")
     pl.add_argument("--shards", type=int, default=2)
-    pl.add_argument("--files-per-trigger", type=_files_per_trigger, default=5,
-                    help="input files (50,000 rows each) per micro-batch, or 'all' for the "
-                         "engine's default: all the input there is in one micro-batch")
+    pl.add_argument("--files-per-trigger", type=_files_per_trigger, default=None,
+                    help="input files (50,000 rows each) per micro-batch, as a stream that "
+                         "arrives in parts; default 'all': the engine's default, all the "
+                         "input there is in one micro-batch")
     args = parser.parse_args(argv)
 
     import tickwheel
