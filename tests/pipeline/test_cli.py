@@ -181,29 +181,10 @@ def test_the_pipeline_benchmark_rejects_bad_files_per_trigger(
 @pytest.mark.parametrize(("value", "expected", "header"), [
     ("all", None, "all the input per micro-batch"),
     ("4", 4, "4 files per micro-batch"),
+    (None, None, "all the input per micro-batch"),  # the engine's default unless told
 ])
 def test_the_pipeline_benchmark_passes_files_per_trigger_on(
-        value: str, expected: int | None, header: str, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    from tickwheel.bench import _pipeline
-    from tickwheel.bench.__main__ import main as bench_main
-
-    seen = []
-
-    def fake_run(events: int, repeat: int, shards: int, per_trigger: int | None,
-                 progress: object) -> list[_pipeline.PipelineResult]:
-        seen.append(per_trigger)
-        return [_pipeline.PipelineResult(name, 1000, [0.01])
-                for name in ("reference", "spark local[1] cold", "spark local[1] warm",
-                             "spark local[2] cold", "spark local[2] warm")]
-
-    monkeypatch.setattr(_pipeline, "run_pipeline", fake_run)
-    assert bench_main(["pipeline", "--files-per-trigger", value]) == 0
-    assert seen == [expected]
-    assert header in capsys.readouterr().out
-
-
-def test_the_pipeline_benchmark_runs_the_engines_default_unless_told(
+        value: str | None, expected: int | None, header: str,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from tickwheel.bench import _pipeline
     from tickwheel.bench.__main__ import main as bench_main
@@ -218,9 +199,10 @@ def test_the_pipeline_benchmark_runs_the_engines_default_unless_told(
                              "spark local[2] cold", "spark local[2] warm")]
 
     monkeypatch.setattr(_pipeline, "run_pipeline", fake_run)
-    assert bench_main(["pipeline"]) == 0
-    assert seen == [None]
-    assert "all the input per micro-batch" in capsys.readouterr().out
+    option = [] if value is None else ["--files-per-trigger", value]
+    assert bench_main(["pipeline", *option]) == 0
+    assert seen == [expected]
+    assert header in capsys.readouterr().out
 
 
 def test_the_bench_command_passes_the_benchmarks_options_on(

@@ -188,13 +188,19 @@ def parse_row(row: dict[str, Any], raw: str) -> Event | Quarantined:
 def parse_wire(line: str) -> Wire:
     """:func:`parse_line`, straight to the wire form: the Spark engine's parsers need
     no :class:`Event` in between."""
+    row = _object(line)
+    if row is None:
+        return (line, Reason.UNPARSEABLE.value, None)
+    return _wire(row, line)
+
+
+def _object(line: str) -> dict[str, Any] | None:
+    """The JSON object ``line`` holds; None if it holds none."""
     try:
         row = _loads(line)
     except (ValueError, RecursionError):
-        return (line, Reason.UNPARSEABLE.value, None)
-    if not isinstance(row, dict):
-        return (line, Reason.UNPARSEABLE.value, None)
-    return _wire(row, line)
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def compact_wire(line: str) -> Wire:
@@ -208,11 +214,8 @@ def compact_wire(line: str) -> Wire:
     and any writer's with ``separators=(",", ":")`` and the contract's field order)
     travel without it; any other line keeps its text, so a quarantined row always
     shows the line as read."""
-    try:
-        row = _loads(line)
-    except (ValueError, RecursionError):
-        return (line, Reason.UNPARSEABLE.value, None)
-    if not isinstance(row, dict):
+    row = _object(line)
+    if row is None:
         return (line, Reason.UNPARSEABLE.value, None)
     # Built without the text, and rebuilt with it only where it is needed: a copy of
     # each tuple cost 0.4 µs a row.
