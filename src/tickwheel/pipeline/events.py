@@ -38,6 +38,7 @@ __all__ = [
     "parse_row",
     "parse_wire",
     "to_wire",
+    "wire_line",
 ]
 
 
@@ -264,6 +265,12 @@ def line_of(event: Event) -> str:
     if event.raw is not None:
         return event.raw
     return canonical_line(to_wire(event))
+
+
+def wire_line(fields: Wire) -> str:
+    """:func:`line_of` for a well-formed row's wire form."""
+    raw: str | None = fields[2]
+    return canonical_line(fields) if raw is None else raw
 
 
 def _loads(line: str) -> Any:

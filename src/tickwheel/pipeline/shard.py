@@ -32,9 +32,9 @@ from tickwheel.pipeline.events import (
     Quarantined,
     Reason,
     Wire,
-    canonical_line,
     compact_wire,
     to_wire,
+    wire_line,
 )
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, wire_order
 
@@ -69,8 +69,8 @@ def pack_rows(rows: Iterable[Event | Quarantined], shards: int) -> list[Chunk]:
     """Cut parsed rows into one :data:`Chunk` per shard. Rows travel ``marshal``'d in
     their wire form (:data:`~tickwheel.pipeline.events.Wire`): parsed once, in parallel
     over the input, instead of once per shard. Shared rows are in every chunk; a
-    malformed row goes to the shard of its raw text, which quarantines it; a chunk is
-    made for a shard only if it has rows."""
+    malformed row goes to the shard of its raw text, which quarantines it; every shard
+    gets a chunk, with rows of its own or not, unless the slice has no row at all."""
     return _pack_wire((to_wire(row) for row in rows), shards)
 
 
@@ -186,9 +186,7 @@ class Shard:
                 ts = fields[0]
                 if late_before is not None and ts < late_before:
                     if counted:
-                        raw = fields[2]
-                        out.append(Quarantined(canonical_line(fields) if raw is None else raw,
-                                               Reason.LATE, ts))
+                        out.append(Quarantined(wire_line(fields), Reason.LATE, ts))
                     continue
                 held.append(fields)
                 if top is None or ts > top:
