@@ -303,7 +303,34 @@ def test_the_packers_and_the_processor_share_one_pool_of_workers(spark: Any,
     result = SparkEngine(spark, events, tmp_path / "out", tmp_path / "ckpt").run()
     assert result.rows_applied == 2
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    # The session's first run also started workers alongside its query (see the
+    # next test): they too came from this one pool.
     assert len(_daemons_of(jvm_pid)) == 1
+
+
+@pytest.mark.spark
+def test_the_first_run_of_a_session_warms_up_the_workers_and_later_runs_do_not(
+        spark: Any, tmp_path: Path) -> None:
+    from tickwheel.pipeline import spark_engine
+    from tickwheel.pipeline.spark_engine import SparkEngine
+
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "e.jsonl").write_text('{"ts_ms": 1, "type": "update", "key": "k", "value": 1}\n')
+    engine = SparkEngine(spark, events, tmp_path / "out", tmp_path / "ckpt")
+    application = spark.sparkContext.applicationId
+    warmed_before = set(spark_engine._WARMED_APPLICATIONS)
+    spark_engine._WARMED_APPLICATIONS.discard(application)
+    try:
+        warm_up = engine._warm_up_python_workers()
+        assert warm_up is not None
+        warm_up.join(timeout=120)
+        assert not warm_up.is_alive()
+        assert application in spark_engine._WARMED_APPLICATIONS
+        assert engine._warm_up_python_workers() is None
+        assert engine.run().rows_applied == 1
+    finally:
+        spark_engine._WARMED_APPLICATIONS |= warmed_before
 
 
 def _processes_started_by_the_jvm(spark: Any, run: Any, recording: Path) -> list[str]:
