@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -468,3 +469,51 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
     assert got == outcomes_of(whole / "out")
     assert got == expected_outcomes(reference(whole / "in"))
     assert quarantine_of(killed / "out") == quarantine_of(whole / "out")
+
+
+# Chunks and outcomes cross the JVM compressed (spark_engine._CODEC).
+
+def test_a_chunks_rows_come_back_as_packed_and_an_empty_blob_stays_the_control_mark() -> None:
+    from tickwheel.pipeline.shard import pack
+
+    lines = [json.dumps({"ts_ms": n, "type": "update", "key": f"k{n % 7}", "value": n})
+             for n in range(2_000)]
+    lines += [json.dumps({"ts_ms": n, "type": "cancel", "op_id": f"op-{n}"})
+              for n in range(2_000)]
+    for own_or_shared in (3, 4):
+        blob = pack(lines, 2)[0][own_or_shared]
+        packed = spark_engine._compressed(blob)
+        assert spark_engine._decompressed(packed) == blob
+        assert len(packed) < len(blob) // 3
+    assert spark_engine._compressed(b"") == b""
+    assert spark_engine._decompressed(b"") == b""
+
+
+def test_a_slices_shared_rows_are_compressed_once_for_all_its_chunks() -> None:
+    from tickwheel.pipeline.shard import pack
+
+    lines = [json.dumps({"ts_ms": 1, "type": "update", "key": "k", "value": n})
+             for n in range(100)]
+    chunks = pack(lines, 3)
+    batch = spark_engine._chunk_batch(chunks, [10, 11, 12])
+    shared = batch.column(4).to_pylist()
+    assert len(set(shared)) == 1
+    assert spark_engine._decompressed(shared[0]) == chunks[0][4]
+    assert [spark_engine._decompressed(b) for b in batch.column(3).to_pylist()] == [
+        chunk[3] for chunk in chunks]
+
+
+def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
+    from tickwheel.pipeline.events import Outcome
+    from tickwheel.pipeline.io import outcomes_table
+    from tickwheel.pipeline.resolver import OutcomeRow
+
+    rows = [OutcomeRow(f"op-{n}", Outcome.EXPIRED, 100 + n, 50, ("k",), None)
+            for n in range(500)]
+    table = outcomes_table(rows)
+    blob = spark_engine._ipc(table)
+    plain = pa.BufferOutputStream()
+    with pa.ipc.new_stream(plain, table.schema) as writer:
+        writer.write_table(table)
+    assert len(blob) < plain.getvalue().size // 2
+    assert spark_engine._from_ipc([blob, None], outcomes_table([])).equals(table)

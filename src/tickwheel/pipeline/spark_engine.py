@@ -41,6 +41,7 @@ import logging
 import os
 import pickle
 import re
+import struct
 import sys
 import threading
 import time
@@ -384,7 +385,8 @@ def _processor_class() -> type:
                 quarantine: list[Quarantined] = []
                 outcomes: list[OutcomeRow] = []
                 for i, (_, own, shared, top) in enumerate(chunks):
-                    quarantine.extend(shard.take(own, shared, watermark, top))
+                    quarantine.extend(shard.take(_decompressed(own), _decompressed(shared),
+                                                 watermark, top))
                     if i + 1 < len(chunks) and len(shard.held) >= self.release_at_held_rows:
                         done, duplicates = shard.release(watermark, below_ms=chunks[i + 1][0])
                         outcomes.extend(done)
@@ -496,7 +498,8 @@ def _ipc(table: pa.Table) -> bytes:
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=_CODEC)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     return bytes(sink.getvalue().to_pybytes())
 
@@ -508,17 +511,59 @@ def _from_ipc(blobs: list[bytes | None], empty: pa.Table) -> pa.Table:
     return pa.concat_tables(tables) if tables else empty
 
 
+#: How chunks' blobs and the processor's Arrow IPC streams travel. Everything a run
+#: reads crosses the JVM three times as chunks (from the packers, through the shuffle,
+#: to the shards) and its outcomes twice more (to the driver, as Arrow for
+#: ``toArrow``): 94 MB and 42 MB for the 1M-event log, all copied, converted and
+#: collected by the JVM. zstd (level 1) makes a chunk's marshal'd rows 6-8 times
+#: smaller at about 2 ms per MB in the worker that packs them. With it, cold 1M-event
+#: runs took 6.85 s against 7.74 s on local[2] and 11.0 s against 12.4 s on local[1],
+#: warm ones 5.67 s against 6.34 s and 10.1 s against 11.0 s (medians of three and two
+#: pairs of fresh processes on this 2-core machine).
+_CODEC = "zstd"
+#: A compressed blob starts with its size, which decompression needs.
+_SIZE = struct.Struct("<Q")
+
+
+def _compressed(blob: bytes) -> bytes:
+    """``blob`` as it travels: compressed, its size first; empty stays empty (a
+    control chunk's mark)."""
+    if not blob:
+        return blob
+    import pyarrow as pa
+
+    packed: bytes = pa.compress(blob, codec=_CODEC, asbytes=True)
+    return _SIZE.pack(len(blob)) + packed
+
+
+def _decompressed(blob: bytes) -> bytes:
+    """The bytes :func:`_compressed` was given."""
+    if not blob:
+        return blob
+    import pyarrow as pa
+
+    (size,) = _SIZE.unpack_from(blob)
+    out: bytes = pa.decompress(memoryview(blob)[_SIZE.size:], decompressed_size=size,
+                               codec=_CODEC, asbytes=True)
+    return out
+
+
 def _chunk_batch(chunks: list[Chunk], labels: list[int]) -> pa.RecordBatch:
     import pyarrow as pa
 
     schema = pa.schema([("shard", pa.int32()), ("low", pa.int64()), ("ts", pa.int64()),
                         ("own", pa.binary()), ("shared", pa.binary())])
     shard_ids, lows, tops, own, shared = zip(*chunks, strict=True)
+    # Every chunk of a slice holds the same shared rows (one bytes object): compressed
+    # once.
+    packed: dict[int, bytes] = {}
+    shared_packed = [packed[id(blob)] if id(blob) in packed
+                     else packed.setdefault(id(blob), _compressed(blob)) for blob in shared]
     return pa.RecordBatch.from_arrays(
         [pa.array([labels[s] for s in shard_ids], pa.int32()), pa.array(lows, pa.int64()),
          pa.array([_NO_TOP if top is None else top for top in tops], pa.int64()),
-         pa.array(own, pa.binary()),
-         pa.array(shared, pa.binary())], schema=schema)
+         pa.array([_compressed(blob) for blob in own], pa.binary()),
+         pa.array(shared_packed, pa.binary())], schema=schema)
 
 
 def _control_chunk(marker: dict[str, Any], shard: int) -> Chunk:
