@@ -480,8 +480,9 @@ def test_a_chunks_rows_come_back_as_packed_and_an_empty_blob_stays_the_control_m
              for n in range(2_000)]
     lines += [json.dumps({"ts_ms": n, "type": "cancel", "op_id": f"op-{n}"})
               for n in range(2_000)]
+    chunk = pack(lines, 2)[0]
     for own_or_shared in (3, 4):
-        blob = pack(lines, 2)[0][own_or_shared]
+        blob = chunk[own_or_shared]
         packed = spark_engine._compressed(blob)
         assert spark_engine._decompressed(packed) == blob
         assert len(packed) < len(blob) // 3
@@ -489,13 +490,20 @@ def test_a_chunks_rows_come_back_as_packed_and_an_empty_blob_stays_the_control_m
     assert spark_engine._decompressed(b"") == b""
 
 
-def test_a_slices_shared_rows_are_compressed_once_for_all_its_chunks() -> None:
+def test_a_slices_shared_rows_are_compressed_once_for_all_its_chunks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from tickwheel.pipeline.shard import pack
 
     lines = [json.dumps({"ts_ms": 1, "type": "update", "key": "k", "value": n})
              for n in range(100)]
     chunks = pack(lines, 3)
+    compress = spark_engine._compressed
+    given: list[bytes] = []
+    monkeypatch.setattr(spark_engine, "_compressed",
+                        lambda blob: given.append(blob) or compress(blob))
     batch = spark_engine._chunk_batch(chunks, [10, 11, 12])
+    assert given.count(chunks[0][4]) == 1  # the shared rows, once
+    assert len(given) == 4  # and each shard's own rows
     shared = batch.column(4).to_pylist()
     assert len(set(shared)) == 1
     assert spark_engine._decompressed(shared[0]) == chunks[0][4]

@@ -557,13 +557,14 @@ def _chunk_batch(chunks: list[Chunk], labels: list[int]) -> pa.RecordBatch:
     # Every chunk of a slice holds the same shared rows (one bytes object): compressed
     # once.
     packed: dict[int, bytes] = {}
-    shared_packed = [packed[id(blob)] if id(blob) in packed
-                     else packed.setdefault(id(blob), _compressed(blob)) for blob in shared]
+    for blob in shared:
+        if id(blob) not in packed:
+            packed[id(blob)] = _compressed(blob)
     return pa.RecordBatch.from_arrays(
         [pa.array([labels[s] for s in shard_ids], pa.int32()), pa.array(lows, pa.int64()),
          pa.array([_NO_TOP if top is None else top for top in tops], pa.int64()),
          pa.array([_compressed(blob) for blob in own], pa.binary()),
-         pa.array(shared_packed, pa.binary())], schema=schema)
+         pa.array([packed[id(blob)] for blob in shared], pa.binary())], schema=schema)
 
 
 def _control_chunk(marker: dict[str, Any], shard: int) -> Chunk:
