@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -391,6 +392,38 @@ def test_a_file_held_in_memory_has_the_lines_a_file_read_from_disk_has(
     from_memory = [(r.raw, r.reason) if isinstance(r, Quarantined) else r
                    for r in map(parse_line, held)]
     assert from_memory == from_disk
+
+
+class _Reads(io.BytesIO):
+    """A stream that remembers how much each read asked for."""
+
+    def __init__(self, content: bytes) -> None:
+        super().__init__(content)
+        self.asked: list[int] = []
+
+    def read(self, size: int | None = -1) -> bytes:
+        self.asked.append(-1 if size is None else size)
+        return super().read(size)
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(st.sampled_from(_LINE_PARTS), max_size=40),
+       slice_bytes=st.integers(min_value=1, max_value=64))
+def test_a_stream_has_the_lines_of_its_bytes_and_is_read_a_slice_at_a_time(
+        parts: list[bytes], slice_bytes: int) -> None:
+    content = b"".join(parts)
+    stream = _Reads(content)
+    from_stream = [line for lines in json_lines(stream, slice_bytes) for line in lines]
+    assert from_stream == [line for lines in json_lines(content, slice_bytes)
+                           for line in lines]
+    assert set(stream.asked) <= {slice_bytes}  # never the whole file at once
+
+
+def test_a_line_longer_than_a_slice_comes_whole() -> None:
+    long_line = b'{"ts_ms": 1, "type": "tick", "pad": "' + b"x" * 10_000 + b'"}'
+    content = b"a\n" + long_line + b"\r\nb"
+    assert [line for lines in json_lines(content, slice_bytes=7) for line in lines] == [
+        "a", long_line.decode(), "b"]
 
 
 def test_lines_come_in_slices_of_about_the_size_asked() -> None:

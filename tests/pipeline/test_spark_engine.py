@@ -224,7 +224,9 @@ def write_parquet(lines: list[str], path: Path) -> None:
 def test_parquet_and_json_lines_input_resolve_like_the_reference_engine(
         spark: Any, tmp_path: Path) -> None:
     """Parquet files are read whole by the reference engine's reader: a file whose
-    columns have other types, or that is not Parquet at all, is quarantined."""
+    columns have other types, or that is not Parquet at all, is quarantined. The
+    packers read files from the paths Spark lists, which Hadoop prints without
+    percent-encoding: names with spaces, a literal %20 and non-ASCII letters."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -239,11 +241,11 @@ def test_parquet_and_json_lines_input_resolve_like_the_reference_engine(
         if i % 2:
             # Odd parts as Parquet; their rows that do not fit its columns go to the next
             # JSON Lines file (malformed rows are never late, so moving them is harmless).
-            path = log / f"events-{i:05d}.parquet"
+            path = log / f"events-{i:05d} 100%20 é.parquet"
             write_parquet([line for line in part if _is_typed(line)], path)
             carried = [line for line in part if not _is_typed(line)]
         else:
-            path = log / f"events-{i:05d}.jsonl"
+            path = log / f"events-{i:05d} 100%20 é.jsonl"
             path.write_text("\n".join(carried + part) + "\n")
             carried = []
         # The two sources each take one file per micro-batch, in modification-time order.
@@ -525,3 +527,17 @@ def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
         writer.write_table(table)
     assert len(blob) < plain.getvalue().size // 2
     assert spark_engine._from_ipc([blob, None], outcomes_table([])).equals(table)
+
+
+@pytest.mark.parametrize(("uri", "path"), [
+    ("file:/data/events 100%20 é.jsonl", "/data/events 100%20 é.jsonl"),
+    ("file:///data/e.jsonl", "/data/e.jsonl"),
+    ("file://host/data/e.jsonl", "/data/e.jsonl"),
+])
+def test_the_packers_read_the_local_file_a_listed_path_names(uri: str, path: str) -> None:
+    assert spark_engine._local_file(uri) == path
+
+
+def test_a_listed_path_on_another_filesystem_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"hdfs://nn/data/e\.jsonl.* is not on a local filesystem"):
+        spark_engine._local_file("hdfs://nn/data/e.jsonl")

@@ -8,10 +8,11 @@ compare them. Parquet needs ``pyarrow`` (``pip install 'tickwheel[cli]'``).
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import Event, Quarantined, Reason, parse_line, parse_row
@@ -54,27 +55,37 @@ def read_events(directory: Path) -> Iterator[Event | Quarantined]:
                         yield parse_line(line.rstrip("\n"))
 
 
-def json_lines(content: bytes, slice_bytes: int = 8 << 20) -> Iterator[list[str]]:
-    r"""The lines of a JSON Lines file held in memory, read as :func:`read_events`
-    reads a file (UTF-8 with bad bytes replaced, ``\n``, ``\r\n`` and ``\r`` all end
-    a line; blank lines included), in lists covering about ``slice_bytes`` each, so a
-    large file is never decoded whole."""
+def json_lines(source: bytes | BinaryIO, slice_bytes: int = 8 << 20) -> Iterator[list[str]]:
+    r"""The lines of JSON Lines input (a file's bytes, or a binary stream such as an
+    open file), read as :func:`read_events` reads a file (UTF-8 with bad bytes
+    replaced, ``\n``, ``\r\n`` and ``\r`` all end a line; blank lines included), in
+    lists covering about ``slice_bytes`` each: a stream is read that much at a time,
+    and a large file is never held or decoded whole."""
     check_positive_int("slice_bytes", slice_bytes)
-    view = memoryview(content)
-    start, size = 0, len(content)
-    while start < size:
+    stream = io.BytesIO(source) if isinstance(source, bytes) else source
+    # Blocks read since the last newline: a line longer than a block is joined once.
+    pending: list[bytes] = []
+    while block := stream.read(slice_bytes):
         # Cut just after a newline: a \r\n stays in one slice, and no UTF-8 sequence
         # spans two (a newline byte is never inside one).
-        cut = content.find(b"\n", start + slice_bytes) if start + slice_bytes < size else -1
-        end = size if cut < 0 else cut + 1
-        text = str(view[start:end], "utf-8", "replace")
-        if "\r" in text:
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
-        lines = text.split("\n")
-        if not lines[-1]:
-            lines.pop()  # what follows the last newline of the slice
-        yield lines
-        start = end
+        cut = block.rfind(b"\n") + 1
+        if not cut:
+            pending.append(block)
+            continue
+        yield _decoded_lines(b"".join([*pending, block[:cut]]) if pending else block[:cut])
+        pending = [block[cut:]] if cut < len(block) else []
+    if pending:
+        yield _decoded_lines(b"".join(pending))
+
+
+def _decoded_lines(content: bytes) -> list[str]:
+    text = str(content, "utf-8", "replace")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if not lines[-1]:
+        lines.pop()  # what follows the last newline
+    return lines
 
 
 def parquet_events(content: bytes, name: str) -> Iterator[Event | Quarantined]:

@@ -3,10 +3,11 @@
 Needs ``pip install 'tickwheel[spark]'`` (PySpark, pandas, protobuf, pyarrow) and a
 JVM. One query:
 
-1. binary file sources (each file read whole) over the event directory's JSON Lines
-   files (``*.jsonl``, ``*.json``), split into lines as the reference engine reads
-   them, over its ``*.parquet`` files, read by the reference engine's reader, and over
-   ``CHECKPOINT/control/``, which only ever holds end-of-input markers;
+1. binary file sources, listing files only, over the event directory's JSON Lines
+   files (``*.jsonl``, ``*.json``), which the packers read from the listed paths and
+   split into lines as the reference engine reads them, over its ``*.parquet`` files,
+   read by the reference engine's reader, and over ``CHECKPOINT/control/``, which only
+   ever holds end-of-input markers;
 2. ``mapInArrow`` cuts the rows of each file into one chunk per shard (see
    :mod:`tickwheel.pipeline.shard`): watches and cancels by ``op_id``, updates and
    ticks to every shard, and gives each chunk the largest ``ts_ms`` it holds;
@@ -573,46 +574,63 @@ def _control_chunk(marker: dict[str, Any], shard: int) -> Chunk:
     return (shard, _WATERMARK_MARKER, int(marker["ts_ms"]), b"", b"")
 
 
+def _local_file(uri: str) -> str:
+    """The local path of a file Spark's file source listed (``file:/dir/name``, as
+    Hadoop's paths print: not percent-encoded)."""
+    if not uri.startswith("file:"):
+        raise ValueError(f"input file {uri!r} is not on a local filesystem: the packers "
+                         "read input files themselves, from the path Spark listed (on a "
+                         "cluster, a directory mounted at the same path everywhere)")
+    path = uri[len("file:"):]
+    if path.startswith("//"):  # file://authority/path
+        path = path[path.index("/", 2):] if "/" in path[2:] else "/"
+    return path
+
+
 def _packer(labels: list[int]) -> Any:
-    """Whole JSON Lines files (and end-of-input markers) to chunks, a slice of each
-    file at a time."""
+    """JSON Lines files (and end-of-input markers) to chunks, a slice of each file at
+    a time, read from the paths Spark's file source listed."""
     shards = len(labels)
 
     def pack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         _settle_worker_heap()
         for batch in batches:
-            contents = batch.column(1)
-            for i, is_control in enumerate(batch.column(2).to_pylist()):
-                for lines in json_lines(contents[i].as_py()):
-                    with _collector_paused():
-                        chunks: list[Chunk]
-                        if is_control:
-                            chunks = [_control_chunk(json.loads(line), shard)
-                                      for line in lines if line.strip()
-                                      for shard in range(shards)]
-                        else:
-                            chunks = pack(lines, shards)
-                        out = _chunk_batch(chunks, labels) if chunks else None
-                    if out is not None:
-                        yield out
+            for uri, is_control in zip(batch.column(0).to_pylist(),
+                                       batch.column(1).to_pylist(), strict=True):
+                yield from pack_file(_local_file(uri), is_control)
+
+    def pack_file(path: str, is_control: bool) -> Iterator[pa.RecordBatch]:
+        with open(path, "rb") as stream:
+            for lines in json_lines(stream):
+                with _collector_paused():
+                    chunks: list[Chunk]
+                    if is_control:
+                        chunks = [_control_chunk(json.loads(line), shard)
+                                  for line in lines if line.strip()
+                                  for shard in range(shards)]
+                    else:
+                        chunks = pack(lines, shards)
+                    out = _chunk_batch(chunks, labels) if chunks else None
+                if out is not None:
+                    yield out
 
     return pack_files
 
 
 def _parquet_packer(labels: list[int]) -> Any:
-    """Whole Parquet files to chunks, read by the reference engine's reader: a Spark
-    Parquet source would need one schema up front and fail the query on a file whose
-    columns have other types, where the contract quarantines the rows."""
+    """Parquet files to chunks, read by the reference engine's reader: a Spark Parquet
+    source would need one schema up front and fail the query on a file whose columns
+    have other types, where the contract quarantines the rows."""
     shards = len(labels)
 
     def pack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         _settle_worker_heap()
         for batch in batches:
-            for path, content in zip(batch.column(0).to_pylist(),
-                                     batch.column(1).to_pylist(), strict=True):
-                name = path.rstrip("/").rsplit("/", 1)[-1]
+            for uri in batch.column(0).to_pylist():
+                path = Path(_local_file(uri))
+                content = path.read_bytes()
                 with _collector_paused():
-                    chunks = pack_rows(parquet_events(content, name), shards)
+                    chunks = pack_rows(parquet_events(content, path.name), shards)
                     out = _chunk_batch(chunks, labels) if chunks else None
                 if out is not None:
                     yield out
@@ -730,16 +748,19 @@ class SparkEngine:
                 reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
             return reader
 
-        # Whole files, split into lines by the packer as the reference engine reads
-        # them: a text source turned every line into a JVM string and then an Arrow
-        # value on its way to Python, most of the JVM's time on a warm run.
+        # The file sources list the files and keep the log of those read; the packers
+        # read them, from the paths, and split them into lines as the reference
+        # engine reads them. Without the content column the binaryFile source opens
+        # no file: the bytes no longer cross the JVM (read, copied into an Arrow
+        # batch, written to the packer), and no file is held whole. A text source
+        # had made every line a JVM string and then an Arrow value, too.
         rows = (files("*.{jsonl,json}").format("binaryFile").schema(BINARY_FILE_SCHEMA)
-                .load(str(self.input_dir)).select("path", "content", F.lit(False).alias("control")))
+                .load(str(self.input_dir)).select("path", F.lit(False).alias("control")))
         control = (self.spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA)
                    .load(str(self.checkpoint_dir / "control"))
-                   .select("path", "content", F.lit(True).alias("control")))
+                   .select("path", F.lit(True).alias("control")))
         parquet = (files("*.parquet").format("binaryFile").schema(BINARY_FILE_SCHEMA)
-                   .load(str(self.input_dir)).select("path", "content"))
+                   .load(str(self.input_dir)).select("path"))
         chunks = (rows.unionByName(control)
                   .mapInArrow(_packer(self.labels), CHUNK_SCHEMA)
                   .unionByName(parquet.mapInArrow(_parquet_packer(self.labels), CHUNK_SCHEMA))
@@ -794,9 +815,6 @@ class SparkEngine:
             # both stages share one pool; a failing worker prints Python's full
             # traceback instead of the user frames alone.
             "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
-            # Input files travel whole: an Arrow batch of them to a packer holds at most
-            # this much (one larger file alone), never past Arrow's 2 GiB per column.
-            "spark.sql.execution.arrow.maxBytesPerBatch": str(64 << 20),
         }
         if self.spark.conf.get(CHECKPOINT_MANAGER_SETTING, None) is None:
             settings[CHECKPOINT_MANAGER_SETTING] = CHECKPOINT_MANAGER
