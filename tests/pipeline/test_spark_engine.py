@@ -541,3 +541,17 @@ def test_the_packers_read_the_local_file_a_listed_path_names(uri: str, path: str
 def test_a_listed_path_on_another_filesystem_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"hdfs://nn/data/e\.jsonl.* is not on a local filesystem"):
         spark_engine._local_file("hdfs://nn/data/e.jsonl")
+
+
+@pytest.mark.parametrize("ddl", [spark_engine.BINARY_FILE_SCHEMA, spark_engine.CHUNK_SCHEMA,
+                                 spark_engine.OUTPUT_SCHEMA, "id long"])
+def test_the_query_schemas_are_what_sparks_parser_makes_of_their_ddl(spark: Any,
+                                                                      ddl: str) -> None:
+    from pyspark.sql.types import _parse_datatype_string
+
+    assert spark_engine._schema(ddl) == _parse_datatype_string(ddl)
+
+
+def test_a_schema_with_a_type_the_builder_does_not_know_is_refused_by_column() -> None:
+    with pytest.raises(ValueError, match=r"column 'keys'.*'array<string>'"):
+        spark_engine._schema("op_id string, keys array<string>")
