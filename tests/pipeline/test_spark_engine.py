@@ -436,7 +436,12 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
     script = KILLABLE_RUN.format(lateness=LATENESS_MS)
     killed = tmp_path / "killed"
     write_files(first, killed / "in", files=8)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    # A killed JVM cannot remove its scratch directories (block manager, state-store
+    # working copies, artifacts): they go under tmp_path instead of /tmp.
+    (tmp_path / "java-tmp").mkdir()
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
+               SPARK_LOCAL_DIRS=str(tmp_path / "spark-local"),
+               JAVA_TOOL_OPTIONS=f"-Djava.io.tmpdir={tmp_path / 'java-tmp'}")
     proc = subprocess.Popen([sys.executable, "-c", script, str(killed), "final"],
                             start_new_session=True, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
