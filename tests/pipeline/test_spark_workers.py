@@ -318,19 +318,20 @@ def test_the_first_run_of_a_session_warms_up_the_workers_and_later_runs_do_not(
     events.mkdir()
     (events / "e.jsonl").write_text('{"ts_ms": 1, "type": "update", "key": "k", "value": 1}\n')
     engine = SparkEngine(spark, events, tmp_path / "out", tmp_path / "ckpt")
-    application = spark.sparkContext.applicationId
-    warmed_before = set(spark_engine._WARMED_APPLICATIONS)
-    spark_engine._WARMED_APPLICATIONS.discard(application)
+    context = spark.sparkContext
+    was_warmed = context in spark_engine._WARMED_CONTEXTS
+    spark_engine._WARMED_CONTEXTS.discard(context)
     try:
         warm_up = engine._warm_up_python_workers()
         assert warm_up is not None
         warm_up.join(timeout=120)
         assert not warm_up.is_alive()
-        assert application in spark_engine._WARMED_APPLICATIONS
+        assert context in spark_engine._WARMED_CONTEXTS
         assert engine._warm_up_python_workers() is None
         assert engine.run().rows_applied == 1
     finally:
-        spark_engine._WARMED_APPLICATIONS |= warmed_before
+        if was_warmed:
+            spark_engine._WARMED_CONTEXTS.add(context)
 
 
 def _processes_started_by_the_jvm(spark: Any, run: Any, recording: Path) -> list[str]:

@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -661,9 +662,10 @@ def _parquet_packer(labels: list[int]) -> Any:
     return pack_files
 
 
-#: The applications (Spark sessions' contexts) whose Python workers a run has
-#: already warmed up; see SparkEngine._warm_up_python_workers.
-_WARMED_APPLICATIONS: set[str] = set()
+#: The Spark contexts whose Python workers a run has already warmed up (see
+#: SparkEngine._warm_up_python_workers); a stopped context leaves the set with its
+#: last reference.
+_WARMED_CONTEXTS: weakref.WeakSet[Any] = weakref.WeakSet()
 _WARMED_LOCK = threading.Lock()
 
 
@@ -895,9 +897,9 @@ class SparkEngine:
         environment, which those settings shape."""
         context = self.spark.sparkContext
         with _WARMED_LOCK:
-            if context.applicationId in _WARMED_APPLICATIONS:
+            if context in _WARMED_CONTEXTS:
                 return None
-            _WARMED_APPLICATIONS.add(context.applicationId)
+            _WARMED_CONTEXTS.add(context)
         slots = max(1, context.defaultParallelism)
         frame = self.spark.range(0, slots, 1, slots).mapInArrow(_pass_through, _schema("id long"))
 
