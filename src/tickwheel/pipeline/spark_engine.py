@@ -97,27 +97,6 @@ _END_MARKER = NO_ROWS - 1
 #: not a null, which would make the column's values floats in the processor's frames.
 _NO_TOP = -(2**63 // 1000)
 BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
-
-
-@functools.cache
-def _schema(ddl: str) -> StructType:
-    """The schema a DDL string of simple columns (``name type, ...``) describes.
-
-    Built here instead of handing Spark the string: Spark parses DDL with its SQL
-    parser in the JVM, slow on a cold JVM, and the five parses of a run's query took
-    45 ms of its start (0.28 against 0.24 s to define the query, three runs each)."""
-    from pyspark.sql import types
-
-    kinds = {"string": types.StringType, "timestamp": types.TimestampType,
-             "long": types.LongType, "int": types.IntegerType, "binary": types.BinaryType}
-    fields = []
-    for column in ddl.split(","):
-        name, _, kind = column.strip().partition(" ")
-        if kind not in kinds:
-            raise ValueError(f"column {name!r} of {ddl!r}: type {kind!r} is not one of "
-                             f"{', '.join(kinds)}")
-        fields.append(types.StructField(name, kinds[kind]()))
-    return types.StructType(fields)
 # The checkpoint is always a local directory. Spark's default manager writes it
 # through Hadoop's FileContext, whose rename asks for each path's link status, and
 # without Hadoop's native library that runs ``readlink`` in a new process: four per
@@ -159,6 +138,27 @@ LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
 _THP_MODE_FILE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 _HUGE_PAGE_JAVA_OPTION = "-XX:+UseTransparentHugePages"
 _HUGE_PAGE_MALLOC = "glibc.malloc.hugetlb"
+
+
+@functools.cache
+def _schema(ddl: str) -> StructType:
+    """The schema a DDL string of simple columns (``name type, ...``) describes.
+
+    Built here instead of handing Spark the string: Spark parses DDL with its SQL
+    parser in the JVM, slow on a cold JVM, and the five parses of a run's query took
+    45 ms of its start (0.28 against 0.24 s to define the query, three runs each)."""
+    from pyspark.sql import types
+
+    kinds = {"string": types.StringType, "timestamp": types.TimestampType,
+             "long": types.LongType, "int": types.IntegerType, "binary": types.BinaryType}
+    fields = []
+    for column in ddl.split(","):
+        name, _, kind = column.strip().partition(" ")
+        if kind not in kinds:
+            raise ValueError(f"column {name!r} of {ddl!r}: type {kind!r} is not one of "
+                             f"{', '.join(kinds)}")
+        fields.append(types.StructField(name, kinds[kind]()))
+    return types.StructType(fields)
 
 
 def _huge_pages_on_request(mode_file: Path = _THP_MODE_FILE) -> bool:
