@@ -71,7 +71,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
-    from pyspark.sql.streaming.readwriter import DataStreamReader
     from pyspark.sql.streaming.stateful_processor import (
         ExpiredTimerInfo,
         StatefulProcessorHandle,
@@ -767,11 +766,15 @@ class SparkEngine:
     def _query_input(self) -> DataFrame:
         from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
 
-        def files(glob: str) -> DataStreamReader:
-            reader = self.spark.readStream.option("pathGlobFilter", glob)
-            if self.max_files_per_trigger is not None:
-                reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
-            return reader
+        def listed(directory: Path, glob: str | None = None) -> DataFrame:
+            """The files of ``directory`` (those matching ``glob``), listed only."""
+            reader = self.spark.readStream.format("binaryFile").schema(
+                _schema(BINARY_FILE_SCHEMA))
+            if glob is not None:  # the input; the control directory takes no limit
+                reader = reader.option("pathGlobFilter", glob)
+                if self.max_files_per_trigger is not None:
+                    reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
+            return reader.load(str(directory))
 
         # The file sources list the files and keep the log of those read; the packers
         # read them, from the paths, and split them into lines as the reference
@@ -779,13 +782,11 @@ class SparkEngine:
         # no file: the bytes no longer cross the JVM (read, copied into an Arrow
         # batch, written to the packer), and no file is held whole. A text source
         # had made every line a JVM string and then an Arrow value, too.
-        rows = (files("*.{jsonl,json}").format("binaryFile").schema(_schema(BINARY_FILE_SCHEMA))
-                .load(str(self.input_dir)).select("path", F.lit(False).alias("control")))
-        control = (self.spark.readStream.format("binaryFile").schema(_schema(BINARY_FILE_SCHEMA))
-                   .load(str(self.checkpoint_dir / "control"))
-                   .select("path", F.lit(True).alias("control")))
-        parquet = (files("*.parquet").format("binaryFile").schema(_schema(BINARY_FILE_SCHEMA))
-                   .load(str(self.input_dir)).select("path"))
+        rows = listed(self.input_dir, "*.{jsonl,json}").select(
+            "path", F.lit(False).alias("control"))
+        control = listed(self.checkpoint_dir / "control").select(
+            "path", F.lit(True).alias("control"))
+        parquet = listed(self.input_dir, "*.parquet").select("path")
         chunk = _schema(CHUNK_SCHEMA)
         chunks = (rows.unionByName(control)
                   .mapInArrow(_packer(self.labels), chunk)
