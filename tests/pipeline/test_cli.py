@@ -205,6 +205,29 @@ def test_the_pipeline_benchmark_passes_files_per_trigger_on(
     assert header in capsys.readouterr().out
 
 
+def test_the_pipeline_benchmark_reports_each_rounds_scaling(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tickwheel.bench import _pipeline
+    from tickwheel.bench.__main__ import main as bench_main
+
+    seconds = {"reference": [1.0, 1.0, 1.0],
+               "spark local[1] cold": [10.0, 12.0, 11.0],
+               "spark local[1] warm": [9.0, 9.0, 9.0],
+               "spark local[2] cold": [6.25, 6.0, 8.0],
+               "spark local[2] warm": [5.0, 4.5, 6.0]}
+
+    def fake_run(events: int, repeat: int, shards: int, per_trigger: int | None,
+                 progress: object) -> list[_pipeline.PipelineResult]:
+        return [_pipeline.PipelineResult(name, 1000, times) for name, times in seconds.items()]
+
+    monkeypatch.setattr(_pipeline, "run_pipeline", fake_run)
+    assert bench_main(["pipeline", "--repeat", "3"]) == 0
+    out = capsys.readouterr().out
+    # Medians 11.0 / 6.25 s cold: the ratio of the medians, then each round's.
+    assert "local[2] / local[1], cold: 1.76x (rounds 1.60x, 2.00x, 1.38x)" in out
+    assert "local[2] / local[1], warm: 1.80x (rounds 1.80x, 2.00x, 1.50x)" in out
+
+
 def test_the_bench_command_passes_the_benchmarks_options_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from tickwheel.bench import _pipeline
