@@ -1,0 +1,66 @@
+"""Nothing imports upward: clock -> timers -> purgatory -> broker models and dispatcher
+-> pipeline -> metrics and the package root -> entry points. Lazy imports inside
+functions and imports for type checking count too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tickwheel"
+
+# A unit is a subpackage or a top-level module; "tickwheel" is the package root.
+RANK = {
+    "_compat": 0, "_rawlock": 0, "_clock": 0, "_validate": 0, "_histogram": 0,
+    "_mutex": 1,
+    "timers": 2,
+    "purgatory": 3,
+    "broker": 4, "dispatch": 4,
+    "pipeline": 5,
+    "metrics": 6, "tickwheel": 6,
+    "bench": 7,
+    "cli": 8, "demo": 8, "spark_job": 8,
+}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _imports() -> list[tuple[str, str]]:
+    """(importing module, imported tickwheel module) for every import in the package."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            found += [(module, name) for name in names
+                      if name == "tickwheel" or name.startswith("tickwheel.")]
+    return found
+
+
+def test_every_unit_has_a_place_in_the_layers() -> None:
+    units = {_unit(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts))
+             for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE}
+    assert units - RANK.keys() == set(), "place new modules in RANK"
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    imports = _imports()
+    assert len(imports) > 50  # the walk sees the package's imports at all
+    upward = [(importer, imported) for importer, imported in imports
+              if _unit(importer) != _unit(imported)
+              and RANK[_unit(imported)] >= RANK[_unit(importer)]]
+    assert upward == []
+
+
+def test_the_rule_catches_an_upward_import() -> None:
+    assert RANK[_unit("tickwheel.pipeline")] >= RANK[_unit("tickwheel.timers._wheel")]
+    assert _unit("tickwheel") == "tickwheel" and _unit("tickwheel.cli") == "cli"
