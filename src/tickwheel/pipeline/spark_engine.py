@@ -197,7 +197,7 @@ def _environment_variable(name: str, value: str) -> Iterator[None]:
             os.environ[name] = old
 
 
-def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
+def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
                   driver_memory: str = "4g", jvm_log: Path | None = None,
                   java_options: str | None = None) -> SparkSession:
     """A session with what the engine needs: the RocksDB state store (required by
@@ -214,27 +214,34 @@ def spark_session(master: str = "local[2]", app_name: str = "tickwheel",
     ``driver_memory``, they apply only to a JVM this call starts. A ``local`` master
     also leaves shuffle blocks uncompressed, and where the kernel offers transparent
     huge pages on request, its JVM (``-XX:+UseTransparentHugePages``, by default) and
-    Python workers (``GLIBC_TUNABLES``) use them."""
+    Python workers (``GLIBC_TUNABLES``) use them.
+
+    ``master=None`` takes the master, the JVM's memory and options and any other
+    setting from ``spark-submit`` (its JVM is up before this runs) or Spark's defaults
+    file, and adds only what the engine needs; see :mod:`tickwheel.spark_job`."""
     if "PYSPARK_PYTHON" not in os.environ:
         # Workers of a local master run this interpreter; tickwheel-spark-python
         # starts it with the installed PySpark's bytecode instead of its zips.
-        local = launcher() if master.startswith("local") else None
+        local = launcher() if master is not None and master.startswith("local") else None
         os.environ["PYSPARK_PYTHON"] = local or sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    is_local = master.startswith("local")
+    is_local = master is not None and master.startswith("local")
     huge_pages = is_local and _huge_pages_on_request()
     if java_options is None and is_local:
         java_options = " ".join(
             option for option in (LOCAL_JAVA_OPTIONS,
                                   _HUGE_PAGE_JAVA_OPTION if huge_pages else "",
                                   archive_options()) if option)
-    builder = (SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder
+    if master is not None:  # an embedded session; spark-submit's user chooses these
+        builder = (builder.master(master).appName(app_name)
+                   .config("spark.driver.memory", driver_memory)
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false"))
+    builder = (builder
                .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-               .config("spark.driver.memory", driver_memory)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
                .config("spark.python.daemon.module", "tickwheel.pipeline._spark_daemon"))
     if java_options:

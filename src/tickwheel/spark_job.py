@@ -1,0 +1,114 @@
+"""The Spark engine as an application for ``spark-submit`` (``tickwheel[spark]``).
+
+``spark-submit`` runs a Python file and brings the JVM, the master and every other
+setting; this job adds only what the engine needs (see ``spark_session(master=None)``).
+Its options are those of ``tickwheel run --engine spark`` but ``--master``::
+
+    PYSPARK_PYTHON="$(command -v python)" spark-submit --master 'local[2]' \\
+        "$(python -m tickwheel.spark_job --path)" --input events/ --output out/
+
+``--path`` prints this file's path. The Python that runs Spark's workers must have
+tickwheel installed (``PYSPARK_PYTHON``, or ``spark.pyspark.python``); on a cluster,
+so must every executor's, and the input directory must be at the same path on each.
+
+Exit codes: 0 success, 1 rows were lost (in != applied + quarantined + held), 2 bad
+arguments or not started by ``spark-submit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+if __name__ == "__main__" and sys.path and sys.path[0] and (
+        Path(sys.path[0]).resolve() == Path(__file__).resolve().parent):
+    # spark-submit runs this as a file, which puts tickwheel's own directory first on
+    # the module path: its modules (cli, metrics, pipeline, ...) would stand in for any
+    # others of those names.
+    del sys.path[0]
+
+__all__ = ["main"]
+
+_PROG = "tickwheel.spark_job"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG, description="Resolve an event log with the Spark engine, as a "
+        "spark-submit application: every operation's outcome, and every bad row "
+        "quarantined.")
+    parser.add_argument("--path", action="store_true",
+                        help="print this file's path, for spark-submit, and exit")
+    parser.add_argument("--input", type=Path, help="event log directory")
+    parser.add_argument("--output", type=Path,
+                        help="writes outcomes/ and quarantine/ here")
+    parser.add_argument("--checkpoint", type=Path,
+                        help="checkpoint directory (default: OUTPUT/_checkpoint)")
+    parser.add_argument("--lateness-ms", type=int, default=10_000,
+                        help="rows this far behind the largest ts_ms read so far are late")
+    parser.add_argument("--dedupe-retention-ms", type=int, default=None,
+                        help="remember an op_id this long after its first watch (and "
+                             "while it is pending); default: forever")
+    parser.add_argument("--shards", type=int, default=None,
+                        help="shards of the op-id space, fixed by a checkpoint's first "
+                             "run (default: the master's parallelism)")
+    parser.add_argument("--max-files-per-trigger", type=int, default=None,
+                        help="input files per micro-batch (default: all new files)")
+    parser.add_argument("--final", action=argparse.BooleanOptionalAction, default=True,
+                        help="end the input when done, so every row is applied; "
+                             "--no-final leaves the last lateness-ms of rows held")
+    return parser
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.path:
+        print(Path(__file__).resolve())
+        return 0
+    if args.input is None or args.output is None:
+        parser.error("--input and --output are required")
+    # How PySpark itself knows that spark-submit started it: the JVM's gateway port.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        parser.error("start it with spark-submit (see --help), or run "
+                     "`tickwheel run --engine spark`, which starts a local Spark itself")
+    from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
+
+    spark = spark_session(master=None)
+    try:
+        try:
+            engine = SparkEngine(
+                spark, args.input, args.output, args.checkpoint or args.output / "_checkpoint",
+                lateness_ms=args.lateness_ms, shards=args.shards,
+                dedupe_retention_ms=args.dedupe_retention_ms,
+                max_files_per_trigger=args.max_files_per_trigger)
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"{_PROG}: error: {exc}", file=sys.stderr)
+            return 2
+        result = engine.run(final=args.final)
+    finally:
+        spark.stop()
+    outcomes = result.outcomes_by_outcome()
+    print(f"{result.rows_in:,} rows in {result.seconds:.1f} s "
+          f"({result.rows_in / max(result.seconds, 1e-9):,.0f} events/s), "
+          f"{_count(result.batches, 'micro-batch', 'micro-batches')}, "
+          f"{_count(engine.shards, 'shard', 'shards')}")
+    print(f"applied {result.rows_applied:,}, quarantined {result.quarantined:,} "
+          f"{result.quarantined_by_reason()}, held {result.held:,}")
+    print(f"outcomes {sum(outcomes.values()):,} {outcomes}, still pending "
+          f"{result.pending:,}, cancels of unknown or resolved operations "
+          f"{result.ignored_cancels:,}")
+    if result.rows_in != result.rows_applied + result.quarantined + result.held:
+        print(f"{_PROG}: rows were lost: in != applied + quarantined + held", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""The Spark engine runs as a spark-submit application (tickwheel.spark_job)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.test_spark_engine import (
+    LATENESS_MS,
+    expected_outcomes,
+    expected_quarantine,
+    outcomes_of,
+    quarantine_of,
+    random_log,
+    reference,
+    write_files,
+)
+from tickwheel import spark_job
+
+
+def test_path_names_the_file_spark_submit_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert spark_job.main(["--path"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.is_file() and path.name == "spark_job.py"
+    assert path == Path(spark_job.__file__).resolve()
+
+
+def test_run_as_a_file_it_takes_its_own_directory_off_the_module_path(tmp_path: Path) -> None:
+    # tickwheel's directory holds cli.py, metrics.py, ...: first on the path, they would
+    # stand in for other modules of those names.
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import runpy, sys\n"
+        f"sys.argv = [{spark_job.__file__!r}, '--path']\n"
+        f"sys.path.insert(0, {str(Path(spark_job.__file__).parent)!r})\n"
+        "try:\n"
+        f"    runpy.run_path({spark_job.__file__!r}, run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code == 0\n"
+        f"print({str(Path(spark_job.__file__).parent)!r} in sys.path)\n")
+    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True,
+                          check=True)
+    printed_path, in_path = done.stdout.split()
+    assert Path(printed_path) == Path(spark_job.__file__).resolve()
+    assert in_path == "False"
+
+
+def test_outside_spark_submit_it_refuses_and_says_what_to_run_instead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    with pytest.raises(SystemExit) as exit:
+        spark_job.main(["--input", str(tmp_path), "--output", str(tmp_path / "out")])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "spark-submit" in err and "tickwheel run --engine spark" in err
+    with pytest.raises(SystemExit) as exit:
+        spark_job.main(["--output", str(tmp_path / "out")])
+    assert exit.value.code == 2
+    assert "--input and --output are required" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_spark_submit_runs_it_on_its_master_with_the_reference_engines_outcomes(
+        tmp_path: Path) -> None:
+    import pyspark
+
+    lines = random_log(11, rows=1_200)
+    write_files(lines, tmp_path / "in", files=3)
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run(
+        [str(spark_submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+         spark_job.__file__, "--input", str(tmp_path / "in"), "--output",
+         str(tmp_path / "out"), "--lateness-ms", str(LATENESS_MS)],
+        env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # spark-submit's master, not the embedded default: local[1] makes one shard.
+    assert "1 shard\n" in done.stdout, done.stdout
+    expected = reference(tmp_path / "in")
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
+    assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
+    assert f"{len(lines):,} rows in" in done.stdout
