@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.pipeline.test_sink import Flaky
-from tickwheel.pipeline import spark_engine
+from tickwheel.pipeline import _spark_tasks, _spark_wire, spark_engine
 from tickwheel.pipeline.io import read_events, read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.sink import OutcomeSink
@@ -126,7 +126,7 @@ def test_shards_releasing_in_the_middle_of_a_micro_batch_agree_with_the_referenc
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """All the input in one micro-batch, and a shard releases after every chunk it
     takes (oldest first) instead of at 100k held rows: the same outcomes."""
-    monkeypatch.setattr(spark_engine, "_RELEASE_AT_HELD_ROWS", 1)
+    monkeypatch.setattr(spark_engine, "RELEASE_AT_HELD_ROWS", 1)
     log = tmp_path / "in"
     write_files(random_log(3), log, files=6)
     expected = reference(log)
@@ -478,7 +478,7 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
     assert quarantine_of(killed / "out") == quarantine_of(whole / "out")
 
 
-# Chunks and outcomes cross the JVM compressed (spark_engine._CODEC).
+# Chunks and outcomes cross the JVM compressed (_spark_wire.CODEC).
 
 def test_a_chunks_rows_come_back_as_packed_and_an_empty_blob_stays_the_control_mark() -> None:
     from tickwheel.pipeline.shard import pack
@@ -490,11 +490,11 @@ def test_a_chunks_rows_come_back_as_packed_and_an_empty_blob_stays_the_control_m
     chunk = pack(lines, 2)[0]
     for own_or_shared in (3, 4):
         blob = chunk[own_or_shared]
-        packed = spark_engine._compressed(blob)
-        assert spark_engine._decompressed(packed) == blob
+        packed = _spark_wire.compressed(blob)
+        assert _spark_wire.decompressed(packed) == blob
         assert len(packed) < len(blob) // 3
-    assert spark_engine._compressed(b"") == b""
-    assert spark_engine._decompressed(b"") == b""
+    assert _spark_wire.compressed(b"") == b""
+    assert _spark_wire.decompressed(b"") == b""
 
 
 def test_a_slices_shared_rows_are_compressed_once_for_all_its_chunks(
@@ -504,17 +504,17 @@ def test_a_slices_shared_rows_are_compressed_once_for_all_its_chunks(
     lines = [json.dumps({"ts_ms": 1, "type": "update", "key": "k", "value": n})
              for n in range(100)]
     chunks = pack(lines, 3)
-    compress = spark_engine._compressed
+    compress = _spark_wire.compressed
     given: list[bytes] = []
-    monkeypatch.setattr(spark_engine, "_compressed",
+    monkeypatch.setattr(_spark_wire, "compressed",
                         lambda blob: given.append(blob) or compress(blob))
-    batch = spark_engine._chunk_batch(chunks, [10, 11, 12])
+    batch = _spark_wire.chunk_batch(chunks, [10, 11, 12])
     assert given.count(chunks[0][4]) == 1  # the shared rows, once
     assert len(given) == 4  # and each shard's own rows
     shared = batch.column(4).to_pylist()
     assert len(set(shared)) == 1
-    assert spark_engine._decompressed(shared[0]) == chunks[0][4]
-    assert [spark_engine._decompressed(b) for b in batch.column(3).to_pylist()] == [
+    assert _spark_wire.decompressed(shared[0]) == chunks[0][4]
+    assert [_spark_wire.decompressed(b) for b in batch.column(3).to_pylist()] == [
         chunk[3] for chunk in chunks]
 
 
@@ -526,12 +526,12 @@ def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
     rows = [OutcomeRow(f"op-{n}", Outcome.EXPIRED, 100 + n, 50, ("k",), None)
             for n in range(500)]
     table = outcomes_table(rows)
-    blob = spark_engine._ipc(table)
+    blob = _spark_wire.ipc(table)
     plain = pa.BufferOutputStream()
     with pa.ipc.new_stream(plain, table.schema) as writer:
         writer.write_table(table)
     assert len(blob) < plain.getvalue().size // 2
-    assert spark_engine._from_ipc([blob, None], outcomes_table([])).equals(table)
+    assert _spark_wire.from_ipc([blob, None], outcomes_table([])).equals(table)
 
 
 @pytest.mark.parametrize(("uri", "path"), [
@@ -540,23 +540,23 @@ def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
     ("file://host/data/e.jsonl", "/data/e.jsonl"),
 ])
 def test_the_packers_read_the_local_file_a_listed_path_names(uri: str, path: str) -> None:
-    assert spark_engine._local_file(uri) == path
+    assert _spark_tasks.local_file(uri) == path
 
 
 def test_a_listed_path_on_another_filesystem_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"hdfs://nn/data/e\.jsonl.* is not on a local filesystem"):
-        spark_engine._local_file("hdfs://nn/data/e.jsonl")
+        _spark_tasks.local_file("hdfs://nn/data/e.jsonl")
 
 
-@pytest.mark.parametrize("ddl", [spark_engine.BINARY_FILE_SCHEMA, spark_engine.CHUNK_SCHEMA,
-                                 spark_engine.OUTPUT_SCHEMA, "id long"])
+@pytest.mark.parametrize("ddl", [_spark_wire.BINARY_FILE_SCHEMA, _spark_wire.CHUNK_SCHEMA,
+                                 _spark_wire.OUTPUT_SCHEMA, "id long"])
 def test_the_query_schemas_are_what_sparks_parser_makes_of_their_ddl(spark: Any,
                                                                       ddl: str) -> None:
     from pyspark.sql.types import _parse_datatype_string
 
-    assert spark_engine._schema(ddl) == _parse_datatype_string(ddl)
+    assert _spark_wire.spark_schema(ddl) == _parse_datatype_string(ddl)
 
 
 def test_a_schema_with_a_type_the_builder_does_not_know_is_refused_by_column() -> None:
     with pytest.raises(ValueError, match=r"column 'keys'.*'array<string>'"):
-        spark_engine._schema("op_id string, keys array<string>")
+        _spark_wire.spark_schema("op_id string, keys array<string>")

@@ -18,11 +18,11 @@ import pytest
 
 from tickwheel.pipeline._spark_daemon import use_young_collections
 from tickwheel.pipeline._spark_python import launcher, without_bundled_zips
-from tickwheel.pipeline.spark_engine import (
+from tickwheel.pipeline._spark_session import (
     LOCAL_JAVA_OPTIONS,
-    _environment_variable,
-    _huge_pages_on_request,
-    _with_huge_page_malloc,
+    environment_variable,
+    huge_pages_on_request,
+    with_huge_page_malloc,
 )
 
 # Read when pytest collects this module, before any test starts a session.
@@ -223,8 +223,8 @@ def test_huge_pages_are_asked_for_only_where_the_kernel_hands_them_out_on_reques
         tmp_path: Path, mode: str, offered: bool) -> None:
     mode_file = tmp_path / "enabled"
     mode_file.write_text(mode)
-    assert _huge_pages_on_request(mode_file) is offered
-    assert _huge_pages_on_request(tmp_path / "no-such-file") is False
+    assert huge_pages_on_request(mode_file) is offered
+    assert huge_pages_on_request(tmp_path / "no-such-file") is False
 
 
 @pytest.mark.parametrize(("tunables", "expected"), [
@@ -238,7 +238,7 @@ def test_huge_pages_are_asked_for_only_where_the_kernel_hands_them_out_on_reques
 ])
 def test_malloc_is_asked_for_huge_pages_on_top_of_the_users_own_tunables(
         tunables: str | None, expected: str) -> None:
-    assert _with_huge_page_malloc(tunables) == expected
+    assert with_huge_page_malloc(tunables) == expected
 
 
 def _malloc_tunables(_rows: Iterator[Any]) -> Iterator[str | None]:
@@ -246,7 +246,7 @@ def _malloc_tunables(_rows: Iterator[Any]) -> Iterator[str | None]:
 
 
 @pytest.mark.spark
-@pytest.mark.skipif(not _huge_pages_on_request(),
+@pytest.mark.skipif(not huge_pages_on_request(),
                     reason="this kernel hands out no transparent huge pages on request")
 def test_a_local_jvm_and_its_workers_ask_for_huge_pages(spark: Any) -> None:
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
@@ -268,7 +268,7 @@ def test_the_launch_environment_is_put_back(monkeypatch: pytest.MonkeyPatch,
         monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     else:
         monkeypatch.setenv("GLIBC_TUNABLES", before)
-    with _environment_variable("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"):
+    with environment_variable("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"):
         assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
     assert os.environ.get("GLIBC_TUNABLES") == before
 
@@ -377,11 +377,11 @@ def test_a_processor_shipped_to_a_worker_keeps_shards_where_the_next_task_finds_
     from pyspark import cloudpickle
 
     from tickwheel.pipeline import _worker_state
-    from tickwheel.pipeline.spark_engine import _processor_class
+    from tickwheel.pipeline._spark_tasks import processor_class
 
     # Spark ships the processor by value; a dict it named directly came along as a
     # copy, new for every task.
-    shipped = cloudpickle.loads(cloudpickle.dumps(_processor_class()([0, 1], 10, None, 1)))
+    shipped = cloudpickle.loads(cloudpickle.dumps(processor_class()([0, 1], 10, None, 1)))
     names = type(shipped)._loaded.__globals__
     assert names["_worker_state"] is _worker_state
     assert [name for name, value in names.items()

@@ -38,7 +38,7 @@ from tickwheel.pipeline._spark_python import drop_bundled_zips
 __all__ = ["PRELOADED", "YoungCollections", "main", "preload", "use_young_collections"]
 
 #: Imported by :func:`preload`, in this order.
-PRELOADED = ("pyarrow", "pandas", "tickwheel.pipeline.spark_engine")
+PRELOADED = ("pyarrow", "pandas", "tickwheel.pipeline._spark_tasks")
 
 # What the libraries behind PRELOADED read when they load: no background thread for
 # the jemalloc pyarrow bundles (its variable has pyarrow's prefix), one thread for
