@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 if __name__ == "__main__" and sys.path and sys.path[0] and (
@@ -34,6 +35,20 @@ __all__ = ["main"]
 _PROG = "tickwheel.spark_job"
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum``, checked before Spark
+    starts (which takes seconds)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG, description="Resolve an event log with the Spark engine, as a "
@@ -46,15 +61,15 @@ def _parser() -> argparse.ArgumentParser:
                         help="writes outcomes/ and quarantine/ here")
     parser.add_argument("--checkpoint", type=Path,
                         help="checkpoint directory (default: OUTPUT/_checkpoint)")
-    parser.add_argument("--lateness-ms", type=int, default=10_000,
+    parser.add_argument("--lateness-ms", type=_at_least(0), default=10_000,
                         help="rows this far behind the largest ts_ms read so far are late")
-    parser.add_argument("--dedupe-retention-ms", type=int, default=None,
+    parser.add_argument("--dedupe-retention-ms", type=_at_least(0), default=None,
                         help="remember an op_id this long after its first watch (and "
                              "while it is pending); default: forever")
-    parser.add_argument("--shards", type=int, default=None,
+    parser.add_argument("--shards", type=_at_least(1), default=None,
                         help="shards of the op-id space, fixed by a checkpoint's first "
                              "run (default: the master's parallelism)")
-    parser.add_argument("--max-files-per-trigger", type=int, default=None,
+    parser.add_argument("--max-files-per-trigger", type=_at_least(1), default=None,
                         help="input files per micro-batch (default: all new files)")
     parser.add_argument("--final", action=argparse.BooleanOptionalAction, default=True,
                         help="end the input when done, so every row is applied; "
@@ -74,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.input is None or args.output is None:
         parser.error("--input and --output are required")
+    if not args.input.is_dir():
+        parser.error(f"--input: directory {args.input} does not exist")
     # How PySpark itself knows that spark-submit started it: the JVM's gateway port.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         parser.error("start it with spark-submit (see --help), or run "

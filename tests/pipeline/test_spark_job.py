@@ -64,6 +64,25 @@ def test_outside_spark_submit_it_refuses_and_says_what_to_run_instead(
     assert "--input and --output are required" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--lateness-ms", "-1"], "argument --lateness-ms: must be at least 0, got -1"),
+    (["--shards", "0"], "argument --shards: must be at least 1, got 0"),
+    (["--max-files-per-trigger", "x"], "argument --max-files-per-trigger: 'x' is not an integer"),
+    (["--dedupe-retention-ms", "-5"], "argument --dedupe-retention-ms: must be at least 0"),
+    (["--input", "/nonexistent/events"], "--input: directory /nonexistent/events does not exist"),
+])
+def test_bad_arguments_are_refused_before_spark_starts(
+        args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # As under spark-submit: only the arguments stand between the job and its session.
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")
+    base = ["--input", str(tmp_path), "--output", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit:
+        spark_job.main(base + args)
+    assert exit.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 @pytest.mark.spark
 def test_spark_submit_runs_it_on_its_master_with_the_reference_engines_outcomes(
         tmp_path: Path) -> None:
