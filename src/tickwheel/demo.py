@@ -73,7 +73,7 @@ def drive(timer: TimerBase, seed: int = 7) -> dict[str, float]:
     }
 
 
-def pipeline(events: int = 1_000_000) -> None:
+def pipeline(events: int = 2_500_000) -> None:
     """The main job: a workload from the broker models, resolved by the Spark engine
     (local mode) and by the reference engine, which must agree row for row."""
     import tempfile
