@@ -1,0 +1,38 @@
+"""`make run`'s job (tickwheel.demo) runs end to end on a small workload: the timers'
+part on the real clock, then both engines, which must agree, and the delivery."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.spark
+@pytest.mark.realtime
+@pytest.mark.slow
+def test_the_main_job_runs_and_its_engines_agree(tmp_path: Path) -> None:
+    env = dict(os.environ, TMPDIR=str(tmp_path))  # its outputs, kept for the user
+    done = subprocess.run([sys.executable, "-m", "tickwheel.demo", "--events", "3000"],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "every request was either answered or timed out exactly once" in out
+    agreed = re.search(r"the Spark and local engines agree on all ([\d,]+) outcomes", out)
+    assert agreed is not None and int(agreed[1].replace(",", "")) > 0, out
+    assert re.search(r"delivered through the batching dispatcher: [\d,]+ outcomes in .*, "
+                     r"0 undelivered", out), out
+    plot = re.search(r"plot: (\S+\.png)", out)
+    assert plot is not None and Path(plot[1]).is_file()
+    assert Path(plot[1]).is_relative_to(tmp_path)
+
+
+def test_a_workload_of_no_events_is_refused() -> None:
+    done = subprocess.run([sys.executable, "-m", "tickwheel.demo", "--events", "0"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "--events must be at least 1, got 0" in done.stderr
