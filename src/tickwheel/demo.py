@@ -79,9 +79,15 @@ def drive(timer: TimerBase, seed: int = 7) -> dict[str, float]:
     }
 
 
-def pipeline(events: int = DEFAULT_EVENTS) -> None:
+def _empty_or_absent(path: Path) -> bool:
+    return not path.exists() or (path.is_dir() and not any(path.iterdir()))
+
+
+def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
     """The main job: a workload from the broker models, resolved by the Spark engine
-    (local mode) and by the reference engine, which must agree row for row."""
+    (local mode) and by the reference engine, which must agree row for row. Everything
+    it writes goes to ``output`` (a new temporary directory by default), which must be
+    empty or absent: a checkpoint or a log left there would change the run."""
     import tempfile
     import time as _time
 
@@ -95,7 +101,12 @@ def pipeline(events: int = DEFAULT_EVENTS) -> None:
     from tickwheel.pipeline.reference import ReferenceEngine
     from tickwheel.pipeline.report import plot, summarize
 
-    out = Path(tempfile.mkdtemp(prefix="tickwheel-demo-"))
+    if output is None:
+        out = Path(tempfile.mkdtemp(prefix="tickwheel-demo-"))
+    elif not _empty_or_absent(output):
+        raise SystemExit(f"--output: {output} is not an empty directory")
+    else:
+        out = output
     print(f"\npipeline: generating {events:,} events from the broker models ...", flush=True)
     stats = write_event_log(GeneratorConfig(events=events, malformed_fraction=0.002,
                                             disorder_ms=2_000), out / "events")
@@ -211,9 +222,15 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=DEFAULT_EVENTS,
                         help="events in the pipeline's workload (default: %(default)s)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="an empty or new directory for the event log, both engines' "
+                             "outputs, the checkpoint and the plot (default: a new "
+                             "temporary directory)")
     args = parser.parse_args(argv)
     if args.events < 1:
         parser.error(f"--events must be at least 1, got {args.events}")
+    if args.output is not None and not _empty_or_absent(args.output):
+        parser.error(f"--output: {args.output} is not an empty directory")
     print(f"tickwheel demo: {REQUESTS:,} requests with timeouts of "
           f"{TIMEOUT_RANGE_MS[0]}-{TIMEOUT_RANGE_MS[1]} ms, {ANSWERED:.0%} answered in time\n")
     results: dict[str, dict[str, float]] = {}
@@ -229,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     if lost:
         raise SystemExit(f"requests neither answered nor timed out on: {', '.join(lost)}")
     print("\nevery request was either answered or timed out exactly once")
-    pipeline(args.events)
+    pipeline(args.events, args.output)
 
 
 if __name__ == "__main__":
