@@ -354,6 +354,19 @@ def test_a_clock_that_goes_backwards_resets_the_delay() -> None:
     assert shaper.transmission_delay() == 0
 
 
+@pytest.mark.parametrize("failure_at", [-1, 0, -(2**70)])
+def test_a_failure_at_any_clock_reading_backs_off(failure_at: int) -> None:
+    # -1 once meant "no failure", so a congestion at time -1 was forgotten at once.
+    c = BackwardsClock()
+    c.now = failure_at
+    shaper = TrafficShaper(c, congestion_retry_delay_ms=1_000, network_failure_retry_ms=100)
+    shaper.register_failure(ProcessingResult.CONGESTION)
+    assert shaper.transmission_delay() == 1_000
+    shaper.register_failure(ProcessingResult.TRANSIENT_ERROR)
+    c.now += 1_000
+    assert shaper.transmission_delay() == 0
+
+
 # -- the dispatcher's edges --------------------------------------------------------------
 
 
@@ -394,6 +407,60 @@ def test_close_reports_what_it_could_not_deliver_and_refuses_new_tasks(
     assert time.monotonic() - started < 5
     with pytest.raises(DispatcherClosed):
         d.process("late", "late", FAR)
+    assert d.close() == 0
+
+
+def accounted(d: TaskDispatcher[object]) -> int:
+    """Where every accepted task is (DispatcherStats' invariant)."""
+    s = d.stats()
+    return (s.tasks["success"] + s.dropped + s.expired + s.overridden + s.queue_overflows
+            + s.abandoned + s.late + s.in_flight + s.acceptor_queue + s.reprocess_queue
+            + s.pending)
+
+
+@pytest.mark.parametrize("workers", [1, 8])
+def test_close_gives_up_on_a_blocked_processor_within_its_timeout(
+        clock: ManualClock, workers: int) -> None:
+    p = Recorder([ProcessingResult.CONGESTION] * 100)
+    p.gate.clear()  # every processor call blocks until the gate opens
+    d = create_batching_dispatcher("blocked", p, max_batch_size=10, worker_count=workers,
+                                   max_batching_delay_ms=0, clock=clock)
+    for i in range(10 * workers + 25):
+        d.process(i, i, FAR)
+    assert wait_until(lambda: d.stats().in_flight == 10 * workers)
+    started = time.monotonic()
+    assert d.close(timeout_s=1.0) == 10 * workers + 25  # in flight and still queued
+    assert time.monotonic() - started < 1.8  # not a second timeout for the join
+    s = d.stats()
+    assert (s.in_flight, s.abandoned, s.late) == (10 * workers, 25, 0)
+    assert accounted(d) == s.accepted
+    p.gate.set()  # the processors answer CONGESTION after close: late, not requeued
+    assert wait_until(lambda: d.stats().late == 10 * workers)
+    s = d.stats()
+    assert (s.in_flight, s.reprocess_queue, s.replayed, s.abandoned) == (0, 0, 0, 25)
+    assert accounted(d) == s.accepted == 10 * workers + 25
+    assert d.close() == 0
+
+
+def test_every_accepted_task_is_accounted_for_exactly_once(clock: ManualClock) -> None:
+    p = Recorder([ProcessingResult.SUCCESS, ProcessingResult.PERMANENT_ERROR,
+                  ProcessingResult.TRANSIENT_ERROR])
+    d = create_batching_dispatcher("ledger", p, max_batch_size=5, worker_count=2,
+                                   max_batching_delay_ms=0, network_failure_retry_ms=0,
+                                   clock=clock)
+    for i in range(40):
+        d.process(i % 30, i, FAR if i != 3 else 0)  # ids repeat; one task already expired
+    assert d.close(timeout_s=5) == 0
+    s = d.stats()
+    assert s.accepted == 40 and s.dropped >= 1 and s.expired == 1
+    assert accounted(d) == 40
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "1"])
+def test_close_refuses_a_bad_timeout(clock: ManualClock, bad: object) -> None:
+    d = create_batching_dispatcher("t", Recorder(), clock=clock)
+    with pytest.raises((TypeError, ValueError), match="timeout_s"):
+        d.close(timeout_s=bad)  # type: ignore[arg-type]
     assert d.close() == 0
 
 

@@ -23,7 +23,9 @@ delays = st.one_of(
 )
 steps = st.one_of(
     st.tuples(st.just("schedule"), delays),
+    # Deadlines relative to the start (see check_against_model), around -1 and 0 too.
     st.tuples(st.just("schedule_at"), st.integers(-100, 300_000)),
+    st.tuples(st.just("schedule_at_abs"), st.sampled_from([-2, -1, 0, 1, -2**40, 2**40])),
     st.tuples(st.just("cancel"), st.integers(0, 10_000)),
     st.tuples(st.just("advance"), st.one_of(st.integers(0, 300), st.integers(0, 30_000),
                                             st.sampled_from([2**41, 2**63]))),
@@ -52,7 +54,9 @@ def make_timers(clock: ManualClock, tick_ms: int, wheel_size: int) -> list[Timer
 @given(
     tick_ms=st.sampled_from([1, 2, 7, 100]),
     wheel_size=st.sampled_from([2, 3, 8, 256]),
-    start=st.integers(0, 10**6),
+    # Any int is a time: negative, zero and huge clocks too.
+    start=st.one_of(st.integers(-10**6, 10**6), st.integers(-300, 300),
+                    st.sampled_from([-2**62, -1, 0, 2**62])),
     ops=st.lists(steps, max_size=60),
 )
 def test_timers_match_the_reference_model(tick_ms: int, wheel_size: int, start: int,
@@ -70,14 +74,15 @@ def check_against_model(timer: TimerBase, clock: ManualClock, ops: list[tuple[st
     tasks = []
     for op, arg in ops:
         now = clock.now_ms()
-        if op in ("schedule", "schedule_at"):
-            exp = Expected(expiration=now + arg if op == "schedule" else arg, added_at=now)
+        if op in ("schedule", "schedule_at", "schedule_at_abs"):
+            deadline = {"schedule": now + arg, "schedule_at": start + arg}.get(op, arg)
+            exp = Expected(expiration=deadline, added_at=now)
             model.append(exp)
             fire = recorder(exp, clock)
             if op == "schedule":
                 tasks.append(timer.schedule(arg, fire))
             else:
-                tasks.append(timer.schedule_at(arg, fire))
+                tasks.append(timer.schedule_at(deadline, fire))
         elif op == "cancel" and tasks:
             i = arg % len(tasks)
             was_pending = not model[i].runs and not model[i].cancelled

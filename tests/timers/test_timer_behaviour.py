@@ -207,6 +207,28 @@ def test_close_drops_pending_and_rejects_new_tasks(timer: TimerBase, clock: Manu
     assert timer.close() == 0  # idempotent
 
 
+def test_close_cancels_what_is_pending_as_netty_stop_does(timer: TimerBase,
+                                                          clock: ManualClock) -> None:
+    out: list[str] = []
+    pending = [timer.schedule(100 + i, out.append, str(i)) for i in range(3)]
+    pending.append(timer.schedule(-1, out.append, "due"))  # due, but not collected yet
+    pending.append(timer.schedule_periodic(10, out.append, "beat"))
+    gone = timer.schedule(50, out.append, "gone")
+    assert gone.cancel()
+    moved = timer.schedule(70, out.append, "moved")
+    timer.add(moved)  # added twice: one pending task, cancelled once
+    assert timer.close() == 6
+    for task in [*pending, moved]:
+        assert task.cancelled and not task.pending
+        assert task.cancel() is False
+    assert "cancelled" in repr(pending[0])
+    s = timer.stats()
+    assert (s.pending, s.cancelled, s.expired) == (0, 7, 0)
+    clock.advance(1_000)
+    timer.advance_clock(0)
+    assert out == []
+
+
 def test_context_manager_closes(clock: ManualClock) -> None:
     from tickwheel import TimingWheelTimer
 

@@ -151,3 +151,20 @@ def test_re_adding_tasks_moves_them_and_keeps_the_count_exact(clock: ManualClock
     clock.advance(25)
     t.advance_clock(0)
     assert sorted(out) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("tick_ms", [1, 3, 100])
+@pytest.mark.parametrize("deadline", [-1, -2, 0, -256, -257])
+def test_a_task_due_at_any_tick_runs_negative_ones_included(tick_ms: int, deadline: int) -> None:
+    # A bucket due at tick -1 once looked "not queued" (the sentinel was -1) and never ran.
+    clock = ManualClock(-10_000)
+    timer = TimingWheelTimer(tick_ms=tick_ms, clock=clock, executor=None)
+    ran: list[int] = []
+    timer.schedule_at(deadline, lambda: ran.append(clock.now_ms()))
+    clock.set(deadline - 1)
+    timer.advance_clock(0)
+    assert ran == []
+    clock.set(10_000)
+    timer.advance_clock(0)
+    assert ran == [10_000]
+    assert len(timer) == 0

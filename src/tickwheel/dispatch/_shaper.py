@@ -24,8 +24,9 @@ class TrafficShaper:
         self._clock = clock
         self.congestion_retry_delay_ms = min(MAX_DELAY_MS, congestion_retry_delay_ms)
         self.network_failure_retry_ms = min(MAX_DELAY_MS, network_failure_retry_ms)
-        self._last_congestion_ms = -1
-        self._last_network_failure_ms = -1
+        # None: no failure to back off from (any int is a valid clock reading).
+        self._last_congestion_ms: int | None = None
+        self._last_network_failure_ms: int | None = None
         self._lock = threading.Lock()
 
     def register_failure(self, result: ProcessingResult) -> None:
@@ -40,14 +41,14 @@ class TrafficShaper:
         """Milliseconds to wait before handing out more work (0: go)."""
         now = self._clock.now_ms()
         with self._lock:
-            if self._last_congestion_ms != -1:
+            if self._last_congestion_ms is not None:
                 elapsed = now - self._last_congestion_ms
                 if 0 <= elapsed < self.congestion_retry_delay_ms:
                     return self.congestion_retry_delay_ms - elapsed
-                self._last_congestion_ms = -1
-            if self._last_network_failure_ms != -1:
+                self._last_congestion_ms = None
+            if self._last_network_failure_ms is not None:
                 elapsed = now - self._last_network_failure_ms
                 if 0 <= elapsed < self.network_failure_retry_ms:
                     return self.network_failure_retry_ms - elapsed
-                self._last_network_failure_ms = -1
+                self._last_network_failure_ms = None
         return 0

@@ -112,8 +112,8 @@ class TimerBase(TaskOwner):
         processed at all (a bucket flushed counts, even if it only demoted tasks)."""
         raise NotImplementedError
 
-    def _clear(self) -> int:
-        """Drop everything pending; return how many."""
+    def _clear(self) -> list[TimerTask]:
+        """Take out everything pending (each task once, its owner unset)."""
         raise NotImplementedError
 
     def _next_due_ms(self) -> int | None:
@@ -245,7 +245,9 @@ class TimerBase(TaskOwner):
         self._driver.start()
 
     def close(self) -> int:
-        """Stop the timer; drop what is pending and return how many were dropped.
+        """Stop the timer; cancel what is pending and return how many (Netty's
+        ``stop()``): each of those tasks reports ``cancelled`` and never runs, and a
+        delayed operation among them is resolved as cancelled, so nothing waits on it.
 
         Tasks already due and handed to the executor still run; the timer's own
         executor is shut down after them.
@@ -254,11 +256,20 @@ class TimerBase(TaskOwner):
             if self._closed:
                 return 0
             self._closed = True
-            dropped = self._clear()
+            tasks = self._clear()
+            for task in tasks:
+                task._index = CANCELLED
+            dropped = len(tasks)
+            self._cancelled += dropped
             self._size = 0
             self._cond.notify_all()
+        for task in tasks:
+            try:
+                task._dropped_by_close()
+            except Exception:
+                self._task_failed(task)
         if dropped:
-            log.info("%s timer closed, dropped %d pending tasks", self.kind, dropped)
+            log.info("%s timer closed, cancelled %d pending tasks", self.kind, dropped)
         if self._driver is not None:
             self._driver.stop()
         if self._owns_executor and self._executor is not None:

@@ -22,20 +22,22 @@ __all__ = ["Bucket"]
 
 
 class Bucket(TaskOwner):
-    """Tasks sharing one slot; ``expiration`` is the tick at which the slot is due
-    (-1 while the bucket is not in its timer's delay queue). No order is kept within
-    a bucket: its tasks fall due in the same tick.
+    """Tasks sharing one slot; ``expiration`` is the tick at which the slot is due,
+    meaningful only while ``queued`` (the bucket is in its timer's delay queue). A
+    flag rather than a sentinel tick: ticks are any int, negative ones included. No
+    order is kept within a bucket: its tasks fall due in the same tick.
 
     Every mutation happens under the owning timer's lock; the bucket keeps a reference
     to its timer only to take that lock and keep the timer's counters exact on cancel.
     """
 
-    __slots__ = ("_tasks", "_timer", "expiration")
+    __slots__ = ("_tasks", "_timer", "expiration", "queued")
 
     def __init__(self, timer: TimerBase) -> None:
         self._tasks: list[TimerTask] = []
         self._timer = timer
-        self.expiration = -1
+        self.expiration = 0
+        self.queued = False
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -72,8 +74,17 @@ class Bucket(TaskOwner):
         self._tasks = []
         for task in out:
             task._owner = None
-        self.expiration = -1
+        self.queued = False
         return out
+
+    def due_at(self, expiration: int) -> bool:
+        """Mark the bucket due at ``expiration``; True if it must enter the delay queue
+        (it was not queued, or queued for another tick). Caller holds the lock."""
+        if self.queued and self.expiration == expiration:
+            return False
+        self.expiration = expiration
+        self.queued = True
+        return True
 
     def remove_task(self, task: TimerTask, cancelling: bool) -> bool:
         timer = self._timer

@@ -152,13 +152,15 @@ class HashedWheelTimer(TimerBase):
             self._account_due(due, now_ms)
         return due, bool(due)
 
-    def _clear(self) -> int:
-        dropped = self._size
+    def _clear(self) -> list[TimerTask]:
+        dropped: list[TimerTask] = []
         for task in self._timeouts:
-            task._owner = None
+            if task._owner is self:  # not cancelled, nor moved on by a duplicate entry
+                task._owner = None
+                dropped.append(task)
         self._timeouts.clear()
         for bucket in self._buckets:
-            bucket.drain()
+            dropped.extend(bucket.drain())
         return dropped
 
     def _next_due_ms(self) -> int | None:

@@ -80,11 +80,12 @@ class HeapTimer(TimerBase):
             self._account_due(due, now_ms)
         return due, bool(due)
 
-    def _clear(self) -> int:
-        dropped = self._size
+    def _clear(self) -> list[TimerTask]:
+        dropped: list[TimerTask] = []
         for _, _, task in self._heap:
-            if task._owner is self:
+            if task._owner is self:  # once: a task added twice has one live owner
                 task._owner = None
+                dropped.append(task)
         self._heap.clear()
         return dropped
 

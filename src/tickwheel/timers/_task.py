@@ -105,6 +105,10 @@ class TimerTask:
         """The work itself; subclasses override this."""
         raise NotImplementedError("TimerTask subclasses must override run()")
 
+    def _dropped_by_close(self) -> None:
+        """Called once the task's timer closed while it was pending (it is already
+        marked cancelled): a hook for tasks that others wait on."""
+
     def __repr__(self) -> str:
         state = "pending" if self._owner is not None else (
             "cancelled" if self.cancelled else "idle"
@@ -191,6 +195,10 @@ class PeriodicTask(TimerTask):
         removed = super().cancel()
         self._cancelled_series = was_running_series or removed
         return self._cancelled_series
+
+    def _dropped_by_close(self) -> None:
+        self._stopped = True
+        self._cancelled_series = True
 
     def run(self) -> None:
         if self._stopped:

@@ -91,9 +91,8 @@ class TimingWheelTimer(TimerBase):
             mask = self._mask0
             bucket = self._buckets0[tick & mask if mask >= 0 else tick % size]
             bucket.append(task)
-            if bucket.expiration == tick:
+            if not bucket.due_at(tick):
                 return
-            bucket.expiration = tick
         else:
             placed = self._wheel.next_level().place(task, tick, current)
             if placed is None:
@@ -108,8 +107,8 @@ class TimingWheelTimer(TimerBase):
         flushed = False
         while queue and queue[0][0] <= now_tick:
             flush_at, _, bucket = heapq.heappop(queue)
-            if bucket.expiration != flush_at:
-                continue
+            if not bucket.queued or bucket.expiration != flush_at:
+                continue  # stale: the bucket was flushed, or re-queued for another tick
             flushed = True
             self._flushes += 1
             self._current = flush_at
@@ -122,12 +121,12 @@ class TimingWheelTimer(TimerBase):
             self._account_due(due, now_ms)
         return due, flushed or bool(due)
 
-    def _clear(self) -> int:
-        dropped = 0
+    def _clear(self) -> list[TimerTask]:
+        dropped: list[TimerTask] = []
         for _, _, bucket in self._queue:
-            dropped += len(bucket.drain())
+            dropped.extend(bucket.drain())  # a bucket queued twice is empty the second time
         self._queue.clear()
-        dropped += len(self._due.drain())
+        dropped.extend(self._due.drain())
         return dropped
 
     def _next_due_ms(self) -> int | None:

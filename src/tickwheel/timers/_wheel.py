@@ -70,10 +70,7 @@ class TimingWheel:
             bucket.append(task)
             # A slot is reused only once its previous span is flushed, so a bucket
             # holds one expiration at a time.
-            if bucket.expiration != flush_at:
-                bucket.expiration = flush_at
-                return bucket
-            return None
+            return bucket if bucket.due_at(flush_at) else None
 
     @property
     def levels(self) -> int:
