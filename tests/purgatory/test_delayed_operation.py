@@ -463,3 +463,52 @@ def test_the_reaper_expires_on_a_real_clock_and_close_wakes_it() -> None:
     started = time.monotonic()
     purgatory.close()
     assert time.monotonic() - started < 2.0  # woken, not left to finish its 200 ms poll
+
+
+# -- closing -----------------------------------------------------------------------------
+
+
+def test_close_resolves_every_pending_operation_as_cancelled(clock: ManualClock) -> None:
+    import asyncio
+
+    timer = TimingWheelTimer(clock=clock, executor=None)
+    purgatory = Purgatory("closing", timer=timer, reaper=False)
+    ops = [MockOperation(1_000) for _ in range(4)]
+    for i, op in enumerate(ops):
+        purgatory.try_complete_else_watch(op, [f"k{i % 2}", "shared"])
+    done = MockOperation(1_000)
+    done.completable = True
+    purgatory.try_complete_else_watch(done, ["k0"])  # completed at once: not pending
+    seen: list[Outcome | None] = []
+    ops[0].add_done_callback(lambda o: seen.append(o.outcome))
+
+    async def main() -> Outcome:
+        waiter = asyncio.ensure_future(purgatory.wait(ops[1]))
+        await asyncio.sleep(0)
+        assert purgatory.close() == 4
+        return await asyncio.wait_for(waiter, 10)
+
+    assert asyncio.run(main()) is Outcome.CANCELLED  # an outcome, not an exception
+    assert seen == [Outcome.CANCELLED]
+    assert all(op.outcome is Outcome.CANCELLED and op.completions == 1 for op in ops)
+    assert done.outcome is Outcome.COMPLETED and done.completions == 1
+    assert (purgatory.watched, purgatory.num_keys, len(timer)) == (0, 0, 0)
+    assert purgatory.stats().cancelled == 4
+    assert purgatory.close() == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        purgatory.try_complete_else_watch(MockOperation(1), ["k"])
+    clock.advance(5_000)
+    timer.advance_clock(0)
+    assert all(op.expirations == 0 and op.completions == 1 for op in ops)
+
+
+def test_closing_a_bare_timer_cancels_its_operations() -> None:
+    clock = ManualClock()
+    timer = TimingWheelTimer(clock=clock, executor=None)
+    op = MockOperation(100)
+    seen: list[Outcome | None] = []
+    op.add_done_callback(lambda o: seen.append(o.outcome))
+    timer.add(op)
+    assert timer.close() == 1
+    assert op.outcome is Outcome.CANCELLED and op.cancelled
+    assert seen == [Outcome.CANCELLED] and op.completions == 0  # cancelled: no on_complete

@@ -121,6 +121,11 @@ class DelayedOperation(TimerTask):
         if resolve(self, Outcome.EXPIRED):
             self.on_expiration()
 
+    def _dropped_by_close(self) -> None:
+        # Its timer closed: nobody will expire it, so it ends cancelled and its
+        # waiters are told.
+        resolve(self, Outcome.CANCELLED)
+
     def cancel(self) -> bool:
         """Resolve the operation as cancelled: it leaves the timer and its watch lists
         and ``on_complete`` never runs. True if it was pending."""
@@ -171,8 +176,10 @@ def safe_try_complete(op: DelayedOperation) -> bool:
         lock.release()
 
 
-def resolve(op: DelayedOperation, outcome: Outcome) -> bool:
-    """Resolve ``op`` once: True for the one caller that wins."""
+def resolve(op: DelayedOperation, outcome: Outcome, complete: bool = False) -> bool:
+    """Resolve ``op`` once: True for the one caller that wins. ``on_complete`` runs
+    unless the outcome is ``CANCELLED``, or always with ``complete`` (a purgatory's
+    ``close()``: each operation still answers its caller)."""
     callbacks = None
     won = False
     lock = op._op_lock
@@ -186,7 +193,7 @@ def resolve(op: DelayedOperation, outcome: Outcome) -> bool:
         if op._owner is not None:
             TimerTask.cancel(op)
         callbacks, op._done_callbacks = op._done_callbacks, None
-        if outcome is not Outcome.CANCELLED:
+        if complete or outcome is not Outcome.CANCELLED:
             op.on_complete()
     finally:
         lock.release()

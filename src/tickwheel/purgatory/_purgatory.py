@@ -26,6 +26,7 @@ from tickwheel.purgatory._operation import (
     DelayedOperation,
     Outcome,
     is_resolved,
+    resolve,
     safe_try_complete,
 )
 from tickwheel.purgatory._reaper import Reaper
@@ -145,6 +146,9 @@ class Purgatory:
             self._timer.add(op)
             if is_resolved(op):
                 TimerTask.cancel(op)
+        if self._closed and not is_resolved(op):
+            # close() ran while this was watched: it may have looked before the watch.
+            resolve(op, Outcome.CANCELLED, complete=True)
         if is_resolved(op):
             # It completed while we were adding watchers, maybe after its completer had
             # unwatched the keys: make sure nothing is left behind.
@@ -270,17 +274,37 @@ class Purgatory:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Stop the reaper (waking it) and, if the purgatory made its timer, close it."""
+    def close(self) -> int:
+        """Refuse new operations, resolve every pending one as ``CANCELLED`` and return
+        how many. Their ``on_complete`` runs (each can still answer its caller: it sees
+        ``outcome is Outcome.CANCELLED``) and ``wait()`` returns that outcome. Then stop
+        the reaper and, if the purgatory made its timer, close it."""
         if self._closed:
-            return
+            return 0
         self._closed = True
         if self._reaper is not None:
             self._reaper.stop_soon()
             self._timer.wake()
             self._reaper.stop()
+        resolved = self._cancel_pending()
         if self._owns_timer:
             self._timer.close()
+        if resolved:
+            log.info("purgatory %s closed, cancelled %d pending operations", self.name,
+                     resolved)
+        return resolved
+
+    def _cancel_pending(self) -> int:
+        resolved = 0
+        for op in self._watchers.operations():
+            try:
+                if resolve(op, Outcome.CANCELLED, complete=True):
+                    resolved += 1
+            except Exception:
+                resolved += 1  # resolved all the same: on_complete raised after the win
+                self._count_error()
+                log.exception("purgatory %s: completing %r on close raised", self.name, op)
+        return resolved
 
     def __enter__(self) -> Purgatory:
         return self

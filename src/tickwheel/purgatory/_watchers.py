@@ -147,6 +147,16 @@ class Watchers:
                         shard.lists[key] = dict.fromkeys(live)
         return purged
 
+    def operations(self) -> list[DelayedOperation]:
+        """Every operation watching any key, each once."""
+        seen: dict[DelayedOperation, None] = {}
+        for shard in self._shards:
+            with shard.lock:
+                for entry in shard.lists.values():
+                    for op in _listed(entry):
+                        seen[op] = None
+        return list(seen)
+
     @property
     def watched(self) -> int:
         """Watcher entries across all keys (an operation counts once per key)."""
