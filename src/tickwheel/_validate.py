@@ -6,7 +6,7 @@ import math
 import numbers
 from typing import SupportsFloat, TypeAlias
 
-__all__ = ["Millis", "check_delay_ms", "check_positive_int"]
+__all__ = ["Millis", "check_delay_ms", "check_positive_int", "check_timeout"]
 
 #: What the public API takes for a time in milliseconds: any real number (an int is
 #: kept exact, however large; a float is rounded up). Typed as a protocol rather than
@@ -40,3 +40,14 @@ def check_positive_int(name: str, value: object, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def check_timeout(name: str, value: object) -> float:
+    """A timeout in seconds: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float | numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} "
+                        f"{value!r}")
+    seconds = float(value)
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return seconds

@@ -167,10 +167,14 @@ class AcceptorExecutor:
         self._wake.set()
         self._thread.join(timeout_s)
 
-    def held(self) -> int:
-        """How many tasks are still here (after ``stop``, and after the workers have
-        stopped: a worker may hand a failed batch back until then)."""
+    def drop_held(self) -> int:
+        """Empty the queues and the buffer and return how many tasks they held (after
+        ``stop``, once the workers hand nothing back)."""
         held = len(self._acceptor_queue) + len(self._reprocess_queue) + len(self._pending)
+        self._acceptor_queue.clear()
+        self._reprocess_queue.clear()
+        self._pending.clear()
+        self._order.clear()
         # Batches handed out but not yet taken by a worker are still ours too.
         while True:
             try:

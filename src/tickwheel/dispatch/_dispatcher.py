@@ -11,7 +11,7 @@ from typing import Generic, TypeVar
 
 from tickwheel._clock import Clock, SystemClock
 from tickwheel._histogram import HistogramSnapshot
-from tickwheel._validate import check_delay_ms, check_positive_int
+from tickwheel._validate import check_delay_ms, check_positive_int, check_timeout
 from tickwheel.dispatch._acceptor import AcceptorExecutor
 from tickwheel.dispatch._shaper import TrafficShaper
 from tickwheel.dispatch._types import DispatcherClosed, TaskProcessor
@@ -31,7 +31,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class DispatcherStats:
-    """A snapshot of a dispatcher's counters and gauges."""
+    """A snapshot of a dispatcher's counters and gauges.
+
+    Every accepted task is in exactly one place: ``accepted == tasks["success"] +
+    dropped + expired + overridden + queue_overflows + abandoned + late + in_flight +
+    backlog`` (the queues, the pending buffer and batches handed out but not yet taken),
+    and ``backlog`` is 0 once the dispatcher is closed."""
 
     name: str
     accepted: int
@@ -39,13 +44,16 @@ class DispatcherStats:
     expired: int
     overridden: int
     queue_overflows: int
-    dropped: int
+    dropped: int  # after a permanent error (the processor said so, or raised)
     processor_errors: int
     batches: dict[str, int]  # executions by result
     tasks: dict[str, int]  # tasks by the result of their execution
     acceptor_queue: int
     reprocess_queue: int
     pending: int
+    in_flight: int  # tasks inside the processor now
+    abandoned: int  # never handed to the processor: still queued when close() gave up
+    late: int  # came back from the processor after close(): counted, not requeued
     batch_size: HistogramSnapshot
     wait_ms: HistogramSnapshot
 
@@ -77,6 +85,7 @@ class TaskDispatcher(Generic[T]):
             name, max_buffer_size, max_batch_size, max_batching_delay_ms, shaper,
             self._clock, max_acceptor_queue=max(10 * max_buffer_size, 100_000))
         self._workers = WorkerPool(name, worker_count, self._acceptor, processor, batching)
+        self._abandoned = 0
 
     def process(self, task_id: Hashable, task: T, expiry_ms: int) -> None:
         """Queue ``task``; ``expiry_ms`` is the clock time after which it is dropped.
@@ -96,24 +105,32 @@ class TaskDispatcher(Generic[T]):
         return len(batch)
 
     def close(self, timeout_s: float = 5.0) -> int:
-        """Refuse new tasks, deliver what is pending (partial batches go out at once)
-        for up to ``timeout_s``, then stop the acceptor and the workers; return the
-        number of tasks still pending, which are logged, not silently lost."""
+        """Refuse new tasks and deliver what is pending (partial batches go out at
+        once) for up to ``timeout_s``; then stop. Returns within ``timeout_s`` (plus
+        scheduling) the number of accepted tasks not delivered: those still queued
+        (``abandoned``) and those inside a processor (``in_flight``). A worker blocked
+        in the processor is left to return on its own; its result is counted as
+        ``late`` and nothing is requeued."""
+        timeout = check_timeout("timeout_s", timeout_s)
         with self._lock:
             if self._closed:
                 return 0
             self._closed = True
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout
         self._acceptor.flush()
         while time.monotonic() < deadline and not (self._acceptor.idle
                                                     and self._workers.busy == 0):
             time.sleep(0.002)
-        self._acceptor.stop(max(0.1, deadline - time.monotonic()))
-        self._workers.stop(timeout_s)
-        held = self._acceptor.held()
-        if held:
-            log.warning("dispatcher %s closed with %d tasks still pending", self.name, held)
-        return held
+        # The acceptor thread runs no user code: it stops within a pass.
+        self._acceptor.stop(max(0.05, deadline - time.monotonic()))
+        in_flight = self._workers.abandon()
+        held = self._acceptor.drop_held()
+        self._abandoned = held
+        self._workers.stop(deadline)
+        if held or in_flight:
+            log.warning("dispatcher %s closed with %d tasks undelivered (%d queued, %d "
+                        "inside the processor)", self.name, held + in_flight, held, in_flight)
+        return held + in_flight
 
     def __enter__(self) -> TaskDispatcher[T]:
         return self
@@ -146,13 +163,16 @@ class TaskDispatcher(Generic[T]):
             expired=a.expired,
             overridden=a.overridden,
             queue_overflows=a.queue_overflows,
-            dropped=w.dropped + a.reprocess_overflows,
+            dropped=w.dropped,
             processor_errors=w.processor_errors,
             batches={r.value: n for r, n in w.results.items()},
             tasks={r.value: n for r, n in w.task_results.items()},
             acceptor_queue=a.acceptor_queue_size,
             reprocess_queue=a.reprocess_queue_size,
             pending=a.pending_size,
+            in_flight=w.in_flight,
+            abandoned=self._abandoned + w.abandoned,
+            late=w.late,
             batch_size=a.batch_sizes.snapshot(),
             wait_ms=a.wait_ms.snapshot(),
         )

@@ -36,6 +36,12 @@ class WorkerPool:
         self.dropped = 0
         self.processor_errors = 0
         self.busy = 0  # workers inside the processor right now
+        self.in_flight = 0  # tasks inside the processor right now
+        # After abandon(): work a worker still picks up is not run, and results that
+        # come back are counted once, as late, and never requeued.
+        self._abandoned = False
+        self.abandoned = 0
+        self.late = 0
         self.work_per_worker = [0] * count
         kind = "Batch" if batching else "Single"
         self._threads = [
@@ -46,11 +52,17 @@ class WorkerPool:
         for t in self._threads:
             t.start()
 
-    def stop(self, timeout_s: float) -> None:
-        """Stop all workers within ``timeout_s`` in all (a worker inside a slow
-        processor call is left to finish on its own, as a daemon thread)."""
+    def abandon(self) -> int:
+        """From now on run nothing and requeue nothing; return the tasks inside the
+        processor at this moment (they will count as ``late`` when they return)."""
+        with self._lock:
+            self._abandoned = True
+            return self.in_flight
+
+    def stop(self, deadline: float) -> None:
+        """Stop the workers, waiting for them until the monotonic ``deadline``: a worker
+        blocked in a slow processor call is abandoned, not joined (a daemon thread)."""
         self._stopping.set()
-        deadline = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
 
@@ -68,24 +80,41 @@ class WorkerPool:
                 if single is None:
                     continue
                 holders = [single]
+            n = len(holders)
             with self._lock:
+                if self._abandoned:
+                    self.abandoned += n  # handed out just before close(): never run
+                    break
                 self.busy += 1
+                self.in_flight += n
+            result = ProcessingResult.PERMANENT_ERROR
             try:
                 result = self._execute(holders)
-                if result in (ProcessingResult.CONGESTION, ProcessingResult.TRANSIENT_ERROR):
-                    acceptor.reprocess(holders, result)
             finally:
+                # Under the lock with the abandoned check, so that close() counts every
+                # task once: requeued before it looks, or late after.
                 with self._lock:
                     self.busy -= 1
-            with self._lock:
-                self.results[result] += 1
-                self.task_results[result] += len(holders)
-                self.work_per_worker[index] += len(holders)
+                    self.in_flight -= n
+                    late = self._abandoned
+                    if late:
+                        self.late += n
+                    else:
+                        if result in (ProcessingResult.CONGESTION,
+                                      ProcessingResult.TRANSIENT_ERROR):
+                            acceptor.reprocess(holders, result)
+                        self.results[result] += 1
+                        self.task_results[result] += n
+                        self.work_per_worker[index] += n
+                        if result is ProcessingResult.PERMANENT_ERROR:
+                            self.dropped += n
+            if late:
+                log.warning("dispatcher %s: %d tasks came back from the processor (%s) "
+                            "after close; counted as late", acceptor.name, n, result.value)
+                break
             if result is ProcessingResult.PERMANENT_ERROR:
-                with self._lock:
-                    self.dropped += len(holders)
                 log.warning("dispatcher %s: permanent error, dropping %d tasks",
-                            acceptor.name, len(holders))
+                            acceptor.name, n)
 
     def _execute(self, holders: list[TaskHolder[Any]]) -> ProcessingResult:
         try:
