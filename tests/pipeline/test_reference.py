@@ -226,6 +226,14 @@ def test_a_dedupe_retention_bounds_the_op_ids_remembered() -> None:
      '"condition": "any_update"}', Reason.BAD_TYPE, 1),
     ('{"ts_ms": -2, "type": "watch", "op_id": "o", "keys": [], '
      '"deadline_ms": 9223372036854775806, "condition": "none"}', Reason.BAD_DEADLINE, -2),
+    # Lone surrogates are valid JSON but no UTF-8 output can hold them.
+    ('{"ts_ms": 1, "type": "watch", "op_id": "\\ud800", "keys": [], "deadline_ms": 9, '
+     '"condition": "none"}', Reason.BAD_STRING, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["a\\udfff"], "deadline_ms": 9, '
+     '"condition": "any_update"}', Reason.BAD_STRING, 1),
+    ('{"ts_ms": 1, "type": "update", "key": "\\ud800k", "value": 5}', Reason.BAD_STRING, 1),
+    ('{"ts_ms": 1, "type": "update", "key": "k", "error": "\\udc80"}', Reason.BAD_STRING, 1),
+    ('{"ts_ms": 1, "type": "cancel", "op_id": "\\ud800"}', Reason.BAD_STRING, 1),
 ])
 def test_malformed_rows_are_quarantined_with_a_reason(line: str, reason: Reason,
                                                       ts: int | None) -> None:
@@ -259,10 +267,10 @@ def test_well_formed_rows_parse_to_events_with_every_field_in_its_place() -> Non
         assert event._asdict() == expected._asdict()
 
 
-def test_a_string_json_takes_beyond_rfc_8259_still_parses() -> None:
-    line = '{"ts_ms": 1, "type": "update", "key": "\\ud800", "value": 2}'
+def test_escaped_surrogate_pairs_and_non_ascii_text_parse() -> None:
+    line = '{"ts_ms": 1, "type": "update", "key": "\\ud83d\\ude00 é", "value": 2}'
     event = parse_line(line)
-    assert type(event) is Event and event.key == "\ud800" and event.value == 2
+    assert type(event) is Event and event.key == "\U0001f600 é" and event.value == 2
 
 
 _VALUES = st.one_of(

@@ -70,6 +70,9 @@ class Reason(enum.Enum):
     # deadline_ms - ts_ms does not fit a long: the outcome's latency_ms could not be
     # written (the outputs' columns are int64), and the run would fail on it.
     BAD_DEADLINE = "bad_deadline"
+    # A string with a lone surrogate ("\ud800" is valid JSON): no UTF-8 output can
+    # hold it, and it would fail the whole run where the outcome is written.
+    BAD_STRING = "bad_string"
 
 
 class Outcome(enum.Enum):
@@ -155,12 +158,25 @@ def _long(row: dict[str, Any], name: str, ts: int | None) -> int:
     return value
 
 
+def _is_utf8(text: str) -> bool:
+    """True unless ``text`` holds a lone surrogate (an ASCII check is O(1) in CPython)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _string(row: dict[str, Any], name: str, ts: int | None) -> str:
     value = row.get(name)
     if value is None:  # absent or null
         raise _Bad(Reason.MISSING_FIELD, ts)
     if not isinstance(value, str):
         raise _Bad(Reason.BAD_TYPE, ts)
+    if not _is_utf8(value):
+        raise _Bad(Reason.BAD_STRING, ts)
     return value
 
 
@@ -354,6 +370,8 @@ def _watch(row: dict[str, Any], raw: str | None, ts: int) -> Wire:
     keys = row["keys"]
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise _Bad(Reason.BAD_TYPE, ts)
+    if not all(_is_utf8(k) for k in keys):
+        raise _Bad(Reason.BAD_STRING, ts)  # a target's key is one of these, or is refused
     if len(set(keys)) != len(keys):
         raise _Bad(Reason.BAD_KEYS, ts)
     if name == "none":

@@ -1,0 +1,73 @@
+"""Hostile input: whatever bytes or JSON values a log holds, the reference engine reads
+every row, applies or quarantines each one, and its outputs can be written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tickwheel.pipeline.io import (
+    json_lines,
+    outcomes_table,
+    quarantine_table,
+    read_parquet_rows,
+    write_outcomes,
+    write_quarantine,
+)
+from tickwheel.pipeline.reference import ReferenceEngine
+
+_FIELDS = ["ts_ms", "type", "op_id", "keys", "deadline_ms", "condition", "targets",
+           "min_total", "key", "value", "error"]
+_NAMES = ["watch", "update", "cancel", "tick", "all_at_least", "sum_at_least", "any_update",
+          "none", "k", "j"]
+# Any JSON value, lone surrogates and huge numbers included, and the contract's own
+# words so that some rows get far into the parser.
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**80), max_value=2**80), st.integers(-5, 5),
+    st.text(max_size=6), st.sampled_from(["\ud800", "a\udfff", "\U0001f600", *_NAMES]))
+_JSON = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["k", "j", "\ud800"]), inner,
+                                                 max_size=3)), max_leaves=6)
+
+
+def _resolve(lines: list[str]) -> None:
+    engine = ReferenceEngine(lateness_ms=5)
+    engine.feed_lines(lines)
+    result = engine.run()
+    assert result.rows_in == result.rows_applied + len(result.quarantine)
+    # Building the tables is where a string UTF-8 cannot hold used to fail the run.
+    assert outcomes_table(result.outcomes).num_rows == len(result.outcomes)
+    assert quarantine_table(result.quarantine).num_rows == len(result.quarantine)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.dictionaries(st.sampled_from(_FIELDS), _JSON), max_size=6))
+def test_arbitrary_json_in_every_field_is_applied_or_quarantined(
+        rows: list[dict[str, object]]) -> None:
+    _resolve([json.dumps(row) for row in rows])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400))
+def test_arbitrary_bytes_are_applied_or_quarantined(data: bytes) -> None:
+    _resolve([line for chunk in json_lines(data, slice_bytes=64) for line in chunk])
+
+
+def test_valid_rows_around_poison_ones_still_resolve(tmp_path: Path) -> None:
+    lines = ['{"ts_ms": 1, "type": "watch", "op_id": "\\ud800", "keys": [], '
+             '"deadline_ms": 5, "condition": "none"}',
+             '{"ts_ms": 1, "type": "watch", "op_id": "ok", "keys": [], '
+             '"deadline_ms": 5, "condition": "none"}',
+             '{"ts_ms": 9, "type": "tick"}']
+    engine = ReferenceEngine()
+    engine.feed_lines(lines)
+    result = engine.run()
+    assert [o.op_id for o in result.outcomes] == ["ok"]
+    assert [(q.raw, q.reason.value) for q in result.quarantine] == [(lines[0], "bad_string")]
+    write_outcomes(result.outcomes, tmp_path / "outcomes")
+    write_quarantine(result.quarantine, tmp_path / "quarantine")
+    assert read_parquet_rows(tmp_path / "quarantine")[0]["raw"] == lines[0]
