@@ -149,10 +149,13 @@ class TickwheelCollector(Collector):
              ("overridden", "Tasks replaced by a newer task with the same id"),
              ("queue_overflows", "Tasks dropped because the buffer was full"),
              ("dropped", "Tasks dropped after a permanent error"),
-             ("processor_errors", "Processor calls that raised")],
+             ("processor_errors", "Processor calls that raised"),
+             ("abandoned", "Tasks still queued when close() gave up"),
+             ("late", "Tasks whose processor returned after close()")],
             [("acceptor_queue", "Tasks in the acceptor queue"),
              ("reprocess_queue", "Tasks waiting for a retry"),
-             ("pending", "Tasks pending in the buffer")],
+             ("pending", "Tasks pending in the buffer"),
+             ("in_flight", "Tasks inside the processor")],
             [("batch_size", "Tasks per batch handed to a worker"),
              ("wait_ms", "Milliseconds from acceptance to hand-over")])
         executions = CounterMetricFamily("tickwheel_dispatcher_executions",
@@ -168,7 +171,8 @@ class TickwheelCollector(Collector):
                 "overridden": d.overridden, "queue_overflows": d.queue_overflows,
                 "dropped": d.dropped, "processor_errors": d.processor_errors,
                 "acceptor_queue": d.acceptor_queue, "reprocess_queue": d.reprocess_queue,
-                "pending": d.pending, "batch_size": d.batch_size, "wait_ms": d.wait_ms})
+                "pending": d.pending, "abandoned": d.abandoned, "late": d.late,
+                "in_flight": d.in_flight, "batch_size": d.batch_size, "wait_ms": d.wait_ms})
             for result, n in d.batches.items():
                 executions.add_metric([name, result], float(n))
             for result, n in d.tasks.items():
