@@ -33,12 +33,15 @@ def check_delay_ms(name: str, value: object) -> int:
     )
 
 
-def check_positive_int(name: str, value: object, minimum: int = 1) -> int:
-    """An int size or count that must be at least ``minimum``."""
+def check_positive_int(name: str, value: object, minimum: int = 1,
+                       maximum: int | None = None) -> int:
+    """An int size or count that must be at least ``minimum`` (and at most ``maximum``)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return int(value)
 
 

@@ -26,7 +26,14 @@ from tickwheel.pipeline.io import (
     write_outcomes,
     write_quarantine,
 )
-from tickwheel.pipeline.reference import DEFAULT_LATENESS_MS, ReferenceEngine
+from tickwheel.pipeline.limits import (
+    DEFAULT_LATENESS_MS,
+    MAX_FILES_PER_TRIGGER,
+    MAX_LATENESS_MS,
+    MAX_RETENTION_MS,
+    MAX_SHARDS,
+)
+from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
 
 app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
@@ -59,6 +66,9 @@ def generate(
     rows_per_file: Annotated[int, typer.Option(min=1)] = 20_000,
 ) -> None:
     """Generate a workload from the broker models and write it as JSON Lines files."""
+    if output.exists() and not output.is_dir():
+        console.print(f"[red]--output {output} exists and is not a directory[/red]")
+        raise typer.Exit(2)
     started = time.monotonic()
     with console.status(f"generating {events:,} events"):
         stats = write_event_log(GeneratorConfig(
@@ -73,10 +83,10 @@ def run(
     input: Annotated[Path, typer.Option("--input", help="event log directory")],
     output: Annotated[Path, typer.Option(help="writes outcomes/ and quarantine/ here")],
     engine: Annotated[Engine, typer.Option(help="which engine resolves the log")] = Engine.local,
-    lateness_ms: Annotated[int, typer.Option(min=0, help="rows this far behind the largest "
+    lateness_ms: Annotated[int, typer.Option(min=0, max=MAX_LATENESS_MS, help="rows this far behind the largest "
                                              "ts_ms read so far are late")] = DEFAULT_LATENESS_MS,
     dedupe_retention_ms: Annotated[int | None, typer.Option(
-        min=0, help="remember an op_id this long after its first watch (and while it "
+        min=0, max=MAX_RETENTION_MS, help="remember an op_id this long after its first watch (and while it "
                     "is pending) to quarantine duplicates; later, a watch of it starts a "
                     "new operation (default: forever)")] = None,
     checkpoint: Annotated[Path | None, typer.Option(
@@ -84,10 +94,10 @@ def run(
     master: Annotated[str | None, typer.Option(
         help="Spark master URL (default: local[2])")] = None,
     shards: Annotated[int | None, typer.Option(
-        min=1, help="Spark: shards of the op-id space, fixed by a checkpoint's first run "
+        min=1, max=MAX_SHARDS, help="Spark: shards of the op-id space, fixed by a checkpoint's first run "
                     "(default: the master's parallelism)")] = None,
     max_files_per_trigger: Annotated[int | None, typer.Option(
-        min=1, help="Spark: input files per micro-batch (default: all new files)")] = None,
+        min=1, max=MAX_FILES_PER_TRIGGER, help="Spark: input files per micro-batch (default: all new files)")] = None,
     final: Annotated[bool, typer.Option(
         help="Spark: end the input when done, so every row is applied (as the local "
              "engine does); --no-final leaves the last lateness-ms of rows held for "
@@ -216,16 +226,27 @@ def report(
     console.print(f"plot: {plot(output, plot_path)}")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+# Its own --help too goes to the benchmark (`tickwheel bench timers --help`).
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                               "help_option_names": []})
 def bench(
     ctx: typer.Context,
-    what: Annotated[BenchTarget, typer.Argument(help="which benchmark")],
+    what: Annotated[str | None, typer.Argument(
+        help="which benchmark: " + ", ".join(t.value for t in BenchTarget))] = None,
 ) -> None:
     """Run a benchmark; options after its name go to it (`tickwheel bench pipeline
-    --repeat 3`; `python -m tickwheel.bench WHAT --help` lists them)."""
+    --repeat 3`; `tickwheel bench WHAT --help` lists them)."""
     from tickwheel.bench.__main__ import main as bench_main
 
-    raise typer.Exit(bench_main([what.value, *ctx.args]))
+    targets = [t.value for t in BenchTarget]
+    if what not in targets:
+        asked = what in ("--help", "-h")
+        if not asked:
+            console.print(f"[red]which benchmark? one of {', '.join(targets)}"
+                          f"{'' if what is None else f', not {what!r}'}[/red]")
+        console.print(ctx.get_help())
+        raise typer.Exit(0 if asked else 2)
+    raise typer.Exit(bench_main([what, *ctx.args]))
 
 
 

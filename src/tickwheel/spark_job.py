@@ -30,14 +30,22 @@ if __name__ == "__main__" and sys.path and sys.path[0] and (
     # others of those names.
     del sys.path[0]
 
+from tickwheel.pipeline.limits import (
+    DEFAULT_LATENESS_MS,
+    MAX_FILES_PER_TRIGGER,
+    MAX_LATENESS_MS,
+    MAX_RETENTION_MS,
+    MAX_SHARDS,
+)
+
 __all__ = ["main"]
 
 _PROG = "tickwheel.spark_job"
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least ``minimum``, checked before Spark
-    starts (which takes seconds)."""
+def _in_range(minimum: int, maximum: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``minimum`` to ``maximum``, checked before
+    Spark starts (which takes seconds)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -45,6 +53,8 @@ def _at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
         return value
     return parse
 
@@ -61,15 +71,16 @@ def _parser() -> argparse.ArgumentParser:
                         help="writes outcomes/ and quarantine/ here")
     parser.add_argument("--checkpoint", type=Path,
                         help="checkpoint directory (default: OUTPUT/_checkpoint)")
-    parser.add_argument("--lateness-ms", type=_at_least(0), default=10_000,
+    parser.add_argument("--lateness-ms", type=_in_range(0, MAX_LATENESS_MS),
+                        default=DEFAULT_LATENESS_MS,
                         help="rows this far behind the largest ts_ms read so far are late")
-    parser.add_argument("--dedupe-retention-ms", type=_at_least(0), default=None,
+    parser.add_argument("--dedupe-retention-ms", type=_in_range(0, MAX_RETENTION_MS), default=None,
                         help="remember an op_id this long after its first watch (and "
                              "while it is pending); default: forever")
-    parser.add_argument("--shards", type=_at_least(1), default=None,
+    parser.add_argument("--shards", type=_in_range(1, MAX_SHARDS), default=None,
                         help="shards of the op-id space, fixed by a checkpoint's first "
                              "run (default: the master's parallelism)")
-    parser.add_argument("--max-files-per-trigger", type=_at_least(1), default=None,
+    parser.add_argument("--max-files-per-trigger", type=_in_range(1, MAX_FILES_PER_TRIGGER), default=None,
                         help="input files per micro-batch (default: all new files)")
     parser.add_argument("--final", action=argparse.BooleanOptionalAction, default=True,
                         help="end the input when done, so every row is applied; "

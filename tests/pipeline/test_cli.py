@@ -99,10 +99,35 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
     ["generate", "--events", "0", "--output", "/tmp/x"],
     ["report", "--output", "/no/such/dir"],
     ["bench", "sorting"],
+    ["bench"],
+    # Beyond what Spark takes (a watermark delay past a long of microseconds, an int of
+    # files): refused before either engine writes anything.
+    ["run", "--input", ".", "--output", "/tmp/x", "--lateness-ms", "9223372036854775807"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x",
+     "--lateness-ms", "9223372036854775807"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--shards", "100000"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x",
+     "--max-files-per-trigger", "2147483648"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--dedupe-retention-ms",
+     "9223372036854775808"],
 ])
 def test_bad_arguments_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
+    assert not Path("/tmp/x/_checkpoint").exists() or "spark" not in args
+
+
+def test_generate_refuses_an_output_that_is_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "events.jsonl"
+    target.write_text("keep me\n")
+    result = runner.invoke(app, ["generate", "--events", "10", "--output", str(target)])
+    assert result.exit_code == 2 and "not a directory" in result.output
+    assert target.read_text() == "keep me\n"
+
+
+def test_a_benchmarks_help_is_its_own() -> None:
+    result = runner.invoke(app, ["bench", "timers", "--help"])
+    assert result.exit_code == 0 and "--workloads" in result.output
 
 
 @pytest.mark.parametrize("command", ["generate", "run", "report", "bench"])

@@ -32,12 +32,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tickwheel._validate import check_positive_int
+from tickwheel.pipeline.limits import DEFAULT_LATENESS_MS, MAX_LATENESS_MS, MAX_RETENTION_MS
 from tickwheel.pipeline.events import Event, Quarantined, Reason, line_of, parse_line
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
 
 __all__ = ["DEFAULT_LATENESS_MS", "OutcomeRow", "ReferenceEngine", "RunResult"]
-
-DEFAULT_LATENESS_MS = 10_000
 
 
 @dataclass(slots=True)
@@ -67,10 +66,12 @@ class ReferenceEngine:
 
     def __init__(self, lateness_ms: int = DEFAULT_LATENESS_MS,
                  dedupe_retention_ms: int | None = None) -> None:
-        self.lateness_ms = check_positive_int("lateness_ms", lateness_ms, minimum=0)
+        self.lateness_ms = check_positive_int("lateness_ms", lateness_ms, minimum=0,
+                                              maximum=MAX_LATENESS_MS)
         self.dedupe_retention_ms = (
             None if dedupe_retention_ms is None
-            else check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0))
+            else check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
+                                    maximum=MAX_RETENTION_MS))
         self._result = RunResult()
         self._events: list[Event] = []
         self._max_ts: int | None = None

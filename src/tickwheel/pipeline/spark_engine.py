@@ -65,6 +65,13 @@ from tickwheel.pipeline._spark_wire import (
 )
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.io import outcomes_table, quarantine_table
+from tickwheel.pipeline.limits import (
+    DEFAULT_LATENESS_MS,
+    MAX_FILES_PER_TRIGGER,
+    MAX_LATENESS_MS,
+    MAX_RETENTION_MS,
+    MAX_SHARDS,
+)
 from tickwheel.pipeline.shard import ShardStatus
 from tickwheel.pipeline.sink import OutcomeSink
 
@@ -147,7 +154,7 @@ class SparkEngine:
     """
 
     def __init__(self, spark: SparkSession, input_dir: Path, output_dir: Path,
-                 checkpoint_dir: Path, lateness_ms: int = 10_000, shards: int | None = None,
+                 checkpoint_dir: Path, lateness_ms: int = DEFAULT_LATENESS_MS, shards: int | None = None,
                  dedupe_retention_ms: int | None = None,
                  max_files_per_trigger: int | None = None,
                  on_batch: Callable[[int, int, int], None] | None = None,
@@ -159,13 +166,15 @@ class SparkEngine:
         (``CHECKPOINT/delivered`` marks the last settled batch; see
         :mod:`tickwheel.pipeline.delivery`). :meth:`run` returns once they are
         settled; the caller closes the sink."""
-        check_positive_int("lateness_ms", lateness_ms, minimum=0)
+        check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
         if dedupe_retention_ms is not None:
-            check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0)
+            check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
+                               maximum=MAX_RETENTION_MS)
         if shards is not None:
-            check_positive_int("shards", shards)
+            check_positive_int("shards", shards, maximum=MAX_SHARDS)
         if max_files_per_trigger is not None:
-            check_positive_int("max_files_per_trigger", max_files_per_trigger)
+            check_positive_int("max_files_per_trigger", max_files_per_trigger,
+                               maximum=MAX_FILES_PER_TRIGGER)
         if not input_dir.is_dir():
             raise FileNotFoundError(f"input directory {input_dir} does not exist")
         self.spark = spark
