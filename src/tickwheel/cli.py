@@ -83,21 +83,26 @@ def run(
     input: Annotated[Path, typer.Option("--input", help="event log directory")],
     output: Annotated[Path, typer.Option(help="writes outcomes/ and quarantine/ here")],
     engine: Annotated[Engine, typer.Option(help="which engine resolves the log")] = Engine.local,
-    lateness_ms: Annotated[int, typer.Option(min=0, max=MAX_LATENESS_MS, help="rows this far behind the largest "
-                                             "ts_ms read so far are late")] = DEFAULT_LATENESS_MS,
+    lateness_ms: Annotated[int, typer.Option(
+        min=0, max=MAX_LATENESS_MS,
+        help="rows this far behind the largest ts_ms read so far are late")
+    ] = DEFAULT_LATENESS_MS,
     dedupe_retention_ms: Annotated[int | None, typer.Option(
-        min=0, max=MAX_RETENTION_MS, help="remember an op_id this long after its first watch (and while it "
-                    "is pending) to quarantine duplicates; later, a watch of it starts a "
-                    "new operation (default: forever)")] = None,
+        min=0, max=MAX_RETENTION_MS,
+        help="remember an op_id this long after its first watch (and while it is pending) "
+             "to quarantine duplicates; later, a watch of it starts a new operation "
+             "(default: forever)")] = None,
     checkpoint: Annotated[Path | None, typer.Option(
         help="Spark checkpoint directory (default: OUTPUT/_checkpoint)")] = None,
     master: Annotated[str | None, typer.Option(
         help="Spark master URL (default: local[2])")] = None,
     shards: Annotated[int | None, typer.Option(
-        min=1, max=MAX_SHARDS, help="Spark: shards of the op-id space, fixed by a checkpoint's first run "
-                    "(default: the master's parallelism)")] = None,
+        min=1, max=MAX_SHARDS,
+        help="Spark: shards of the op-id space, fixed by a checkpoint's first run "
+             "(default: the master's parallelism)")] = None,
     max_files_per_trigger: Annotated[int | None, typer.Option(
-        min=1, max=MAX_FILES_PER_TRIGGER, help="Spark: input files per micro-batch (default: all new files)")] = None,
+        min=1, max=MAX_FILES_PER_TRIGGER,
+        help="Spark: input files per micro-batch (default: all new files)")] = None,
     final: Annotated[bool, typer.Option(
         help="Spark: end the input when done, so every row is applied (as the local "
              "engine does); --no-final leaves the last lateness-ms of rows held for "

@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--shards", type=_in_range(1, MAX_SHARDS), default=None,
                         help="shards of the op-id space, fixed by a checkpoint's first "
                              "run (default: the master's parallelism)")
-    parser.add_argument("--max-files-per-trigger", type=_in_range(1, MAX_FILES_PER_TRIGGER), default=None,
+    parser.add_argument("--max-files-per-trigger", type=_in_range(1, MAX_FILES_PER_TRIGGER),
+                        default=None,
                         help="input files per micro-batch (default: all new files)")
     parser.add_argument("--final", action=argparse.BooleanOptionalAction, default=True,
                         help="end the input when done, so every row is applied; "

@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.limits import DEFAULT_LATENESS_MS, MAX_LATENESS_MS, MAX_RETENTION_MS
 from tickwheel.pipeline.events import Event, Quarantined, Reason, line_of, parse_line
+from tickwheel.pipeline.limits import DEFAULT_LATENESS_MS, MAX_LATENESS_MS, MAX_RETENTION_MS
 from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
 
 __all__ = ["DEFAULT_LATENESS_MS", "OutcomeRow", "ReferenceEngine", "RunResult"]

@@ -154,7 +154,8 @@ class SparkEngine:
     """
 
     def __init__(self, spark: SparkSession, input_dir: Path, output_dir: Path,
-                 checkpoint_dir: Path, lateness_ms: int = DEFAULT_LATENESS_MS, shards: int | None = None,
+                 checkpoint_dir: Path, lateness_ms: int = DEFAULT_LATENESS_MS,
+                 shards: int | None = None,
                  dedupe_retention_ms: int | None = None,
                  max_files_per_trigger: int | None = None,
                  on_batch: Callable[[int, int, int], None] | None = None,
