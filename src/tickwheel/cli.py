@@ -20,7 +20,11 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
 from tickwheel.pipeline.io import (
+    DEFAULT_CHECKPOINT,
+    OutputDirError,
+    checkpoint_id,
     input_files,
+    prepare_output,
     read_events,
     read_parquet_rows,
     write_outcomes,
@@ -103,6 +107,10 @@ def run(
     max_files_per_trigger: Annotated[int | None, typer.Option(
         min=1, max=MAX_FILES_PER_TRIGGER,
         help="Spark: input files per micro-batch (default: all new files)")] = None,
+    overwrite: Annotated[bool, typer.Option(
+        help="clear earlier outputs in OUTPUT first (and OUTPUT/_checkpoint); without it "
+             "OUTPUT must be empty or new, or, for Spark, hold its checkpoint's own "
+             "outputs")] = False,
     final: Annotated[bool, typer.Option(
         help="Spark: end the input when done, so every row is applied (as the local "
              "engine does); --no-final leaves the last lateness-ms of rows held for "
@@ -111,8 +119,8 @@ def run(
     """Resolve an event log: every operation's outcome, and every bad row quarantined."""
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
-                   checkpoint or output / "_checkpoint", master or "local[2]", shards,
-                   max_files_per_trigger, final)
+                   checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]", shards,
+                   max_files_per_trigger, final, overwrite)
         return
     spark_only = (checkpoint, master, shards, max_files_per_trigger)
     if any(option is not None for option in spark_only) or not final:
@@ -121,7 +129,8 @@ def run(
         raise typer.Exit(2)
     try:
         files = input_files(input)
-    except FileNotFoundError as exc:
+        prepare_output(output, overwrite=overwrite)
+    except (FileNotFoundError, OutputDirError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
     reference = ReferenceEngine(lateness_ms=lateness_ms,
@@ -142,7 +151,7 @@ def run(
 
 def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,
                checkpoint: Path, master: str, shards: int | None,
-               max_files_per_trigger: int | None, final: bool) -> None:
+               max_files_per_trigger: int | None, final: bool, overwrite: bool) -> None:
     try:
         from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -152,6 +161,12 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     if not input.is_dir():
         console.print(f"[red]input directory {input} does not exist[/red]")
         raise typer.Exit(2)
+    try:  # before Spark starts, and its log goes into the checkpoint (checked again)
+        prepare_output(output, overwrite=overwrite, checkpoint=checkpoint,
+                       checkpoint_id=checkpoint_id(checkpoint))
+    except OutputDirError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
     log = checkpoint / "spark-console.log"
     console.print(f"starting Spark ({master}); its console output goes to {log}")
     spark = spark_session(master, jvm_log=log)
@@ -208,7 +223,11 @@ def report(
     if not (output / "outcomes").is_dir():
         console.print(f"[red]{output} has no outcomes/ directory[/red]")
         raise typer.Exit(2)
-    summary = summarize(output)
+    try:
+        summary = summarize(output)
+    except OutputDirError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
     kinds = Table(title=f"{summary.total_outcomes:,} outcomes")
     for column in ("kind", "completed", "expired", "cancelled", "error", "p50 ms", "p90 ms",
                    "p99 ms", "max ms"):

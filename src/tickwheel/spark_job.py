@@ -83,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-files-per-trigger", type=_in_range(1, MAX_FILES_PER_TRIGGER),
                         default=None,
                         help="input files per micro-batch (default: all new files)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="clear earlier outputs in OUTPUT first (and OUTPUT/_checkpoint)")
     parser.add_argument("--final", action=argparse.BooleanOptionalAction, default=True,
                         help="end the input when done, so every row is applied; "
                              "--no-final leaves the last lateness-ms of rows held")
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 spark, args.input, args.output, args.checkpoint or args.output / "_checkpoint",
                 lateness_ms=args.lateness_ms, shards=args.shards,
                 dedupe_retention_ms=args.dedupe_retention_ms,
-                max_files_per_trigger=args.max_files_per_trigger)
+                max_files_per_trigger=args.max_files_per_trigger, overwrite=args.overwrite)
         except (ValueError, FileNotFoundError) as exc:
             print(f"{_PROG}: error: {exc}", file=sys.stderr)
             return 2

@@ -274,3 +274,72 @@ def test_the_bench_command_passes_the_benchmarks_options_on(
     result = runner.invoke(app, ["bench", "pipeline", "--files-per-trigger", "0"])
     assert result.exit_code == 2
     assert seen == [(5000, 3, None)], "a bad option must stop the benchmark before it runs"
+
+
+# -- output directories: a run never mixes in files it did not write ----------------------
+
+
+def _generated(tmp_path: Path, events: int = 2000) -> Path:
+    source = tmp_path / "events"
+    result = runner.invoke(app, ["generate", "--events", str(events), "--rows-per-file", "700",
+                                 "--output", str(source)])
+    assert result.exit_code == 0, result.output
+    return source
+
+
+def _rows(directory: Path) -> list[tuple[str, ...]]:
+    return sorted(tuple(map(str, r.values())) for r in read_parquet_rows(directory))
+
+
+def test_the_local_engine_refuses_an_output_holding_anything(tmp_path: Path) -> None:
+    source, out = _generated(tmp_path), tmp_path / "out"
+    run = ["run", "--input", str(source), "--output", str(out)]
+    assert runner.invoke(app, run).exit_code == 0
+    first = _rows(out / "outcomes")
+    again = runner.invoke(app, run)
+    assert again.exit_code == 2 and "earlier run" in again.output
+    (out / "notes.txt").write_text("mine")
+    assert runner.invoke(app, run).exit_code == 2
+    result = runner.invoke(app, [*run, "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert _rows(out / "outcomes") == first  # replaced, not doubled
+    assert (out / "notes.txt").read_text() == "mine"  # left alone, never read
+
+
+def test_a_stray_parquet_file_in_the_outputs_is_refused_by_run_and_report(
+        tmp_path: Path) -> None:
+    source, out = _generated(tmp_path), tmp_path / "out"
+    assert runner.invoke(app, ["run", "--input", str(source), "--output", str(out)]).exit_code == 0
+    pq.write_table(pa.table({"colour": ["blue"]}), out / "outcomes" / "mine.parquet")
+    result = runner.invoke(app, ["report", "--output", str(out)])
+    assert result.exit_code == 2 and "mine.parquet" in result.output
+    stray = tmp_path / "fresh" / "quarantine"
+    stray.mkdir(parents=True)
+    pq.write_table(pa.table({"colour": ["blue"]}), stray / "part-00000.parquet")
+    result = runner.invoke(app, ["report", "--output", str(tmp_path / "fresh")])
+    assert result.exit_code == 2  # no outcomes/ at all
+    (stray.parent / "outcomes").mkdir()
+    result = runner.invoke(app, ["report", "--output", str(tmp_path / "fresh")])
+    assert result.exit_code == 2 and "reason" in result.output  # the missing columns
+
+
+@pytest.mark.spark
+def test_the_spark_engine_takes_only_its_own_checkpoints_outputs(spark: object,
+                                                                 tmp_path: Path) -> None:
+    source, out = _generated(tmp_path), tmp_path / "out"
+    run = ["run", "--engine", "spark", "--input", str(source), "--output", str(out)]
+    assert runner.invoke(app, run).exit_code == 0
+    first = _rows(out / "outcomes")
+    result = runner.invoke(app, run)  # the same checkpoint goes on: nothing doubles
+    assert result.exit_code == 0, result.output
+    assert _rows(out / "outcomes") == first
+    other = runner.invoke(app, [*run, "--checkpoint", str(tmp_path / "other")])
+    assert other.exit_code == 2 and "another checkpoint" in other.output
+    assert not (tmp_path / "other").exists()
+    pq.write_table(pa.table({"colour": ["blue"]}), out / "outcomes" / "mine.parquet")
+    stray = runner.invoke(app, run)
+    assert stray.exit_code == 2 and "mine.parquet" in stray.output
+    result = runner.invoke(app, [*run, "--overwrite"])  # afresh, the checkpoint too
+    assert result.exit_code == 0, result.output
+    assert _rows(out / "outcomes") == first
+    assert not (out / "outcomes" / "mine.parquet").exists()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -21,10 +23,30 @@ from tickwheel.pipeline.reference import OutcomeRow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["input_files", "json_lines", "outcomes_table", "parquet_events", "quarantine_table",
-           "read_events", "read_parquet_rows", "write_outcomes", "write_quarantine"]
+__all__ = ["OutputDirError", "checkpoint_id", "input_files", "json_lines", "outcomes_table",
+           "output_owner", "parquet_events", "prepare_output", "quarantine_table", "read_events",
+           "read_parquet_rows", "write_outcomes", "write_quarantine"]
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
+
+#: What an engine writes into its output directory: these, and the checkpoint when it
+#: is the default ``OUTPUT/_checkpoint``.
+OUTPUT_SUBDIRS = ("outcomes", "quarantine")
+#: Which Spark checkpoint the outputs beside it belong to.
+OWNER_FILE = "_tickwheel-output.json"
+#: The plot ``tickwheel report`` writes by default.
+REPORT_FILE = "report.png"
+DEFAULT_CHECKPOINT = "_checkpoint"
+# The files an engine writes in outcomes/ and quarantine/ (and the Spark engine's
+# temporary files on their way there): nothing else is read as output.
+_OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9})\.parquet|\.batch-\d{9}\.tmp")
+_OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error")
+_QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
+
+
+class OutputDirError(ValueError):
+    """The output directory holds something its run did not write (refused before any
+    work: mixing files in would corrupt the result)."""
 
 
 def _pyarrow() -> Any:
@@ -151,10 +173,98 @@ def _write(table: pa.Table, directory: Path) -> Path:
 
 
 def read_parquet_rows(directory: Path) -> list[dict[str, Any]]:
-    """Rows of every Parquet file in ``directory`` (an engine's ``outcomes/`` or
-    ``quarantine/``)."""
+    """Rows of every output file in ``directory`` (an engine's ``outcomes/`` or
+    ``quarantine/``). A file there that no engine wrote, or without the contract's
+    columns, raises :class:`OutputDirError` naming it."""
     _, pq = _pyarrow()
+    columns = _QUARANTINE_COLUMNS if directory.name == "quarantine" else _OUTCOME_COLUMNS
     rows: list[dict[str, Any]] = []
-    for path in sorted(directory.glob("*.parquet")):
-        rows.extend(pq.read_table(path).to_pylist())
+    if not directory.is_dir():
+        return rows
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith("."):
+            continue  # a write in progress
+        if not _OUTPUT_FILE.fullmatch(path.name):
+            raise OutputDirError(f"{path} was not written by tickwheel")
+        table = pq.read_table(path)
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise OutputDirError(f"{path} lacks the columns {', '.join(missing)}")
+        rows.extend(table.to_pylist())
     return rows
+
+
+def checkpoint_id(checkpoint: Path) -> str | None:
+    """The id of a Spark engine's checkpoint (None for a new one)."""
+    try:
+        return str(json.loads((checkpoint / "tickwheel.json").read_text())["id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def output_owner(output: Path) -> str | None:
+    """The id of the Spark checkpoint whose outputs ``output`` holds, if any."""
+    try:
+        return str(json.loads((output / OWNER_FILE).read_text())["checkpoint"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = None,
+                   checkpoint_id: str | None = None) -> None:
+    """Make ``output`` ready for a run, or refuse it with :class:`OutputDirError`.
+
+    The local engine (``checkpoint`` None) takes only an empty or new directory. The
+    Spark engine also takes the outputs of its own checkpoint (``checkpoint_id``, None
+    for a new one), so that a run goes on where the last one stopped. ``overwrite``
+    removes earlier outputs (and the default checkpoint inside ``output``) first; other
+    files are left alone and never read."""
+    if output.exists() and not output.is_dir():
+        raise OutputDirError(f"output {output} exists and is not a directory")
+    inside = checkpoint is not None and _within(checkpoint, output)
+    if overwrite:
+        for name in (*OUTPUT_SUBDIRS, OWNER_FILE, REPORT_FILE):
+            target = output / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+        if checkpoint is not None and checkpoint.exists():
+            if not inside:
+                raise OutputDirError(
+                    f"--overwrite starts afresh, but the checkpoint {checkpoint} is not "
+                    f"inside {output}: delete it or give a new one")
+            shutil.rmtree(checkpoint)
+        return
+    if not output.is_dir():
+        return
+    ours = set(OUTPUT_SUBDIRS)
+    if checkpoint is not None:
+        ours |= {OWNER_FILE, REPORT_FILE, DEFAULT_CHECKPOINT}
+        if inside:
+            ours.add(checkpoint.relative_to(output).parts[0])
+    strangers = sorted(p.name for p in output.iterdir() if p.name not in ours)
+    if strangers:
+        raise OutputDirError(
+            f"output {output} holds files a run did not write ({', '.join(strangers[:3])}"
+            f"{', ...' if len(strangers) > 3 else ''}): give an empty or new directory, "
+            "or --overwrite")
+    written = [p for sub in OUTPUT_SUBDIRS if (output / sub).is_dir()
+               for p in sorted((output / sub).iterdir())]
+    for path in written:
+        if not _OUTPUT_FILE.fullmatch(path.name):
+            raise OutputDirError(f"{path} was not written by tickwheel: remove it, or "
+                                 "--overwrite")
+    if written and (checkpoint is None or checkpoint_id is None
+                    or output_owner(output) != checkpoint_id):
+        whose = "an earlier run" if checkpoint is None else "another checkpoint"
+        raise OutputDirError(f"output {output} holds the outputs of {whose}: give an empty "
+                             "or new directory, or --overwrite")
+
+
+def _within(path: Path, directory: Path) -> bool:
+    try:
+        path.absolute().relative_to(directory.absolute())
+    except ValueError:
+        return False
+    return True

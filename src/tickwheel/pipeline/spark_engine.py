@@ -64,7 +64,13 @@ from tickwheel.pipeline._spark_wire import (
     spark_schema,
 )
 from tickwheel.pipeline.delivery import BatchDelivery
-from tickwheel.pipeline.io import outcomes_table, quarantine_table
+from tickwheel.pipeline.io import (
+    OWNER_FILE,
+    checkpoint_id,
+    outcomes_table,
+    prepare_output,
+    quarantine_table,
+)
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
     MAX_FILES_PER_TRIGGER,
@@ -159,14 +165,19 @@ class SparkEngine:
                  dedupe_retention_ms: int | None = None,
                  max_files_per_trigger: int | None = None,
                  on_batch: Callable[[int, int, int], None] | None = None,
-                 sink: OutcomeSink | None = None) -> None:
+                 sink: OutcomeSink | None = None, overwrite: bool = False) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress). ``sink`` gets every outcome at
         least once: each micro-batch's once its files are written, delivered while the
         next batch runs, and at the start of a run those of batches not yet settled
         (``CHECKPOINT/delivered`` marks the last settled batch; see
         :mod:`tickwheel.pipeline.delivery`). :meth:`run` returns once they are
-        settled; the caller closes the sink."""
+        settled; the caller closes the sink.
+
+        ``output_dir`` must be empty, new, or hold the outputs of this checkpoint
+        (:class:`~tickwheel.pipeline.io.OutputDirError` otherwise); ``overwrite``
+        clears earlier outputs, and the checkpoint too when it is inside
+        ``output_dir``."""
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
@@ -178,6 +189,8 @@ class SparkEngine:
                                maximum=MAX_FILES_PER_TRIGGER)
         if not input_dir.is_dir():
             raise FileNotFoundError(f"input directory {input_dir} does not exist")
+        prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir,
+                       checkpoint_id=checkpoint_id(checkpoint_dir))
         self.spark = spark
         self.input_dir = input_dir
         self.output_dir = output_dir
@@ -186,6 +199,10 @@ class SparkEngine:
         self.dedupe_retention_ms = dedupe_retention_ms
         self.max_files_per_trigger = max_files_per_trigger
         self.shards, self.labels = self._settle_shards(shards)
+        # The outputs beside the checkpoint are its own from now on.
+        output_dir.mkdir(parents=True, exist_ok=True)
+        owner = {"checkpoint": checkpoint_id(checkpoint_dir)}
+        (output_dir / OWNER_FILE).write_text(json.dumps(owner))
         self.on_batch = on_batch
         self.sink = sink
         self._delivery: BatchDelivery | None = None
@@ -195,6 +212,9 @@ class SparkEngine:
         meta = self.checkpoint_dir / "tickwheel.json"
         if meta.exists():
             saved = json.loads(meta.read_text())
+            if "id" not in saved:  # made before checkpoints had an id
+                saved["id"] = uuid.uuid4().hex
+                meta.write_text(json.dumps(saved))
             if shards is not None and shards != saved["shards"]:
                 raise ValueError(f"shards={shards} but the checkpoint {self.checkpoint_dir} "
                                  f"was made with shards={saved['shards']}")
@@ -209,7 +229,7 @@ class SparkEngine:
             shards = max(1, self.spark.sparkContext.defaultParallelism)
         labels = self._labels(shards)
         (self.checkpoint_dir / "control").mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps({"shards": shards, "labels": labels,
+        meta.write_text(json.dumps({"id": uuid.uuid4().hex, "shards": shards, "labels": labels,
                                     "lateness_ms": self.lateness_ms,
                                     "dedupe_retention_ms": self.dedupe_retention_ms}))
         return shards, labels
