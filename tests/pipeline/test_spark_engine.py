@@ -3,6 +3,7 @@ that survives a hard kill. One Spark session for the whole test run (conftest)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -560,3 +561,37 @@ def test_the_query_schemas_are_what_sparks_parser_makes_of_their_ddl(spark: Any,
 def test_a_schema_with_a_type_the_builder_does_not_know_is_refused_by_column() -> None:
     with pytest.raises(ValueError, match=r"column 'keys'.*'array<string>'"):
         _spark_wire.spark_schema("op_id string, keys array<string>")
+
+
+def _listening(pid: int) -> list[str]:
+    """The addresses process ``pid`` listens on (TCP, from /proc: no tools needed)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                found.append(fields[1])
+    return found
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.split(":")[0]
+    if len(host) == 8:  # IPv4, little-endian hex: 127.x.x.x ends in 7F
+        return host.endswith("7F")
+    return host in ("00000000000000000000000001000000",  # ::1
+                    "0000000000000000FFFF00000100007F")  # ::ffff:127.0.0.1
+
+
+@pytest.mark.spark
+def test_a_local_driver_listens_on_loopback_only(spark: Any) -> None:
+    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    addresses = _listening(pid)
+    assert addresses  # the driver's RPC and block manager ports at least
+    assert all(_is_loopback(a) for a in addresses), addresses
+    assert spark.conf.get("spark.driver.bindAddress") == "127.0.0.1"

@@ -122,6 +122,11 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
                    .config("spark.driver.memory", driver_memory)
                    .config("spark.ui.enabled", "false")
                    .config("spark.ui.showConsoleProgress", "false"))
+    if is_local:
+        # Everything of a local master is on this machine: its driver listens on
+        # loopback only, not on whatever address the host name resolves to.
+        builder = (builder.config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.driver.host", "127.0.0.1"))
     builder = (builder
                .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
