@@ -581,7 +581,7 @@ def _listening(pid: int) -> list[str]:
 
 
 def _is_loopback(address: str) -> bool:
-    host = address.split(":")[0]
+    host = address.split(":", maxsplit=1)[0]
     if len(host) == 8:  # IPv4, little-endian hex: 127.x.x.x ends in 7F
         return host.endswith("7F")
     return host in ("00000000000000000000000001000000",  # ::1
