@@ -21,7 +21,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
 from tickwheel.pipeline.io import (
     DEFAULT_CHECKPOINT,
+    InputError,
     OutputDirError,
+    check_spark_paths,
     checkpoint_id,
     input_files,
     prepare_output,
@@ -130,7 +132,7 @@ def run(
     try:
         files = input_files(input)
         prepare_output(output, overwrite=overwrite)
-    except (FileNotFoundError, OutputDirError) as exc:
+    except (FileNotFoundError, InputError, OutputDirError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
     reference = ReferenceEngine(lateness_ms=lateness_ms,
@@ -162,9 +164,10 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         console.print(f"[red]input directory {input} does not exist[/red]")
         raise typer.Exit(2)
     try:  # before Spark starts, and its log goes into the checkpoint (checked again)
+        check_spark_paths(input, checkpoint)
         prepare_output(output, overwrite=overwrite, checkpoint=checkpoint,
                        checkpoint_id=checkpoint_id(checkpoint))
-    except OutputDirError as exc:
+    except (InputError, OutputDirError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
     log = checkpoint / "spark-console.log"

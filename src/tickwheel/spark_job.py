@@ -105,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--input and --output are required")
     if not args.input.is_dir():
         parser.error(f"--input: directory {args.input} does not exist")
+    from tickwheel.pipeline.io import InputError, check_spark_paths
+
+    try:
+        check_spark_paths(args.input, args.checkpoint or args.output / "_checkpoint")
+    except InputError as exc:
+        parser.error(str(exc))
     # How PySpark itself knows that spark-submit started it: the JVM's gateway port.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         parser.error("start it with spark-submit (see --help), or run "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -141,6 +142,10 @@ def test_both_engines_write_the_same_outputs(spark: object, tmp_path: Path) -> N
     events = tmp_path / "events"
     assert runner.invoke(app, ["generate", "--events", "3000", "--malformed", "0.01",
                                "--rows-per-file", "1000", "--output", str(events)]).exit_code == 0
+    # Symlinks: one leaves the input directory (skipped by both), one stays in it (read).
+    (tmp_path / "secret.jsonl").write_text("root:x:0:0\n")
+    (events / "zz-out.jsonl").symlink_to(tmp_path / "secret.jsonl")
+    (events / "zz-in.jsonl").symlink_to(events / "events-00001.jsonl")
     outputs = {}
     for engine in ("local", "spark"):
         out = tmp_path / engine
@@ -151,7 +156,7 @@ def test_both_engines_write_the_same_outputs(spark: object, tmp_path: Path) -> N
             sorted(tuple(map(str, r.values())) for r in read_parquet_rows(out / "outcomes")),
             sorted(tuple(map(str, r.values())) for r in read_parquet_rows(out / "quarantine")))
     assert outputs["spark"] == outputs["local"]
-    assert len(outputs["local"][0]) > 1000 and len(outputs["local"][1]) == 30
+    assert len(outputs["local"][0]) > 1000 and len(outputs["local"][1]) == 30 + 1000
 
 
 def test_parquet_files_that_do_not_fit_the_contract_are_quarantined_not_fatal(
@@ -343,3 +348,54 @@ def test_the_spark_engine_takes_only_its_own_checkpoints_outputs(spark: object,
     assert result.exit_code == 0, result.output
     assert _rows(out / "outcomes") == first
     assert not (out / "outcomes" / "mine.parquet").exists()
+
+
+# -- input paths: both engines read the same files, or refuse the same ones ----------------
+
+
+@pytest.mark.parametrize("name", ["in[1]", "in{a,b}", "in*", "in?", "in\\x"])
+def test_the_spark_engine_refuses_a_glob_character_in_the_input_directory(
+        tmp_path: Path, name: str) -> None:
+    source = tmp_path / name
+    source.mkdir()
+    (source / "a.jsonl").write_text('{"ts_ms": 1, "type": "tick"}\n')
+    result = runner.invoke(app, ["run", "--engine", "spark", "--input", str(source),
+                                 "--output", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "pattern" in result.output, result.output
+    assert not (tmp_path / "out").exists()  # refused before Spark starts
+    local = runner.invoke(app, ["run", "--input", str(source), "--output",
+                                str(tmp_path / "local")])
+    assert local.exit_code == 0, local.output  # the local engine reads any name
+
+
+def test_the_spark_engine_refuses_a_glob_character_in_an_input_file(tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "extra[1].jsonl").write_text('{"ts_ms": 1, "type": "tick"}\n')
+    result = runner.invoke(app, ["run", "--engine", "spark", "--input", str(source),
+                                 "--output", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "extra[1].jsonl" in result.output
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_file_name_that_is_not_utf8_is_refused_by_both_engines(tmp_path: Path,
+                                                                  engine: str) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / os.fsdecode(b"bad-\xff.jsonl")).write_text('{"ts_ms": 1, "type": "tick"}\n')
+    result = runner.invoke(app, ["run", "--engine", engine, "--input", str(source),
+                                 "--output", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "UTF-8" in result.output, result.output
+
+
+def test_a_symlink_out_of_the_input_directory_is_skipped(tmp_path: Path) -> None:
+    source, out = _generated(tmp_path, events=500), tmp_path / "out"
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text("root:x:0:0\n")
+    (source / "zz-link.jsonl").symlink_to(secret)
+    (source / "zz-inside.jsonl").symlink_to(source / "events-00001.jsonl")
+    result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    raws = [q["raw"] for q in read_parquet_rows(out / "quarantine")]
+    assert "root:x:0:0" not in raws
+    assert len(raws) > 0  # the link inside is followed: its rows are duplicates

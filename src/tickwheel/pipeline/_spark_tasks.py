@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 import pickle
 import uuid
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from tickwheel.pipeline._spark_wire import (
     output_frame,
 )
 from tickwheel.pipeline.events import Quarantined
-from tickwheel.pipeline.io import json_lines, parquet_events
+from tickwheel.pipeline.io import json_lines, parquet_events, within
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.shard import Chunk, Shard, pack, pack_rows
 
@@ -258,9 +259,17 @@ def local_file(uri: str) -> str:
     return path
 
 
-def packer(labels: list[int]) -> Any:
+def outside(path: str, root: str) -> bool:
+    """Whether an input file Spark listed is a symlink leading out of the input
+    directory ``root``: skipped, as :func:`~tickwheel.pipeline.io.input_files` does."""
+    real = Path(os.path.realpath(path))
+    return not within(real, Path(root))
+
+
+def packer(labels: list[int], root: str) -> Any:
     """JSON Lines files (and end-of-input markers) to chunks, a slice of each file at
-    a time, read from the paths Spark's file source listed."""
+    a time, read from the paths Spark's file source listed in the input directory
+    ``root`` (resolved)."""
     shards = len(labels)
 
     def pack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -268,7 +277,9 @@ def packer(labels: list[int]) -> Any:
         for batch in batches:
             for uri, is_control in zip(batch.column(0).to_pylist(),
                                        batch.column(1).to_pylist(), strict=True):
-                yield from pack_file(local_file(uri), is_control)
+                path = local_file(uri)
+                if is_control or not outside(path, root):
+                    yield from pack_file(path, is_control)
 
     def pack_file(path: str, is_control: bool) -> Iterator[pa.RecordBatch]:
         with open(path, "rb") as stream:
@@ -288,7 +299,7 @@ def packer(labels: list[int]) -> Any:
     return pack_files
 
 
-def parquet_packer(labels: list[int]) -> Any:
+def parquet_packer(labels: list[int], root: str) -> Any:
     """Parquet files to chunks, read by the reference engine's reader: a Spark Parquet
     source would need one schema up front and fail the query on a file whose columns
     have other types, where the contract quarantines the rows."""
@@ -299,6 +310,8 @@ def parquet_packer(labels: list[int]) -> Any:
         for batch in batches:
             for uri in batch.column(0).to_pylist():
                 path = Path(local_file(uri))
+                if outside(str(path), root):
+                    continue
                 content = path.read_bytes()
                 with collector_paused():
                     chunks = pack_rows(parquet_events(content, path.name), shards)

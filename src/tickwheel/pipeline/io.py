@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 import shutil
 from collections.abc import Iterator
@@ -23,9 +24,12 @@ from tickwheel.pipeline.reference import OutcomeRow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["OutputDirError", "checkpoint_id", "input_files", "json_lines", "outcomes_table",
+__all__ = ["HADOOP_GLOB_CHARS", "InputError", "OutputDirError", "check_spark_paths",
+           "checkpoint_id", "input_files", "json_lines", "outcomes_table",
            "output_owner", "parquet_events", "prepare_output", "quarantine_table", "read_events",
-           "read_parquet_rows", "write_outcomes", "write_quarantine"]
+           "read_parquet_rows", "within", "write_outcomes", "write_quarantine"]
+
+log = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -44,6 +48,17 @@ _OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "er
 _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
 
 
+#: Characters Hadoop takes as a glob pattern in a path. Spark's file source reads a
+#: path holding one wrongly (a directory ``in[1]`` lists nothing; a file
+#: ``extra[1].jsonl`` makes every other file read several times), so the Spark engine
+#: refuses them.
+HADOOP_GLOB_CHARS = frozenset("{}[]*?\\")
+
+
+class InputError(ValueError):
+    """An input the engines cannot read the same way (refused before any work)."""
+
+
 class OutputDirError(ValueError):
     """The output directory holds something its run did not write (refused before any
     work: mixing files in would corrupt the result)."""
@@ -59,10 +74,56 @@ def _pyarrow() -> Any:
 
 
 def input_files(directory: Path) -> list[Path]:
+    """The input files of ``directory``, in name order, as both engines read them.
+
+    A symlink is followed only while it points inside ``directory``: one that leads
+    elsewhere is skipped (and logged), so an input directory never copies a file from
+    outside it into the quarantine. A name that is not valid UTF-8 raises
+    :class:`InputError` (Hadoop's listing would skip it silently)."""
     if not directory.is_dir():
         raise FileNotFoundError(f"input directory {directory} does not exist")
-    return sorted(p for p in directory.iterdir()
-                  if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith((".", "_")))
+    root = directory.resolve()
+    files = []
+    for path in sorted(directory.iterdir()):
+        name = path.name
+        if path.suffix not in SUFFIXES or name.startswith((".", "_")):
+            continue
+        if not _is_utf8(name):
+            raise InputError(f"input file name {name!r} in {directory} is not valid UTF-8: "
+                             "rename it")
+        if path.is_symlink() and not within(path.resolve(), root):
+            log.warning("skipping %s: a symlink to %s, outside the input directory",
+                        path, path.resolve())
+            continue
+        if path.is_file():
+            files.append(path)
+    return files
+
+
+def check_spark_paths(directory: Path, checkpoint: Path) -> list[Path]:
+    """:func:`input_files` for the Spark engine, which also refuses any path its file
+    sources would take as a glob pattern (see :data:`HADOOP_GLOB_CHARS`)."""
+    files = input_files(directory)
+    for path in (directory.absolute(), checkpoint.absolute(), *files):
+        bad = sorted(HADOOP_GLOB_CHARS & set(str(path)))
+        if bad:
+            raise InputError(f"the Spark engine cannot read {str(path)!r}: Hadoop takes "
+                             f"{' '.join(bad)} in a path as a pattern; rename it, or use "
+                             "the local engine")
+    return files
+
+
+def within(path: Path, directory: Path) -> bool:
+    """Whether ``path`` is ``directory`` or under it (both resolved by the caller)."""
+    return path == directory or directory in path.parents
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes, kept as lone surrogates
+        return False
+    return True
 
 
 def read_events(directory: Path) -> Iterator[Event | Quarantined]:
@@ -221,7 +282,7 @@ def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = N
     files are left alone and never read."""
     if output.exists() and not output.is_dir():
         raise OutputDirError(f"output {output} exists and is not a directory")
-    inside = checkpoint is not None and _within(checkpoint, output)
+    inside = checkpoint is not None and within(checkpoint.absolute(), output.absolute())
     if overwrite:
         for name in (*OUTPUT_SUBDIRS, OWNER_FILE, REPORT_FILE):
             target = output / name
@@ -261,10 +322,3 @@ def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = N
         raise OutputDirError(f"output {output} holds the outputs of {whose}: give an empty "
                              "or new directory, or --overwrite")
 
-
-def _within(path: Path, directory: Path) -> bool:
-    try:
-        path.absolute().relative_to(directory.absolute())
-    except ValueError:
-        return False
-    return True

@@ -66,6 +66,7 @@ from tickwheel.pipeline._spark_wire import (
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.io import (
     OWNER_FILE,
+    check_spark_paths,
     checkpoint_id,
     outcomes_table,
     prepare_output,
@@ -189,6 +190,7 @@ class SparkEngine:
                                maximum=MAX_FILES_PER_TRIGGER)
         if not input_dir.is_dir():
             raise FileNotFoundError(f"input directory {input_dir} does not exist")
+        check_spark_paths(input_dir, checkpoint_dir)
         prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir,
                        checkpoint_id=checkpoint_id(checkpoint_dir))
         self.spark = spark
@@ -274,9 +276,10 @@ class SparkEngine:
             "path", F.lit(True).alias("control"))
         parquet = listed(self.input_dir, "*.parquet").select("path")
         chunk = spark_schema(CHUNK_SCHEMA)
+        root = str(self.input_dir.resolve())
         chunks = (rows.unionByName(control)
-                  .mapInArrow(packer(self.labels), chunk)
-                  .unionByName(parquet.mapInArrow(parquet_packer(self.labels), chunk))
+                  .mapInArrow(packer(self.labels, root), chunk)
+                  .unionByName(parquet.mapInArrow(parquet_packer(self.labels, root), chunk))
                   .withColumn("event_time", F.timestamp_millis("ts"))
                   .withWatermark("event_time", f"{self.lateness_ms} milliseconds")
                   # Not passed on: Spark would drop rows at or below the watermark
