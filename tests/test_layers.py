@@ -19,7 +19,7 @@ RANK = {
     "pipeline": 5,
     "metrics": 6, "tickwheel": 6,
     "bench": 7,
-    "cli": 8, "demo": 8, "spark_job": 8,
+    "cli": 8, "demo": 8, "spark_job": 8, "__main__": 8,
 }
 
 

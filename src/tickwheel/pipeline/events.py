@@ -9,16 +9,25 @@ are quarantined, never coerced (a float is not a long, a bool is not a number).
 from __future__ import annotations
 
 import enum
+import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, TypeGuard
 
-_fast_loads: Callable[[str], Any] | None
-try:
-    from orjson import loads as _fast_loads
-except ImportError:  # optional (the spark and cli extras): json decodes the same rows
-    _fast_loads = None
+
+def _orjson_loads() -> Callable[[str], Any] | None:
+    """orjson's ``loads`` if installed (the spark and cli extras; json decodes the same
+    rows). Imported by name, so that the core compiles where orjson is absent."""
+    try:
+        module = importlib.import_module("orjson")
+    except ImportError:
+        return None
+    loads: Callable[[str], Any] = module.loads
+    return loads
+
+
+_fast_loads = _orjson_loads()
 
 __all__ = [
     "Condition",
