@@ -105,10 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--input and --output are required")
     if not args.input.is_dir():
         parser.error(f"--input: directory {args.input} does not exist")
-    from tickwheel.pipeline.io import InputError, check_spark_paths
+    from tickwheel.pipeline.io import DEFAULT_CHECKPOINT, InputError, check_spark_paths
 
+    checkpoint = args.checkpoint or args.output / DEFAULT_CHECKPOINT
     try:
-        check_spark_paths(args.input, args.checkpoint or args.output / "_checkpoint")
+        check_spark_paths(args.input, checkpoint)
     except InputError as exc:
         parser.error(str(exc))
     # How PySpark itself knows that spark-submit started it: the JVM's gateway port.
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             engine = SparkEngine(
-                spark, args.input, args.output, args.checkpoint or args.output / "_checkpoint",
+                spark, args.input, args.output, checkpoint,
                 lateness_ms=args.lateness_ms, shards=args.shards,
                 dedupe_retention_ms=args.dedupe_retention_ms,
                 max_files_per_trigger=args.max_files_per_trigger, overwrite=args.overwrite)

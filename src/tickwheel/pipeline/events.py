@@ -41,6 +41,7 @@ __all__ = [
     "compact_wire",
     "event_from_wire",
     "from_wire",
+    "is_utf8",
     "line_of",
     "new_event",
     "parse_line",
@@ -167,7 +168,7 @@ def _long(row: dict[str, Any], name: str, ts: int | None) -> int:
     return value
 
 
-def _is_utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
     """True unless ``text`` holds a lone surrogate (an ASCII check is O(1) in CPython)."""
     if text.isascii():
         return True
@@ -184,7 +185,7 @@ def _string(row: dict[str, Any], name: str, ts: int | None) -> str:
         raise _Bad(Reason.MISSING_FIELD, ts)
     if not isinstance(value, str):
         raise _Bad(Reason.BAD_TYPE, ts)
-    if not _is_utf8(value):
+    if not is_utf8(value):
         raise _Bad(Reason.BAD_STRING, ts)
     return value
 
@@ -379,7 +380,7 @@ def _watch(row: dict[str, Any], raw: str | None, ts: int) -> Wire:
     keys = row["keys"]
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise _Bad(Reason.BAD_TYPE, ts)
-    if not all(_is_utf8(k) for k in keys):
+    if not all(is_utf8(k) for k in keys):
         raise _Bad(Reason.BAD_STRING, ts)  # a target's key is one of these, or is refused
     if len(set(keys)) != len(keys):
         raise _Bad(Reason.BAD_KEYS, ts)

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.events import Event, Quarantined, Reason, parse_line, parse_row
+from tickwheel.pipeline.events import (
+    Event,
+    Quarantined,
+    Reason,
+    is_utf8,
+    parse_line,
+    parse_row,
+)
 from tickwheel.pipeline.reference import OutcomeRow
 
 if TYPE_CHECKING:
@@ -88,7 +95,7 @@ def input_files(directory: Path) -> list[Path]:
         name = path.name
         if path.suffix not in SUFFIXES or name.startswith((".", "_")):
             continue
-        if not _is_utf8(name):
+        if not is_utf8(name):  # undecodable bytes come as lone surrogates
             raise InputError(f"input file name {name!r} in {directory} is not valid UTF-8: "
                              "rename it")
         if path.is_symlink() and not within(path.resolve(), root):
@@ -117,13 +124,6 @@ def within(path: Path, directory: Path) -> bool:
     """Whether ``path`` is ``directory`` or under it (both resolved by the caller)."""
     return path == directory or directory in path.parents
 
-
-def _is_utf8(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # undecodable bytes, kept as lone surrogates
-        return False
-    return True
 
 
 def read_events(directory: Path) -> Iterator[Event | Quarantined]:
