@@ -301,7 +301,7 @@ def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = N
         return
     ours = set(OUTPUT_SUBDIRS)
     if checkpoint is not None:
-        ours |= {OWNER_FILE, REPORT_FILE, DEFAULT_CHECKPOINT}
+        ours |= {OWNER_FILE, f".{OWNER_FILE}.tmp", REPORT_FILE, DEFAULT_CHECKPOINT}
         if inside:
             ours.add(checkpoint.relative_to(output).parts[0])
     strangers = sorted(p.name for p in output.iterdir() if p.name not in ours)

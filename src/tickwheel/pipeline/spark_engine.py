@@ -203,8 +203,11 @@ class SparkEngine:
         self.shards, self.labels = self._settle_shards(shards)
         # The outputs beside the checkpoint are its own from now on.
         output_dir.mkdir(parents=True, exist_ok=True)
-        owner = {"checkpoint": checkpoint_id(checkpoint_dir)}
-        (output_dir / OWNER_FILE).write_text(json.dumps(owner))
+        # Atomically: a torn marker after kill -9 would disown the outputs.
+        owner = output_dir / OWNER_FILE
+        tmp = owner.with_name(f".{owner.name}.tmp")
+        tmp.write_text(json.dumps({"checkpoint": checkpoint_id(checkpoint_dir)}))
+        os.replace(tmp, owner)
         self.on_batch = on_batch
         self.sink = sink
         self._delivery: BatchDelivery | None = None
