@@ -119,7 +119,7 @@ class TaskDispatcher(Generic[T]):
         deadline = time.monotonic() + timeout
         self._acceptor.flush()
         while time.monotonic() < deadline and not (self._acceptor.idle
-                                                    and self._workers.busy == 0):
+                                                    and self._workers.in_flight == 0):
             time.sleep(0.002)
         # The acceptor thread runs no user code: it stops within a pass.
         self._acceptor.stop(max(0.05, deadline - time.monotonic()))

@@ -35,7 +35,6 @@ class WorkerPool:
         self.task_results: dict[ProcessingResult, int] = dict.fromkeys(ProcessingResult, 0)
         self.dropped = 0
         self.processor_errors = 0
-        self.busy = 0  # workers inside the processor right now
         self.in_flight = 0  # tasks inside the processor right now
         # After abandon(): work a worker still picks up is not run, and results that
         # come back are counted once, as late, and never requeued.
@@ -85,7 +84,6 @@ class WorkerPool:
                 if self._abandoned:
                     self.abandoned += n  # handed out just before close(): never run
                     break
-                self.busy += 1
                 self.in_flight += n
             result = ProcessingResult.PERMANENT_ERROR
             try:
@@ -94,7 +92,6 @@ class WorkerPool:
                 # Under the lock with the abandoned check, so that close() counts every
                 # task once: requeued before it looks, or late after.
                 with self._lock:
-                    self.busy -= 1
                     self.in_flight -= n
                     late = self._abandoned
                     if late:
