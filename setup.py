@@ -33,6 +33,8 @@ CORE = [
     "src/tickwheel/purgatory/_operation.py",
     "src/tickwheel/purgatory/_watchers.py",
     "src/tickwheel/purgatory/_purgatory.py",
+    "src/tickwheel/aio/_handle.py",
+    "src/tickwheel/aio/_scheduler.py",
     "src/tickwheel/pipeline/events.py",
     "src/tickwheel/pipeline/resolver.py",
     "src/tickwheel/pipeline/shard.py",

@@ -1,6 +1,6 @@
 """Nothing imports upward: clock -> timers -> purgatory -> broker models and dispatcher
--> pipeline -> metrics and the package root -> entry points. Lazy imports inside
-functions and imports for type checking count too."""
+-> asyncio integration -> pipeline -> metrics and the package root -> entry points.
+Lazy imports inside functions and imports for type checking count too."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ RANK = {
     "timers": 2,
     "purgatory": 3,
     "broker": 4, "dispatch": 4,
-    "pipeline": 5,
-    "metrics": 6, "tickwheel": 6,
-    "bench": 7,
-    "cli": 8, "demo": 8, "spark_job": 8, "__main__": 8,
+    "aio": 5,
+    "pipeline": 6,
+    "metrics": 7, "tickwheel": 7,
+    "bench": 8,
+    "cli": 9, "demo": 9, "spark_job": 9, "__main__": 9,
 }
 
 

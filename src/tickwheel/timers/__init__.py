@@ -4,7 +4,7 @@ from tickwheel.timers._base import DEFAULT_EXECUTOR, TimerBase, TimerStats
 from tickwheel.timers._errors import TimerClosed, TimerRejected
 from tickwheel.timers._hashed_wheel import HashedWheelTimer
 from tickwheel.timers._heap import HeapTimer
-from tickwheel.timers._task import TimerTask
+from tickwheel.timers._task import TimerEntry, TimerTask
 from tickwheel.timers._timing_wheel import TimingWheelTimer
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "HeapTimer",
     "TimerBase",
     "TimerClosed",
+    "TimerEntry",
     "TimerRejected",
     "TimerStats",
     "TimerTask",

@@ -27,7 +27,14 @@ from tickwheel._mutex import Mutex
 from tickwheel._validate import Millis, check_delay_ms
 from tickwheel.timers._driver import Driver
 from tickwheel.timers._errors import TimerClosed
-from tickwheel.timers._task import CANCELLED, PeriodicTask, TaskOwner, TimerTask, callback_task
+from tickwheel.timers._task import (
+    CANCELLED,
+    PeriodicTask,
+    TaskOwner,
+    TimerEntry,
+    TimerTask,
+    callback_task,
+)
 
 __all__ = ["DEFAULT_EXECUTOR", "TimerBase", "TimerStats"]
 
@@ -102,17 +109,17 @@ class TimerBase(TaskOwner):
 
     # -- what each timer implements (called with self._lock held) --------------------
 
-    def _insert(self, task: TimerTask, expiration: int, now_ms: int) -> None:
+    def _insert(self, task: TimerEntry, expiration: int, now_ms: int) -> None:
         """Hold ``task`` (not pending anywhere) until ``expiration``; a task already
         due at ``now_ms`` must run at the next ``advance_clock``."""
         raise NotImplementedError
 
-    def _collect(self, now_ms: int) -> tuple[list[TimerTask], bool]:
+    def _collect(self, now_ms: int) -> tuple[list[TimerEntry], bool]:
         """Take out every task due at ``now_ms``; the flag says whether anything was
         processed at all (a bucket flushed counts, even if it only demoted tasks)."""
         raise NotImplementedError
 
-    def _clear(self) -> list[TimerTask]:
+    def _clear(self) -> list[TimerEntry]:
         """Take out everything pending (each task once, its owner unset)."""
         raise NotImplementedError
 
@@ -194,7 +201,7 @@ class TimerBase(TaskOwner):
         self._add(task, now + initial, now)
         return task
 
-    def reschedule(self, task: TimerTask, expiration_ms: int) -> bool:
+    def reschedule(self, task: TimerEntry, expiration_ms: int) -> bool:
         """Add ``task`` due at the absolute ``expiration_ms``; False if the timer is
         closed (used by periodic tasks, which then end their series quietly)."""
         try:
@@ -202,6 +209,27 @@ class TimerBase(TaskOwner):
         except TimerClosed:
             return False
         return True
+
+    def add_at(self, entry: TimerEntry, expiration_ms: int) -> None:
+        """Hold ``entry`` until the clock reads ``expiration_ms`` (moving it if pending).
+
+        The primitive under ``schedule_at``, for handle types that carry their own
+        callback (``tickwheel.aio``'s timer handles); ``take_due`` hands them back."""
+        self._add(entry, expiration_ms, self._now())
+
+    def take_due(self, now_ms: int | None = None) -> list[TimerEntry]:
+        """Take out what is due at ``now_ms`` (default: the clock's reading) without
+        running it: the caller runs it, in its own order and with its own error
+        handling. Never waits."""
+        with self._lock:
+            due, _ = self._collect(self._now() if now_ms is None else now_ms)
+        return due
+
+    def next_due_ms(self) -> int | None:
+        """The clock time at which something may next be due (a wheel's next bucket,
+        which may only demote its tasks), or None when nothing is pending."""
+        with self._lock:
+            return self._next_due_ms()
 
     def advance_clock(self, timeout_ms: Millis = 0) -> bool:
         """Run what is due at the clock's current time; True if anything was due.
@@ -302,14 +330,14 @@ class TimerBase(TaskOwner):
 
     # -- shared machinery -------------------------------------------------------------
 
-    def _add(self, task: TimerTask, expiration: int, now_ms: int) -> None:
+    def _add(self, task: TimerEntry, expiration: int, now_ms: int) -> None:
         # Adding a pending task moves it: take it out of wherever it is, then retry.
         while not self._add_if_free(task, expiration, now_ms):
             owner = task._owner
             if owner is not None:
                 owner.remove_task(task, False)
 
-    def _add_if_free(self, task: TimerTask, expiration: int, now_ms: int) -> bool:
+    def _add_if_free(self, task: TimerEntry, expiration: int, now_ms: int) -> bool:
         with self._lock:
             if self._closed:
                 raise TimerClosed(f"cannot add {task!r}: the {self.kind} timer is closed")
@@ -324,21 +352,21 @@ class TimerBase(TaskOwner):
                 self._cond.notify()
             return True
 
-    def _on_removed(self, task: TimerTask, cancelling: bool) -> None:
+    def _on_removed(self, task: TimerEntry, cancelling: bool) -> None:
         """A pending task left the timer without running (lock held)."""
         self._size -= 1
         if cancelling:
             self._cancelled += 1
             task._index = CANCELLED
 
-    def _account_due(self, due: list[TimerTask], now_ms: int) -> None:
+    def _account_due(self, due: list[TimerEntry], now_ms: int) -> None:
         """Counters for tasks just taken out to run (lock held)."""
         n = len(due)
         self._size -= n
         self._expired += n
         self._lateness.record_many([now_ms - t._expiration for t in due])
 
-    def _dispatch(self, due: list[TimerTask]) -> None:
+    def _dispatch(self, due: list[TimerEntry]) -> None:
         executor = self._executor
         if executor is None:
             self._run_all(due)
@@ -357,7 +385,7 @@ class TimerBase(TaskOwner):
                         self.kind, len(due))
             self._run_all(due)
 
-    def _run_all(self, due: list[TimerTask]) -> None:
+    def _run_all(self, due: list[TimerEntry]) -> None:
         _running_tasks.timer = self
         try:
             for task in due:
@@ -368,13 +396,13 @@ class TimerBase(TaskOwner):
         finally:
             _running_tasks.timer = None
 
-    def _run_one(self, task: TimerTask) -> None:
+    def _run_one(self, task: TimerEntry) -> None:
         try:
             task.run()
         except Exception:
             self._task_failed(task)
 
-    def _task_failed(self, task: TimerTask) -> None:
+    def _task_failed(self, task: TimerEntry) -> None:
         with self._errors_lock:
             self._errors += 1
         log.exception("%s timer: task %r raised", self.kind, task)

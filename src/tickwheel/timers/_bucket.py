@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tickwheel.timers._task import TaskOwner, TimerTask
+from tickwheel.timers._task import TaskOwner, TimerEntry
 
 if TYPE_CHECKING:
     from tickwheel.timers._base import TimerBase
@@ -34,7 +34,7 @@ class Bucket(TaskOwner):
     __slots__ = ("_tasks", "_timer", "expiration", "queued")
 
     def __init__(self, timer: TimerBase) -> None:
-        self._tasks: list[TimerTask] = []
+        self._tasks: list[TimerEntry] = []
         self._timer = timer
         self.expiration = 0
         self.queued = False
@@ -47,18 +47,18 @@ class Bucket(TaskOwner):
         return not self._tasks
 
     @property
-    def tasks(self) -> list[TimerTask]:
+    def tasks(self) -> list[TimerEntry]:
         """The tasks in the bucket (the list itself: callers hold the timer's lock)."""
         return self._tasks
 
-    def append(self, task: TimerTask) -> None:
+    def append(self, task: TimerEntry) -> None:
         """Hold ``task``. Caller holds the timer's lock."""
         tasks = self._tasks
         task._index = len(tasks)
         tasks.append(task)
         task._owner = self
 
-    def unlink(self, task: TimerTask) -> None:
+    def unlink(self, task: TimerEntry) -> None:
         """Remove ``task`` (which must be in this bucket) in O(1). Caller holds the lock."""
         tasks = self._tasks
         last = tasks.pop()
@@ -68,7 +68,7 @@ class Bucket(TaskOwner):
             last._index = index
         task._owner = None
 
-    def drain(self) -> list[TimerTask]:
+    def drain(self) -> list[TimerEntry]:
         """Take every task out. Caller holds the lock."""
         out = self._tasks
         self._tasks = []
@@ -86,7 +86,7 @@ class Bucket(TaskOwner):
         self.queued = True
         return True
 
-    def remove_task(self, task: TimerTask, cancelling: bool) -> bool:
+    def remove_task(self, task: TimerEntry, cancelling: bool) -> bool:
         timer = self._timer
         with timer._lock:
             if task._owner is not self:

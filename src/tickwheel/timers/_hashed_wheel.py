@@ -28,7 +28,7 @@ from tickwheel._validate import check_positive_int
 from tickwheel.timers._base import DEFAULT_EXECUTOR, TimerBase, _DefaultExecutor
 from tickwheel.timers._bucket import Bucket
 from tickwheel.timers._errors import TimerRejected
-from tickwheel.timers._task import TimerTask
+from tickwheel.timers._task import TimerEntry
 
 __all__ = ["HashedWheelTimer"]
 
@@ -65,7 +65,7 @@ class HashedWheelTimer(TimerBase):
             n <<= 1
         self._mask = n - 1
         self._buckets = [Bucket(self) for _ in range(n)]
-        self._timeouts: deque[TimerTask] = deque()
+        self._timeouts: deque[TimerEntry] = deque()
         # The next tick to process; tick t may be processed once the clock reads
         # t * tick_ms.
         self._tick = self._clock.now_ms() // self._tick_ms
@@ -82,7 +82,7 @@ class HashedWheelTimer(TimerBase):
     def max_pending(self) -> int | None:
         return self._max_pending
 
-    def _insert(self, task: TimerTask, expiration: int, now_ms: int) -> None:
+    def _insert(self, task: TimerEntry, expiration: int, now_ms: int) -> None:
         limit = self._max_pending
         if limit is not None and self._size >= limit:
             raise TimerRejected(self._size + 1, limit)
@@ -90,7 +90,7 @@ class HashedWheelTimer(TimerBase):
         task._owner = self
         self._timeouts.append(task)
 
-    def remove_task(self, task: TimerTask, cancelling: bool) -> bool:
+    def remove_task(self, task: TimerEntry, cancelling: bool) -> bool:
         """Cancel a timeout still in the new-timeouts queue: the queue skips it."""
         with self._lock:
             if task._owner is not self:
@@ -99,7 +99,7 @@ class HashedWheelTimer(TimerBase):
             self._on_removed(task, cancelling)
             return True
 
-    def _transfer(self, now_ms: int, due: list[TimerTask]) -> None:
+    def _transfer(self, now_ms: int, due: list[TimerEntry]) -> None:
         """Move queued timeouts into buckets, at most MAX_TRANSFER_PER_TICK."""
         queue = self._timeouts
         tick_ms = self._tick_ms
@@ -119,15 +119,15 @@ class HashedWheelTimer(TimerBase):
             # A deadline already passed goes into the current bucket (Netty).
             buckets[max(deadline_tick, current) & mask].append(task)
 
-    def _expire_bucket(self, bucket: Bucket, tick: int, due: list[TimerTask]) -> None:
+    def _expire_bucket(self, bucket: Bucket, tick: int, due: list[TimerEntry]) -> None:
         tick_ms = self._tick_ms
         expired = [t for t in bucket.tasks if -(-t._expiration // tick_ms) <= tick]
         for task in expired:
             bucket.unlink(task)
         due.extend(expired)
 
-    def _collect(self, now_ms: int) -> tuple[list[TimerTask], bool]:
-        due: list[TimerTask] = []
+    def _collect(self, now_ms: int) -> tuple[list[TimerEntry], bool]:
+        due: list[TimerEntry] = []
         target = now_ms // self._tick_ms
         buckets = self._buckets
         mask = self._mask
@@ -152,8 +152,8 @@ class HashedWheelTimer(TimerBase):
             self._account_due(due, now_ms)
         return due, bool(due)
 
-    def _clear(self) -> list[TimerTask]:
-        dropped: list[TimerTask] = []
+    def _clear(self) -> list[TimerEntry]:
+        dropped: list[TimerEntry] = []
         for task in self._timeouts:
             if task._owner is self:  # not cancelled, nor moved on by a duplicate entry
                 task._owner = None

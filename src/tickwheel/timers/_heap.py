@@ -14,7 +14,7 @@ from concurrent.futures import Executor
 
 from tickwheel._clock import Clock
 from tickwheel.timers._base import DEFAULT_EXECUTOR, TimerBase, _DefaultExecutor
-from tickwheel.timers._task import TimerTask
+from tickwheel.timers._task import TimerEntry
 
 __all__ = ["HeapTimer"]
 
@@ -33,16 +33,16 @@ class HeapTimer(TimerBase):
         executor: Executor | _DefaultExecutor | None = DEFAULT_EXECUTOR,
     ) -> None:
         super().__init__(clock, executor)
-        self._heap: list[tuple[int, int, TimerTask]] = []
+        self._heap: list[tuple[int, int, TimerEntry]] = []
         self._seq = itertools.count()
         self.compactions = 0
 
-    def _insert(self, task: TimerTask, expiration: int, now_ms: int) -> None:
+    def _insert(self, task: TimerEntry, expiration: int, now_ms: int) -> None:
         task._expiration = expiration
         task._owner = self
         heapq.heappush(self._heap, (expiration, next(self._seq), task))
 
-    def remove_task(self, task: TimerTask, cancelling: bool) -> bool:
+    def remove_task(self, task: TimerEntry, cancelling: bool) -> bool:
         with self._lock:
             if task._owner is not self:
                 return False
@@ -56,7 +56,7 @@ class HeapTimer(TimerBase):
 
     def _compact(self) -> None:
         seen: set[int] = set()
-        live: list[tuple[int, int, TimerTask]] = []
+        live: list[tuple[int, int, TimerEntry]] = []
         for entry in self._heap:
             task = entry[2]
             # An entry is live if the task is still ours and at this expiration; a task
@@ -68,9 +68,9 @@ class HeapTimer(TimerBase):
         self._heap = live
         self.compactions += 1
 
-    def _collect(self, now_ms: int) -> tuple[list[TimerTask], bool]:
+    def _collect(self, now_ms: int) -> tuple[list[TimerEntry], bool]:
         heap = self._heap
-        due: list[TimerTask] = []
+        due: list[TimerEntry] = []
         while heap and heap[0][0] <= now_ms:
             expiration, _, task = heapq.heappop(heap)
             if task._owner is self and task._expiration == expiration:
@@ -80,8 +80,8 @@ class HeapTimer(TimerBase):
             self._account_due(due, now_ms)
         return due, bool(due)
 
-    def _clear(self) -> list[TimerTask]:
-        dropped: list[TimerTask] = []
+    def _clear(self) -> list[TimerEntry]:
+        dropped: list[TimerEntry] = []
         for _, _, task in self._heap:
             if task._owner is self:  # once: a task added twice has one live owner
                 task._owner = None

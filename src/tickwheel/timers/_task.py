@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 provide_mypyc_attr(globals())
 
 __all__ = ["CANCELLED", "ArgsCallbackTask", "CallbackTask", "PeriodicTask", "TaskOwner",
-           "TimerTask", "callback_task"]
+           "TimerEntry", "TimerTask", "callback_task"]
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +44,37 @@ class TaskOwner:
 
     __slots__ = ()
 
-    def remove_task(self, task: TimerTask, cancelling: bool) -> bool:
+    def remove_task(self, task: TimerEntry, cancelling: bool) -> bool:
         raise NotImplementedError
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class TimerTask:
+class TimerEntry:
+    """What a timer links into its buckets: the expiration, the owner and the index
+    there, and :meth:`run`. :class:`TimerTask` adds the public task API on top; other
+    handle types (asyncio's timer handles in :mod:`tickwheel.aio`) add their own, with
+    no slot they do not need."""
+
+    __slots__ = ("_expiration", "_index", "_owner")
+
+    def __init__(self) -> None:
+        self._expiration: int = 0
+        self._owner: TaskOwner | None = None
+        # The position in the owning bucket while pending; CANCELLED once a cancel took
+        # the entry out (set under the timer's lock, reset when it is added again).
+        self._index: int = 0
+
+    def run(self) -> None:
+        """The work itself; subclasses override this."""
+        raise NotImplementedError("TimerEntry subclasses must override run()")
+
+    def _dropped_by_close(self) -> None:
+        """Called once the entry's timer closed while it was pending (it is already
+        marked cancelled): a hook for tasks that others wait on."""
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class TimerTask(TimerEntry):
     """A unit of delayed work. Subclass it and override :meth:`run`, or get one from
     ``timer.schedule()``.
 
@@ -57,15 +82,11 @@ class TimerTask:
     that is already pending in a timer moves it: it is removed first.
     """
 
-    __slots__ = ("_delay_ms", "_expiration", "_index", "_owner")
+    __slots__ = ("_delay_ms",)
 
     def __init__(self, delay_ms: Millis) -> None:
+        super().__init__()
         self._delay_ms: int = check_delay_ms("delay_ms", delay_ms)
-        self._expiration: int = 0
-        self._owner: TaskOwner | None = None
-        # The position in the owning bucket while pending; CANCELLED once a cancel took
-        # the task out (set under the timer's lock, reset when it is added again).
-        self._index: int = 0
 
     @property
     def delay_ms(self) -> int:
@@ -104,10 +125,6 @@ class TimerTask:
     def run(self) -> None:
         """The work itself; subclasses override this."""
         raise NotImplementedError("TimerTask subclasses must override run()")
-
-    def _dropped_by_close(self) -> None:
-        """Called once the task's timer closed while it was pending (it is already
-        marked cancelled): a hook for tasks that others wait on."""
 
     def __repr__(self) -> str:
         state = "pending" if self._owner is not None else (

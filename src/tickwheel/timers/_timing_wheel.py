@@ -22,7 +22,7 @@ from tickwheel._clock import Clock
 from tickwheel._validate import check_positive_int
 from tickwheel.timers._base import DEFAULT_EXECUTOR, TimerBase, _DefaultExecutor
 from tickwheel.timers._bucket import Bucket
-from tickwheel.timers._task import TimerTask
+from tickwheel.timers._task import TimerEntry
 from tickwheel.timers._wheel import TimingWheel
 
 __all__ = ["TimingWheelTimer"]
@@ -78,7 +78,7 @@ class TimingWheelTimer(TimerBase):
         """Levels created so far (overflow wheels are made on demand)."""
         return self._wheel.levels
 
-    def _insert(self, task: TimerTask, expiration: int, now_ms: int) -> None:
+    def _insert(self, task: TimerEntry, expiration: int, now_ms: int) -> None:
         task._expiration = expiration
         tick_ms = self._tick_ms
         tick = -(-expiration // tick_ms) if tick_ms != 1 else expiration
@@ -100,10 +100,10 @@ class TimingWheelTimer(TimerBase):
             bucket = placed
         heapq.heappush(self._queue, (bucket.expiration, id(bucket), bucket))
 
-    def _collect(self, now_ms: int) -> tuple[list[TimerTask], bool]:
+    def _collect(self, now_ms: int) -> tuple[list[TimerEntry], bool]:
         now_tick = now_ms // self._tick_ms
         queue = self._queue
-        due: list[TimerTask] = []
+        due: list[TimerEntry] = []
         flushed = False
         while queue and queue[0][0] <= now_tick:
             flush_at, _, bucket = heapq.heappop(queue)
@@ -121,8 +121,8 @@ class TimingWheelTimer(TimerBase):
             self._account_due(due, now_ms)
         return due, flushed or bool(due)
 
-    def _clear(self) -> list[TimerTask]:
-        dropped: list[TimerTask] = []
+    def _clear(self) -> list[TimerEntry]:
+        dropped: list[TimerEntry] = []
         for _, _, bucket in self._queue:
             dropped.extend(bucket.drain())  # a bucket queued twice is empty the second time
         self._queue.clear()

@@ -14,7 +14,7 @@ from tickwheel.timers._bucket import Bucket
 
 if TYPE_CHECKING:
     from tickwheel.timers._base import TimerBase
-    from tickwheel.timers._task import TimerTask
+    from tickwheel.timers._task import TimerEntry
 
 __all__ = ["TimingWheel"]
 
@@ -40,7 +40,7 @@ class TimingWheel:
             overflow = self.overflow = TimingWheel(self.timer, self.interval, self.size)
         return overflow
 
-    def place(self, task: TimerTask, tick: int, current: int) -> Bucket | None:
+    def place(self, task: TimerEntry, tick: int, current: int) -> Bucket | None:
         """Link ``task`` into the bucket of the first level, from this one up, that
         holds ``tick`` (> ``current``), making overflow levels as needed. Returns the
         bucket if its flush tick changed (it must enter the delay queue), else None.

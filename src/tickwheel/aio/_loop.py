@@ -1,0 +1,123 @@
+"""EventLoop: asyncio's selector event loop with its timers on a timing wheel.
+
+Only ``call_at`` and ``call_later`` change: their handles go into the loop's
+:class:`~tickwheel.aio._scheduler.WheelScheduler`, which keeps one timer of the base
+loop armed at the wheel's next due bucket. Everything else (I/O, ``call_soon``, the
+order in which one iteration runs ready callbacks) is the stock loop's own code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import selectors
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from tickwheel.aio._handle import TimerHandle
+from tickwheel.aio._scheduler import SchedulerStats, WheelScheduler
+
+__all__ = ["EventLoop", "EventLoopPolicy", "new_event_loop"]
+
+_PACKAGE_DIR = os.path.dirname(__file__)
+#: Frames kept per scheduling stack in debug mode (asyncio keeps as many).
+_DEBUG_STACK_DEPTH = 10
+
+
+class EventLoop(asyncio.SelectorEventLoop):
+    """A selector event loop whose ``call_at`` and ``call_later`` live on a
+    ``TimingWheelTimer``: O(1) to schedule and to cancel, with no cancelled handles
+    left behind in a heap."""
+
+    def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
+        self._wheel = WheelScheduler(self, super().call_at)
+        super().__init__(selector)
+        cls = type(self)
+        # A Python method costs a frame on every call; the scheduler's compiled methods
+        # take the same arguments, so the instance binds them directly. A subclass that
+        # overrides either method keeps its own.
+        if cls.call_at is EventLoop.call_at:
+            self.call_at = self._wheel.loop_call_at  # type: ignore[method-assign]
+        if cls.call_later is EventLoop.call_later:
+            self.call_later = self._wheel.loop_call_later  # type: ignore[method-assign]
+
+    # typeshed types these as returning asyncio.TimerHandle; the handle here has its
+    # API without being a subclass (see _handle.py).
+    def call_at(  # type: ignore[override]
+        self,
+        when: float,
+        callback: Callable[..., object],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> TimerHandle:
+        return self._wheel.loop_call_at(when, callback, *args, context=context)
+
+    def call_later(  # type: ignore[override]
+        self,
+        delay: float,
+        callback: Callable[..., object],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> TimerHandle:
+        return self._wheel.loop_call_later(delay, callback, *args, context=context)
+
+    def set_debug(self, enabled: bool) -> None:
+        super().set_debug(enabled)
+        self._wheel.debug_check = self._check_callable if enabled else None
+
+    def _check_callable(self, callback: object, method: str) -> list[Any]:
+        """What the stock loop checks in debug mode, through public API only; returns
+        the scheduling stack (the caller's, outside this package) for the handle."""
+        if self.is_running():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not self:
+                raise RuntimeError("Non-thread-safe operation invoked on an event loop "
+                                   "other than the current one")
+        if asyncio.iscoroutine(callback) or asyncio.iscoroutinefunction(callback):
+            raise TypeError(f"coroutines cannot be used with {method}()")
+        if not callable(callback):
+            raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")
+        frame = sys._getframe(1)
+        while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            frame = frame.f_back
+        stack = traceback.StackSummary.extract(
+            traceback.walk_stack(frame), limit=_DEBUG_STACK_DEPTH, lookup_lines=False)
+        stack.reverse()
+        return stack
+
+    def close(self) -> None:
+        if self.is_running():
+            raise RuntimeError("Cannot close a running event loop")
+        super().close()
+        self._wheel.close()
+
+    def timer_stats(self) -> SchedulerStats:
+        """A snapshot of the loop's wheel: pending handles and what became of the rest."""
+        return self._wheel.stats()
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} running={self.is_running()} "
+                f"closed={self.is_closed()} debug={self.get_debug()} "
+                f"timers={len(self._wheel)}>")
+
+
+def new_event_loop() -> EventLoop:
+    """A new :class:`EventLoop`, for ``asyncio.Runner(loop_factory=...)`` or, from
+    Python 3.12, ``asyncio.run(main(), loop_factory=...)``."""
+    return EventLoop()
+
+
+if sys.version_info < (3, 14):
+    class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
+        """Makes :class:`EventLoop` the loop of ``asyncio.run`` and
+        ``asyncio.new_event_loop`` (Python 3.11 to 3.13; policies are deprecated from
+        3.14, where ``loop_factory=`` is the way)."""
+
+        def new_event_loop(self) -> EventLoop:
+            return EventLoop()

@@ -1,0 +1,282 @@
+"""WheelScheduler: an asyncio loop's timers on a timing wheel, driven by one timer of
+the loop itself.
+
+The loop keeps exactly one of its own timer handles (the *sentinel*) armed at the
+wheel's next due bucket. When it fires, the scheduler runs what is due in ``when``
+order and arms it again. So the loop's selector sleeps until the wheel's next bucket
+and never spins, a schedule or a cancel touches only the wheel, and the loop's own
+``_run_once`` is used as it is: the same mechanism drives ``tickwheel.aio.EventLoop``
+and, on any other loop (uvloop included), ``tickwheel.aio.timeout``.
+
+Time: a handle due at ``when`` (seconds, a float) is held until the wheel's millisecond
+``ceil(when * 1000)``, and it runs only once ``loop.time() >= when``: never early,
+and at most one tick (1 ms) after asyncio's own heap would run it. The clock is read
+through ``loop.time()`` every time, so a test that replaces it still moves time.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from tickwheel.aio._handle import DebugTimerHandle, TimerHandle
+from tickwheel.timers import TimerEntry, TimingWheelTimer
+
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["SchedulerStats", "WheelScheduler"]
+
+#: The millisecond a handle due at +/-inf (or past a float's range) is held at.
+_FAR: Final = 1 << 62
+#: ``_armed_ms`` while no sentinel is armed: later than any handle can be.
+_IDLE: Final = 1 << 63
+#: Sharing a context snapshot means comparing every variable by identity; past this
+#: many variables a fresh copy is cheaper than the comparison.
+_MAX_SHARED_VARS: Final = 8
+_MISSING: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """A snapshot of a loop's wheel: handles pending, scheduled, run and cancelled
+    since it was made, and how often the sentinel was armed and fired."""
+
+    pending: int
+    scheduled: int
+    expired: int
+    cancelled: int
+    arms: int
+    fires: int
+
+
+class _LoopClock:
+    """The wheel's clock: ``loop.time()`` in whole milliseconds, looked up on every read
+    so that a replaced ``loop.time`` is honoured."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    @property
+    def realtime(self) -> bool:
+        # The wheel never waits on this clock itself: the loop's selector does.
+        return False
+
+    def now_ms(self) -> int:
+        return math.floor(self._loop.time() * 1000.0)
+
+
+def _expiration_ms(when: float) -> int:
+    try:
+        return math.ceil(when * 1000.0)
+    except OverflowError:
+        return _FAR if when > 0 else -_FAR
+    except ValueError:
+        raise ValueError(f"when must be a number of seconds, got {when!r}") from None
+
+
+def _same_variables(a: contextvars.Context, b: contextvars.Context) -> bool:
+    """True if ``a`` and ``b`` hold the very same objects in the same variables.
+    Identity, not ``==``: a callback must see its own objects, not equal ones."""
+    n = len(a)
+    if n != len(b):
+        return False
+    if n == 0:
+        return True
+    if n > _MAX_SHARED_VARS:
+        return False
+    for var, value in a.items():  # noqa: SIM110 (a loop compiles; all() makes a generator)
+        if b.get(var, _MISSING) is not value:
+            return False
+    return True
+
+
+def _when_of(entry: TimerEntry) -> float:
+    return cast(TimerHandle, entry)._when
+
+
+class WheelScheduler:
+    """One loop's timing wheel and its sentinel. ``arm_at`` is the loop's own
+    ``call_at`` (for a subclass of a stock loop, the base class's)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        arm_at: Callable[..., asyncio.TimerHandle],
+    ) -> None:
+        self._loop = loop
+        self._arm_at = arm_at
+        self._timer = TimingWheelTimer(tick_ms=1, clock=_LoopClock(loop), executor=None)
+        self._sentinel: asyncio.TimerHandle | None = None
+        self._armed_ms: int = _IDLE
+        # Handles taken out due but found early by the float comparison (rounding, or a
+        # replaced loop.time() that went back): a small heap by when.
+        self._early: list[tuple[float, int, TimerHandle]] = []
+        self._early_seq = 0
+        self._last_context: contextvars.Context | None = None
+        # The sentinel runs in a context of its own: copying the caller's on every arm
+        # would cost a context per arm for nothing.
+        self._fire_context = contextvars.Context()
+        self._arms = 0
+        self._fires = 0
+        self.closed = False
+        #: Called as ``check(callback, method)`` before each schedule when set: the
+        #: loop's debug-mode checks, which return the stack that is scheduling.
+        self.debug_check: Callable[[object, str], list[Any]] | None = None
+
+    # -- scheduling -------------------------------------------------------------------
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+        source_traceback: list[Any] | None = None,
+    ) -> TimerHandle:
+        if self.closed:
+            raise RuntimeError("Event loop is closed")
+        expiration = _expiration_ms(when)
+        copy = context is None
+        if context is None:
+            context = contextvars.copy_context()
+            last = self._last_context
+            if last is not None and _same_variables(context, last):
+                context = last
+            else:
+                self._last_context = context
+        if source_traceback is None:
+            handle = TimerHandle(when, callback, args, context, copy)
+        else:
+            handle = DebugTimerHandle(when, callback, args, context, copy, source_traceback)
+        self._timer.add_at(handle, expiration)
+        if expiration < self._armed_ms:
+            self._arm(expiration, expiration / 1000.0)
+        return handle
+
+    def call_later(
+        self,
+        delay: float | None,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+    ) -> TimerHandle:
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self.call_at(self._loop.time() + delay, callback, args, context)
+
+    def loop_call_at(self, when: float | None, callback: Callable[..., object], *args: Any,
+                     context: contextvars.Context | None = None) -> TimerHandle:
+        """``loop.call_at`` with the loop's own signature, for binding on the loop."""
+        check = self.debug_check
+        stack = None if check is None else check(callback, "call_at")
+        if when is None:
+            raise TypeError("when cannot be None")
+        return self.call_at(when, callback, args, context, stack)
+
+    def loop_call_later(self, delay: float | None, callback: Callable[..., object], *args: Any,
+                        context: contextvars.Context | None = None) -> TimerHandle:
+        """``loop.call_later`` with the loop's own signature, for binding on the loop."""
+        check = self.debug_check
+        stack = None if check is None else check(callback, "call_later")
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self.call_at(self._loop.time() + delay, callback, args, context, stack)
+
+    # -- the sentinel -----------------------------------------------------------------
+
+    def _arm(self, ms: int, at: float) -> None:
+        sentinel = self._sentinel
+        if sentinel is not None:
+            sentinel.cancel()
+        self._armed_ms = ms
+        self._arms += 1
+        self._sentinel = self._arm_at(at, self._fire, context=self._fire_context)
+
+    def _rearm(self) -> None:
+        self._sentinel = None
+        self._armed_ms = _IDLE
+        if self.closed:
+            return
+        nxt = self._timer.next_due_ms()
+        early = self._early
+        if early and (nxt is None or early[0][0] * 1000.0 < nxt):
+            first = early[0][0]
+            self._arm(_expiration_ms(first), first)
+        elif nxt is not None:
+            self._arm(nxt, nxt / 1000.0)
+
+    def _fire(self) -> None:
+        """The sentinel's callback: run what is due, in ``when`` order, then re-arm."""
+        self._fires += 1
+        loop = self._loop
+        now = loop.time()
+        # The loop ran the sentinel, so its millisecond has come even where the float
+        # product rounds below it; the comparison with `when` below keeps it exact.
+        now_ms = max(math.floor(now * 1000.0), self._armed_ms)
+        due = self._timer.take_due(now_ms)
+        early = self._early
+        while early and early[0][0] <= now:
+            due.append(heapq.heappop(early)[2])
+        if not due:
+            self._rearm()
+            return
+        if len(due) > 1:
+            due.sort(key=_when_of)
+        i = 0
+        n = len(due)
+        try:
+            while i < n:
+                handle = cast(TimerHandle, due[i])
+                if handle._when > now:
+                    break
+                i += 1
+                handle._run_in(loop)
+        finally:
+            # Whatever did not run (not yet due, or left behind by SystemExit or
+            # KeyboardInterrupt) waits for the next fire; cancelled ones are dropped.
+            while i < n:
+                handle = cast(TimerHandle, due[i])
+                i += 1
+                if not handle.cancelled():
+                    self._early_seq += 1
+                    heapq.heappush(early, (handle._when, self._early_seq, handle))
+            self._rearm()
+
+    # -- the rest ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._timer) + len(self._early)
+
+    def stats(self) -> SchedulerStats:
+        timer = self._timer.stats()
+        return SchedulerStats(
+            pending=timer.pending + len(self._early),
+            scheduled=timer.scheduled,
+            expired=timer.expired,
+            cancelled=timer.cancelled,
+            arms=self._arms,
+            fires=self._fires,
+        )
+
+    def close(self) -> int:
+        """Drop every pending handle (each reports ``cancelled()``); return how many."""
+        if self.closed:
+            return 0
+        self.closed = True
+        sentinel = self._sentinel
+        if sentinel is not None:
+            sentinel.cancel()
+            self._sentinel = None
+        dropped = self._timer.close()
+        for _, _, handle in self._early:
+            handle.cancel()
+            dropped += 1
+        self._early.clear()
+        return dropped
