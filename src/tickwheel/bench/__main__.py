@@ -1,4 +1,5 @@
-"""``python -m tickwheel.bench timers [--sizes ...]``: prints medians and ratios."""
+"""``python -m tickwheel.bench {timers,asyncio,purgatory,dispatcher,pipeline}``: prints
+medians and ratios."""
 
 from __future__ import annotations
 
@@ -60,6 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--repeat", type=int, default=5, help="repetitions (median reported)")
     t.add_argument("--gc", choices=["on", "off", "both"], default="both")
     t.add_argument("--json", type=Path, help="also write the raw results here")
+    ai = sub.add_parser("asyncio", help="asyncio timers on real loops: stock, tickwheel, uvloop")
+    ai.add_argument("--n", type=int, default=1_000_000,
+                    help="pending handles in A1 and sleeping tasks in A3 (default: %(default)s)")
+    ai.add_argument("--tasks", type=int, default=100_000,
+                    help="concurrent tasks in A2 (default: %(default)s)")
+    ai.add_argument("--workloads", default="A1,A2,A3")
+    ai.add_argument("--repeat", type=int, default=3, help="repetitions (median reported)")
     pg = sub.add_parser("purgatory", help="1M operations on 100k keys vs a naive baseline")
     pg.add_argument("--operations", type=int, default=1_000_000)
     pg.add_argument("--repeat", type=int, default=3, help="repetitions (median reported)")
@@ -86,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.what == "pipeline":
         return _pipeline(args)
+
+    if args.what == "asyncio":
+        return _asyncio(parser, args)
 
     if args.what == "purgatory":
         return _purgatory(args.operations, args.repeat, tickwheel.compiled)
@@ -114,6 +125,49 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([r.__dict__ for r in results], indent=1))
+    return 0
+
+
+def _asyncio(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    import tickwheel
+    from tickwheel.bench._asyncio import available_loops, run_asyncio
+
+    for name in ("n", "tasks", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    workloads = args.workloads.split(",")
+    unknown = sorted(set(workloads) - {"A1", "A2", "A3"})
+    if unknown:
+        parser.error(f"--workloads: unknown {unknown}; choose from A1, A2, A3")
+    loops = available_loops()
+    start = time.monotonic()
+    results = run_asyncio(
+        args.n, args.tasks, args.repeat, loops, workloads,
+        lambda msg: print(f"[{time.monotonic() - start:7.1f}s] {msg}", file=sys.stderr,
+                          flush=True))
+    print(f"\nasyncio benchmark: real loops, real time, tickwheel.compiled="
+          f"{tickwheel.compiled}, median of {args.repeat} (bytes: one pass), "
+          f"ratio to the stock loop in parentheses\n")
+    print("| workload | N | " + " | ".join(loops) + " |")
+    print("|---|---:|" + "---:|" * len(loops))
+    for workload in dict.fromkeys(r.workload for r in results):
+        cells = {r.loop: r for r in results if r.workload == workload}
+        anchor = cells["asyncio"].value
+        out = []
+        for name in loops:
+            r = cells.get(name)
+            if r is None:
+                out.append("n/a")
+                continue
+            text = (f"{r.value:,.0f} B" if r.unit == "bytes"
+                    else f"{r.value / 1e3:,.0f}k {r.unit}")
+            if name != "asyncio":
+                text += f" ({r.value / anchor:.2f}x)"
+            out.append(text)
+        n = next(iter(cells.values())).n
+        print(f"| {workload} | {n:,} | " + " | ".join(out) + " |")
+    if "uvloop" not in loops:
+        print("\nuvloop is not installed: its columns are left out")
     return 0
 
 

@@ -1,0 +1,200 @@
+"""asyncio's timers on real loops and real time: the stock loop, tickwheel's loop,
+uvloop, and uvloop with ``tickwheel.aio``'s wheel, all in one run.
+
+  A1  schedule N ``call_later`` with random delays of 1-60 s, then cancel them all:
+      pairs per second; and, in a separate pass under tracemalloc, the bytes each
+      pending handle holds (the handle, its time, its context and the loop's slot).
+  A2  N concurrent tasks, each ``async with timeout(30): await fut``, the futures set
+      in random order: tasks per second, from the first task created to the last done.
+  A3  N tasks in ``asyncio.sleep`` until deadlines spread over 1 s, starting 1 s after
+      the last task was created: wakes per second, from the first deadline to the last
+      wake (a loop that keeps up scores N per second; one that cannot, its own rate).
+
+"uvloop+tickwheel" keeps uvloop and puts its timers on ``tickwheel.aio``'s per-loop
+wheel (``tickwheel.aio.call_later`` for A1, ``tickwheel.aio.timeout`` for A2); A3 has no
+such variant, since ``asyncio.sleep`` always asks the loop itself. The garbage
+collector stays on, as in a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from tickwheel import aio
+
+__all__ = ["LOOPS", "Result", "available_loops", "run_asyncio"]
+
+LOOPS = ("asyncio", "tickwheel", "uvloop", "uvloop+tickwheel")
+
+
+@dataclass
+class Result:
+    loop: str
+    workload: str
+    n: int
+    unit: str
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def value(self) -> float:
+        return statistics.median(self.samples)
+
+
+def _noop() -> None:
+    return None
+
+
+def available_loops() -> list[str]:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return ["asyncio", "tickwheel"]
+    return list(LOOPS)
+
+
+def _factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    if name == "asyncio":
+        return asyncio.SelectorEventLoop
+    if name == "tickwheel":
+        return aio.new_event_loop
+    import uvloop
+
+    return uvloop.new_event_loop
+
+
+def _run(name: str, workload: Callable[[str, Any], Coroutine[Any, Any, float]],
+         data: Any) -> float:
+    with asyncio.Runner(loop_factory=_factory(name)) as runner:
+        return runner.run(workload(name, data))
+
+
+def _schedule(name: str) -> Callable[..., Any]:
+    if name == "uvloop+tickwheel":
+        return aio.call_later
+    return asyncio.get_running_loop().call_later
+
+
+def _timeout(name: str) -> Callable[[float], Any]:
+    return aio.timeout if name == "uvloop+tickwheel" else asyncio.timeout
+
+
+async def a1_pairs(name: str, delays: list[float]) -> float:
+    call_later = _schedule(name)
+    start = time.perf_counter()
+    handles = [call_later(delay, _noop) for delay in delays]
+    for handle in handles:
+        handle.cancel()
+    return len(delays) / (time.perf_counter() - start)
+
+
+async def a1_bytes(name: str, delays: list[float]) -> float:
+    call_later = _schedule(name)
+    handles: list[Any] = []
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        handles = [call_later(delay, _noop) for delay in delays]
+        # The list that keeps the handles is the benchmark's, not the loop's.
+        held = tracemalloc.get_traced_memory()[0] - before - _list_bytes(len(handles))
+    finally:
+        tracemalloc.stop()
+    for handle in handles:
+        handle.cancel()
+    return held / len(delays)
+
+
+def _list_bytes(n: int) -> int:
+    tracemalloc.stop()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    probe = [None for _ in range(n)]
+    size = tracemalloc.get_traced_memory()[0] - before
+    del probe
+    return size
+
+
+async def a2(name: str, order: list[int]) -> float:
+    loop = asyncio.get_running_loop()
+    timeout = _timeout(name)
+    futures = [loop.create_future() for _ in order]
+
+    async def waiter(future: asyncio.Future[None]) -> None:
+        async with timeout(30):
+            await future
+
+    start = time.perf_counter()
+    tasks = [loop.create_task(waiter(future)) for future in futures]
+    await asyncio.sleep(0)  # every task is inside its timeout now
+    for i in order:
+        futures[i].set_result(None)
+    await asyncio.gather(*tasks)
+    return len(order) / (time.perf_counter() - start)
+
+
+async def a3(name: str, offsets: list[float]) -> float:
+    loop = asyncio.get_running_loop()
+    # Deadlines count from the moment every task exists (set below, before any runs).
+    base = [0.0]
+    last_wake = 0.0
+
+    async def sleeper(offset: float) -> None:
+        nonlocal last_wake
+        await asyncio.sleep(base[0] + offset - loop.time())
+        last_wake = loop.time()
+
+    tasks = [loop.create_task(sleeper(offset)) for offset in offsets]
+    base[0] = loop.time() + 1.0
+    await asyncio.gather(*tasks)
+    return len(offsets) / max(last_wake - base[0], 1e-9)
+
+
+def run_asyncio(
+    n: int,
+    n_tasks: int,
+    repeat: int,
+    loops: list[str],
+    workloads: list[str],
+    progress: Callable[[str], None],
+) -> list[Result]:
+    rng = random.Random(20261125)
+    delays = [rng.uniform(1.0, 60.0) for _ in range(n)]
+    order = list(range(n_tasks))
+    rng.shuffle(order)
+    offsets = [rng.uniform(0.0, 1.0) for _ in range(n)]
+    results: dict[tuple[str, str], Result] = {}
+
+    def record(loop: str, workload: str, size: int, unit: str, value: float) -> None:
+        key = (loop, workload)
+        if key not in results:
+            results[key] = Result(loop, workload, size, unit)
+        results[key].samples.append(value)
+
+    for round_ in range(1, repeat + 1):
+        # Each round runs every loop once, so slow drift of the machine hits all alike.
+        for name in loops:
+            if "A1" in workloads:
+                pairs = _run(name, a1_pairs, delays)
+                record(name, "A1 schedule+cancel", n, "pairs/s", pairs)
+                if round_ == 1:
+                    held = _run(name, a1_bytes, delays)
+                    record(name, "A1 bytes per pending handle", n, "bytes", held)
+                progress(f"round {round_}: {name} A1 {pairs / 1e3:,.0f}k pairs/s")
+            if "A2" in workloads:
+                rate = _run(name, a2, order)
+                record(name, "A2 tasks in timeout()", n_tasks, "tasks/s", rate)
+                progress(f"round {round_}: {name} A2 {rate / 1e3:,.0f}k tasks/s")
+            if "A3" in workloads and name != "uvloop+tickwheel":
+                rate = _run(name, a3, offsets)
+                record(name, "A3 sleep wakes", n, "wakes/s", rate)
+                progress(f"round {round_}: {name} A3 {rate / 1e3:,.0f}k wakes/s")
+            gc.collect()
+    return list(results.values())
