@@ -124,6 +124,31 @@ def test_loop_time_is_the_clock_so_a_replaced_time_moves_timers() -> None:
         loop.close()
 
 
+def test_a_subclass_that_overrides_time_is_the_clock_too() -> None:
+    class Shifted(aio.EventLoop):
+        def time(self) -> float:
+            return super().time() + 1000.0
+
+    loop = Shifted()
+    try:
+        handle = loop.call_later(1, print)
+        assert handle.when() >= asyncio.SelectorEventLoop.time(loop) + 1000.0
+    finally:
+        loop.close()
+
+
+def test_the_stock_clock_read_directly_is_the_stock_loops_time() -> None:
+    loop = aio.new_event_loop()
+    stock_loop = asyncio.SelectorEventLoop()
+    try:
+        before = stock_loop.time()
+        when = loop.call_later(0, print).when()
+        assert before <= when <= stock_loop.time()
+    finally:
+        loop.close()
+        stock_loop.close()
+
+
 def test_a_clock_that_goes_back_delays_handles_without_spinning() -> None:
     loop = aio.new_event_loop()
     try:

@@ -16,18 +16,17 @@ through ``loop.time()`` every time, so a test that replaces it still moves time.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import heapq
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 
 from tickwheel.aio._handle import DebugTimerHandle, TimerHandle
 from tickwheel.timers import TimerEntry, TimingWheelTimer
-
-if TYPE_CHECKING:
-    import asyncio
 
 __all__ = ["SchedulerStats", "WheelScheduler"]
 
@@ -55,13 +54,12 @@ class SchedulerStats:
 
 
 class _LoopClock:
-    """The wheel's clock: ``loop.time()`` in whole milliseconds, looked up on every read
-    so that a replaced ``loop.time`` is honoured."""
+    """The wheel's clock: the loop's time in whole milliseconds."""
 
-    __slots__ = ("_loop",)
+    __slots__ = ("_scheduler",)
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self, scheduler: WheelScheduler) -> None:
+        self._scheduler = scheduler
 
     @property
     def realtime(self) -> bool:
@@ -69,7 +67,7 @@ class _LoopClock:
         return False
 
     def now_ms(self) -> int:
-        return math.floor(self._loop.time() * 1000.0)
+        return math.floor(self._scheduler.time() * 1000.0)
 
 
 def _expiration_ms(when: float) -> int:
@@ -112,7 +110,13 @@ class WheelScheduler:
     ) -> None:
         self._loop = loop
         self._arm_at = arm_at
-        self._timer = TimingWheelTimer(tick_ms=1, clock=_LoopClock(loop), executor=None)
+        # loop.time() is read on every schedule. The stock method only returns
+        # time.monotonic(), through a Python frame; while it is neither overridden nor
+        # replaced on the instance, the clock is read directly.
+        attrs = getattr(loop, "__dict__", None)
+        self._stock_time = type(loop).time is asyncio.BaseEventLoop.time and attrs is not None
+        self._loop_attrs: dict[str, object] = attrs if attrs is not None else {}
+        self._timer = TimingWheelTimer(tick_ms=1, clock=_LoopClock(self), executor=None)
         self._sentinel: asyncio.TimerHandle | None = None
         self._armed_ms: int = _IDLE
         # Handles taken out due but found early by the float comparison (rounding, or a
@@ -132,6 +136,12 @@ class WheelScheduler:
 
     # -- scheduling -------------------------------------------------------------------
 
+    def time(self) -> float:
+        """``loop.time()``, read directly while it is the stock method."""
+        if self._stock_time and "time" not in self._loop_attrs:
+            return time.monotonic()
+        return self._loop.time()
+
     def call_at(
         self,
         when: float,
@@ -139,7 +149,10 @@ class WheelScheduler:
         args: tuple[Any, ...],
         context: contextvars.Context | None,
         source_traceback: list[Any] | None = None,
+        now: float | None = None,
     ) -> TimerHandle:
+        """Schedule ``callback(*args)`` at loop time ``when``; ``now`` is the loop's
+        time if the caller has just read it."""
         if self.closed:
             raise RuntimeError("Event loop is closed")
         expiration = _expiration_ms(when)
@@ -155,7 +168,8 @@ class WheelScheduler:
             handle = TimerHandle(when, callback, args, context, copy)
         else:
             handle = DebugTimerHandle(when, callback, args, context, copy, source_traceback)
-        self._timer.add_at(handle, expiration)
+        self._timer.add_at(handle, expiration,
+                           None if now is None else math.floor(now * 1000.0))
         if expiration < self._armed_ms:
             self._arm(expiration, expiration / 1000.0)
         return handle
@@ -169,7 +183,8 @@ class WheelScheduler:
     ) -> TimerHandle:
         if delay is None:
             raise TypeError("delay must not be None")
-        return self.call_at(self._loop.time() + delay, callback, args, context)
+        now = self.time()
+        return self.call_at(now + delay, callback, args, context, None, now)
 
     def loop_call_at(self, when: float | None, callback: Callable[..., object], *args: Any,
                      context: contextvars.Context | None = None) -> TimerHandle:
@@ -187,7 +202,8 @@ class WheelScheduler:
         stack = None if check is None else check(callback, "call_later")
         if delay is None:
             raise TypeError("delay must not be None")
-        return self.call_at(self._loop.time() + delay, callback, args, context, stack)
+        now = self.time()
+        return self.call_at(now + delay, callback, args, context, stack, now)
 
     # -- the sentinel -----------------------------------------------------------------
 
@@ -216,7 +232,7 @@ class WheelScheduler:
         """The sentinel's callback: run what is due, in ``when`` order, then re-arm."""
         self._fires += 1
         loop = self._loop
-        now = loop.time()
+        now = self.time()
         # The loop ran the sentinel, so its millisecond has come even where the float
         # product rounds below it; the comparison with `when` below keeps it exact.
         now_ms = max(math.floor(now * 1000.0), self._armed_ms)

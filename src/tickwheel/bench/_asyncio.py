@@ -13,7 +13,8 @@ uvloop, and uvloop with ``tickwheel.aio``'s wheel, all in one run.
 "uvloop+tickwheel" keeps uvloop and puts its timers on ``tickwheel.aio``'s per-loop
 wheel (``tickwheel.aio.call_later`` for A1, ``tickwheel.aio.timeout`` for A2); A3 has no
 such variant, since ``asyncio.sleep`` always asks the loop itself. The garbage
-collector stays on, as in a server.
+collector stays on, as in a server; A1 also runs with it off, since its full
+collections walk every pending handle and so grow with the number pending.
 """
 
 from __future__ import annotations
@@ -93,6 +94,15 @@ async def a1_pairs(name: str, delays: list[float]) -> float:
     for handle in handles:
         handle.cancel()
     return len(delays) / (time.perf_counter() - start)
+
+
+async def a1_pairs_gc_off(name: str, delays: list[float]) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        return await a1_pairs(name, delays)
+    finally:
+        gc.enable()
 
 
 async def a1_bytes(name: str, delays: list[float]) -> float:
@@ -184,6 +194,8 @@ def run_asyncio(
             if "A1" in workloads:
                 pairs = _run(name, a1_pairs, delays)
                 record(name, "A1 schedule+cancel", n, "pairs/s", pairs)
+                record(name, "A1 schedule+cancel, gc off", n, "pairs/s",
+                       _run(name, a1_pairs_gc_off, delays))
                 if round_ == 1:
                     held = _run(name, a1_bytes, delays)
                     record(name, "A1 bytes per pending handle", n, "bytes", held)

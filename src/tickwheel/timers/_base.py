@@ -210,12 +210,13 @@ class TimerBase(TaskOwner):
             return False
         return True
 
-    def add_at(self, entry: TimerEntry, expiration_ms: int) -> None:
+    def add_at(self, entry: TimerEntry, expiration_ms: int, now_ms: int | None = None) -> None:
         """Hold ``entry`` until the clock reads ``expiration_ms`` (moving it if pending).
 
         The primitive under ``schedule_at``, for handle types that carry their own
-        callback (``tickwheel.aio``'s timer handles); ``take_due`` hands them back."""
-        self._add(entry, expiration_ms, self._now())
+        callback (``tickwheel.aio``'s timer handles); ``take_due`` hands them back. A
+        caller that has just read the clock passes the reading as ``now_ms``."""
+        self._add(entry, expiration_ms, self._now() if now_ms is None else now_ms)
 
     def take_due(self, now_ms: int | None = None) -> list[TimerEntry]:
         """Take out what is due at ``now_ms`` (default: the clock's reading) without
