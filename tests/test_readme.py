@@ -40,3 +40,8 @@ def test_real_clock_example_runs() -> None:
     scope: dict[str, object] = {}
     exec(compile(example, "README.md", "exec"), scope)
     assert scope["done"].is_set()  # type: ignore[attr-defined]
+
+
+def test_asyncio_example_runs() -> None:
+    example = next(b for b in blocks() if "tickwheel.aio" in b)
+    exec(compile(example, "README.md", "exec"), {})

@@ -354,6 +354,25 @@ def test_debug_mode_refuses_coroutines_and_calls_from_other_threads() -> None:
         loop.close()
 
 
+def test_debug_mode_reports_each_slow_handle_by_name(
+        caplog: pytest.LogCaptureFixture) -> None:
+    loop, selector = virtual_loop(wheel)
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.5
+
+    def slow() -> None:
+        selector.now += 1.0  # the callback "takes" a second of loop time
+
+    try:
+        loop.call_later(1, slow)
+        with caplog.at_level("WARNING", logger="asyncio"):
+            loop.run_until_complete(asyncio.sleep(2))
+        assert any("Executing <TimerHandle" in r.message and "slow" in r.message
+                   and "took 1.000 seconds" in r.message for r in caplog.records)
+    finally:
+        loop.close()
+
+
 # -- installing it ----------------------------------------------------------------------
 
 

@@ -11,15 +11,14 @@ import sys
 
 from tickwheel.aio._handle import TimerHandle
 from tickwheel.aio._loop import EventLoop, new_event_loop
-from tickwheel.aio._scheduler import SchedulerStats, WheelScheduler
-from tickwheel.aio._timeout import (
-    Timeout,
+from tickwheel.aio._scheduler import (
+    SchedulerStats,
+    WheelScheduler,
     call_at,
     call_later,
     scheduler_for,
-    timeout,
-    timeout_at,
 )
+from tickwheel.aio._timeout import Timeout, timeout, timeout_at
 
 if sys.version_info < (3, 14):
     from tickwheel.aio._loop import EventLoopPolicy

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tickwheel.aio._handle import TimerHandle
-from tickwheel.aio._scheduler import SchedulerStats, WheelScheduler
+from tickwheel.aio._scheduler import SchedulerStats, WheelScheduler, register
 
 __all__ = ["EventLoop", "EventLoopPolicy", "new_event_loop"]
 
@@ -35,6 +35,7 @@ class EventLoop(asyncio.SelectorEventLoop):
     def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
         self._wheel = WheelScheduler(self, super().call_at)
         super().__init__(selector)
+        register(self, self._wheel)
         cls = type(self)
         # A Python method costs a frame on every call; the scheduler's compiled methods
         # take the same arguments, so the instance binds them directly. A subclass that

@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import heapq
+import logging
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, cast
@@ -28,7 +30,7 @@ from typing import Any, Final, cast
 from tickwheel.aio._handle import DebugTimerHandle, TimerHandle
 from tickwheel.timers import TimerEntry, TimingWheelTimer
 
-__all__ = ["SchedulerStats", "WheelScheduler"]
+__all__ = ["SchedulerStats", "WheelScheduler", "call_at", "call_later", "scheduler_for"]
 
 #: The millisecond a handle due at +/-inf (or past a float's range) is held at.
 _FAR: Final = 1 << 62
@@ -38,6 +40,8 @@ _IDLE: Final = 1 << 63
 #: many variables a fresh copy is cheaper than the comparison.
 _MAX_SHARED_VARS: Final = 8
 _MISSING: Final = object()
+#: Slow callbacks are reported where asyncio reports its own.
+_asyncio_log: Final = logging.getLogger("asyncio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,13 +251,23 @@ class WheelScheduler:
             due.sort(key=_when_of)
         i = 0
         n = len(due)
+        # In debug mode each handle is timed, as the stock loop times each callback it
+        # runs (otherwise its warning would name the sentinel for the whole batch).
+        debug = self.debug_check is not None
         try:
             while i < n:
                 handle = cast(TimerHandle, due[i])
                 if handle._when > now:
                     break
                 i += 1
-                handle._run_in(loop)
+                if debug:
+                    started = self.time()
+                    handle._run_in(loop)
+                    took = self.time() - started
+                    if took >= loop.slow_callback_duration:
+                        _asyncio_log.warning("Executing %r took %.3f seconds", handle, took)
+                else:
+                    handle._run_in(loop)
         finally:
             # Whatever did not run (not yet due, or left behind by SystemExit or
             # KeyboardInterrupt) waits for the next fire; cancelled ones are dropped.
@@ -296,3 +310,47 @@ class WheelScheduler:
             dropped += 1
         self._early.clear()
         return dropped
+
+
+# -- one wheel per loop ------------------------------------------------------------------
+
+_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WheelScheduler] = (
+    weakref.WeakKeyDictionary())
+# The last loop asked for, and its wheel: a program runs one loop per thread, and this
+# spares the weak dictionary's Python-level lookup on every call.
+_last_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+_last_scheduler: WheelScheduler | None = None
+
+
+def register(loop: asyncio.AbstractEventLoop, scheduler: WheelScheduler) -> None:
+    """Make ``scheduler`` the wheel of ``loop`` (a tickwheel loop registers its own)."""
+    _schedulers[loop] = scheduler
+
+
+def scheduler_for(loop: asyncio.AbstractEventLoop) -> WheelScheduler:
+    """The wheel that holds ``loop``'s tickwheel timers (made on first use)."""
+    global _last_loop, _last_scheduler
+    last = _last_scheduler
+    if last is not None and not last.closed and _last_loop is not None and _last_loop() is loop:
+        return last
+    scheduler = _schedulers.get(loop)
+    if scheduler is None or scheduler.closed:
+        scheduler = _schedulers[loop] = WheelScheduler(loop, loop.call_at)
+    _last_loop = weakref.ref(loop)
+    _last_scheduler = scheduler
+    return scheduler
+
+
+def call_later(delay: float | None, callback: Callable[..., object], *args: Any,
+               context: contextvars.Context | None = None) -> TimerHandle:
+    """``loop.call_later`` on the running loop's wheel."""
+    return scheduler_for(asyncio.get_running_loop()).call_later(delay, callback, args, context)
+
+
+def call_at(when: float | None, callback: Callable[..., object], *args: Any,
+            context: contextvars.Context | None = None) -> TimerHandle:
+    """``loop.call_at`` on the running loop's wheel."""
+    scheduler = scheduler_for(asyncio.get_running_loop())
+    if when is None:
+        raise TypeError("when cannot be None")
+    return scheduler.call_at(when, callback, args, context)

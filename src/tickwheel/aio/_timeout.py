@@ -1,58 +1,22 @@
-"""Loop-agnostic timeouts: ``timeout``, ``timeout_at`` and ``call_later`` on a
-per-loop wheel, for programs that keep their loop (the stock loop, or uvloop).
+"""Loop-agnostic timeouts: ``timeout`` and ``timeout_at`` on the running loop's wheel
+(see ``scheduler_for``), for programs that keep their loop (the stock loop, uvloop).
 
-Each running loop gets one :class:`~tickwheel.aio._scheduler.WheelScheduler`, driven
-by a single timer of that loop at the wheel's next due bucket; a ``tickwheel.aio``
-loop uses its own. ``Timeout`` behaves as ``asyncio.Timeout`` (Python 3.12's rules
-for nesting and outside cancellation): the block's ``CancelledError`` leaves it as
-``TimeoutError``, and ``reschedule`` moves or removes the deadline.
+``Timeout`` behaves as ``asyncio.Timeout`` (Python 3.12's rules for nesting and outside
+cancellation): the block's ``CancelledError`` leaves it as ``TimeoutError``, and
+``reschedule`` moves or removes the deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import enum
-import weakref
-from collections.abc import Callable
 from types import TracebackType
 from typing import Any, final
 
 from tickwheel.aio._handle import TimerHandle
-from tickwheel.aio._loop import EventLoop
-from tickwheel.aio._scheduler import WheelScheduler
+from tickwheel.aio._scheduler import scheduler_for
 
-__all__ = ["Timeout", "call_at", "call_later", "scheduler_for", "timeout", "timeout_at"]
-
-_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WheelScheduler] = (
-    weakref.WeakKeyDictionary())
-
-
-def scheduler_for(loop: asyncio.AbstractEventLoop) -> WheelScheduler:
-    """The wheel that holds ``loop``'s tickwheel timers (made on first use)."""
-    if isinstance(loop, EventLoop):
-        return loop._wheel
-    scheduler = _schedulers.get(loop)
-    if scheduler is None or scheduler.closed:
-        scheduler = _schedulers[loop] = WheelScheduler(loop, loop.call_at)
-    return scheduler
-
-
-def call_later(delay: float, callback: Callable[..., object], *args: Any,
-               context: contextvars.Context | None = None) -> TimerHandle:
-    """``loop.call_later`` on the running loop's wheel."""
-    loop = asyncio.get_running_loop()
-    return scheduler_for(loop).call_later(delay, callback, args, context)
-
-
-def call_at(when: float, callback: Callable[..., object], *args: Any,
-            context: contextvars.Context | None = None) -> TimerHandle:
-    """``loop.call_at`` on the running loop's wheel."""
-    loop = asyncio.get_running_loop()
-    if when is None:
-        raise TypeError("when cannot be None")
-    return scheduler_for(loop).call_at(when, callback, args, context)
-
+__all__ = ["Timeout", "timeout", "timeout_at"]
 
 class _State(enum.Enum):
     CREATED = "created"

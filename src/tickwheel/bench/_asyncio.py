@@ -14,7 +14,8 @@ uvloop, and uvloop with ``tickwheel.aio``'s wheel, all in one run.
 wheel (``tickwheel.aio.call_later`` for A1, ``tickwheel.aio.timeout`` for A2); A3 has no
 such variant, since ``asyncio.sleep`` always asks the loop itself. The garbage
 collector stays on, as in a server; A1 also runs with it off, since its full
-collections walk every pending handle and so grow with the number pending.
+collections walk every pending handle and so grow with the number pending. Each
+measurement runs in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import asyncio
 import gc
 import random
 import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Coroutine
@@ -167,6 +170,31 @@ async def a3(name: str, offsets: list[float]) -> float:
     return len(offsets) / max(last_wake - base[0], 1e-9)
 
 
+_WORKLOADS: dict[str, tuple[str, str, Callable[[str, Any], Coroutine[Any, Any, float]]]] = {
+    "A1": ("A1 schedule+cancel", "pairs/s", a1_pairs),
+    "A1-gc-off": ("A1 schedule+cancel, gc off", "pairs/s", a1_pairs_gc_off),
+    "A1-bytes": ("A1 bytes per pending handle", "bytes", a1_bytes),
+    "A2": ("A2 tasks in timeout()", "tasks/s", a2),
+    "A3": ("A3 sleep wakes", "wakes/s", a3),
+}
+
+
+def _data(workload: str, n: int, n_tasks: int) -> Any:
+    rng = random.Random(20261125)
+    if workload.startswith("A1"):
+        return [rng.uniform(1.0, 60.0) for _ in range(n)]
+    if workload == "A2":
+        order = list(range(n_tasks))
+        rng.shuffle(order)
+        return order
+    return [rng.uniform(0.0, 1.0) for _ in range(n)]
+
+
+def measure(loop: str, workload: str, n: int, n_tasks: int) -> float:
+    """One measurement, in this process (the parent runs each in a fresh one)."""
+    return _run(loop, _WORKLOADS[workload][2], _data(workload, n, n_tasks))
+
+
 def run_asyncio(
     n: int,
     n_tasks: int,
@@ -175,38 +203,34 @@ def run_asyncio(
     workloads: list[str],
     progress: Callable[[str], None],
 ) -> list[Result]:
-    rng = random.Random(20261125)
-    delays = [rng.uniform(1.0, 60.0) for _ in range(n)]
-    order = list(range(n_tasks))
-    rng.shuffle(order)
-    offsets = [rng.uniform(0.0, 1.0) for _ in range(n)]
+    """Every measurement runs in a fresh interpreter: what one loop left behind (a
+    million finished tasks, a fragmented heap, the collector's generations) must not
+    weigh on the next."""
+    wanted = [w for w in _WORKLOADS if w.split("-")[0] in workloads]
     results: dict[tuple[str, str], Result] = {}
-
-    def record(loop: str, workload: str, size: int, unit: str, value: float) -> None:
-        key = (loop, workload)
-        if key not in results:
-            results[key] = Result(loop, workload, size, unit)
-        results[key].samples.append(value)
-
     for round_ in range(1, repeat + 1):
         # Each round runs every loop once, so slow drift of the machine hits all alike.
         for name in loops:
-            if "A1" in workloads:
-                pairs = _run(name, a1_pairs, delays)
-                record(name, "A1 schedule+cancel", n, "pairs/s", pairs)
-                record(name, "A1 schedule+cancel, gc off", n, "pairs/s",
-                       _run(name, a1_pairs_gc_off, delays))
-                if round_ == 1:
-                    held = _run(name, a1_bytes, delays)
-                    record(name, "A1 bytes per pending handle", n, "bytes", held)
-                progress(f"round {round_}: {name} A1 {pairs / 1e3:,.0f}k pairs/s")
-            if "A2" in workloads:
-                rate = _run(name, a2, order)
-                record(name, "A2 tasks in timeout()", n_tasks, "tasks/s", rate)
-                progress(f"round {round_}: {name} A2 {rate / 1e3:,.0f}k tasks/s")
-            if "A3" in workloads and name != "uvloop+tickwheel":
-                rate = _run(name, a3, offsets)
-                record(name, "A3 sleep wakes", n, "wakes/s", rate)
-                progress(f"round {round_}: {name} A3 {rate / 1e3:,.0f}k wakes/s")
-            gc.collect()
+            for workload in wanted:
+                if workload == "A3" and name == "uvloop+tickwheel":
+                    continue
+                if workload == "A1-bytes" and round_ > 1:
+                    continue
+                label, unit, _ = _WORKLOADS[workload]
+                size = n_tasks if workload == "A2" else n
+                out = subprocess.run(
+                    [sys.executable, "-m", "tickwheel.bench._asyncio", name, workload,
+                     str(n), str(n_tasks)], capture_output=True, text=True, check=True)
+                value = float(out.stdout)
+                key = (name, label)
+                if key not in results:
+                    results[key] = Result(name, label, size, unit)
+                results[key].samples.append(value)
+                shown = f"{value:,.0f} B" if unit == "bytes" else f"{value / 1e3:,.0f}k {unit}"
+                progress(f"round {round_}: {name} {label}: {shown}")
     return list(results.values())
+
+
+if __name__ == "__main__":
+    loop_name, workload_name, n_arg, tasks_arg = sys.argv[1:5]
+    print(measure(loop_name, workload_name, int(n_arg), int(tasks_arg)))
