@@ -119,3 +119,31 @@ def test_a_spark_run_is_exported_from_its_shards_counters() -> None:
                  {"pipeline": "spark", "reason": "late"}) == 2
     assert value("tickwheel_pipeline_outcomes_total",
                  {"pipeline": "spark", "outcome": "expired"}) == 3
+
+
+def test_an_event_loops_wheel_is_exported() -> None:
+    import asyncio
+
+    import tickwheel.aio
+
+    loop = tickwheel.aio.new_event_loop()
+    try:
+        now = [100.0]
+        loop.time = lambda: now[0]  # type: ignore[method-assign]
+        loop.call_later(0.25, lambda: None)  # due at 100.25 s: exact in binary
+        loop.call_later(60, lambda: None).cancel()
+        loop.call_later(60, lambda: None)
+        now[0] = 100.5  # the first runs 250 ms past its millisecond
+        loop.run_until_complete(asyncio.sleep(0))
+        registry = prometheus_client.CollectorRegistry()
+        registry.register(TickwheelCollector().add_event_loop("api", loop))
+        value = registry.get_sample_value
+        labels = {"loop": "api"}
+        assert value("tickwheel_aio_pending", labels) == 1
+        assert value("tickwheel_aio_scheduled_total", labels) == 3
+        assert value("tickwheel_aio_expired_total", labels) == 1
+        assert value("tickwheel_aio_cancelled_total", labels) == 1
+        assert value("tickwheel_aio_fires_total", labels) >= 1
+        assert value("tickwheel_aio_lateness_ms_sum", labels) == 250
+    finally:
+        loop.close()

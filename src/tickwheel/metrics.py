@@ -1,5 +1,5 @@
-"""One Prometheus collector over the ``stats()`` snapshots of timers, purgatories and
-dispatchers (``pip install tickwheel[metrics]``).
+"""One Prometheus collector over the ``stats()`` snapshots of timers, purgatories,
+dispatchers and asyncio loops' wheels (``pip install tickwheel[metrics]``).
 
     from prometheus_client import REGISTRY, start_http_server
     from tickwheel.metrics import TickwheelCollector
@@ -15,6 +15,7 @@ Every scrape reads fresh snapshots: nothing is cached or sampled in between.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -32,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from tickwheel._histogram import HistogramSnapshot
+from tickwheel.aio import WheelScheduler, scheduler_for
 from tickwheel.dispatch import TaskDispatcher
 from tickwheel.pipeline.reference import RunResult
 from tickwheel.pipeline.spark_engine import SparkRunResult
@@ -88,6 +90,7 @@ class TickwheelCollector(Collector):
         self._purgatories: dict[str, Purgatory] = {}
         self._dispatchers: dict[str, TaskDispatcher[Any]] = {}
         self._pipelines: dict[str, RunResult | SparkRunResult] = {}
+        self._loops: dict[str, WheelScheduler] = {}
 
     def add_timer(self, name: str, timer: TimerBase) -> TickwheelCollector:
         self._timers[name] = timer
@@ -99,6 +102,13 @@ class TickwheelCollector(Collector):
 
     def add_dispatcher(self, dispatcher: TaskDispatcher[Any]) -> TickwheelCollector:
         self._dispatchers[dispatcher.name] = dispatcher
+        return self
+
+    def add_event_loop(self, name: str, loop: asyncio.AbstractEventLoop,
+                       ) -> TickwheelCollector:
+        """The wheel of an asyncio loop: a ``tickwheel.aio`` loop's own, or the one
+        ``tickwheel.aio.timeout`` uses on any other loop."""
+        self._loops[name] = scheduler_for(loop)
         return self
 
     def add_pipeline_run(self, name: str, result: RunResult | SparkRunResult,
@@ -180,7 +190,24 @@ class TickwheelCollector(Collector):
         yield from dispatchers.all()
         yield executions
         yield tasks
+        yield from self._collect_loops()
         yield from self._collect_pipelines()
+
+    def _collect_loops(self) -> Iterator[Metric]:
+        loops = _Families(
+            "tickwheel_aio", "loop",
+            [("scheduled", "Handles scheduled"), ("expired", "Handles taken out to run"),
+             ("cancelled", "Handles cancelled while pending"),
+             ("arms", "Times the loop's own timer was armed at the wheel's next bucket"),
+             ("fires", "Times that timer fired")],
+            [("pending", "Handles pending")],
+            [("lateness_ms", "Milliseconds from a handle's due millisecond to its run")])
+        for name, scheduler in self._loops.items():
+            s = scheduler.stats()
+            loops.add(name, {"scheduled": s.scheduled, "expired": s.expired,
+                             "cancelled": s.cancelled, "arms": s.arms, "fires": s.fires,
+                             "pending": s.pending, "lateness_ms": s.lateness_ms})
+        yield from loops.all()
 
     def _collect_pipelines(self) -> Iterator[Metric]:
         rows = _Families(

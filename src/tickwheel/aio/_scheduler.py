@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+from tickwheel._histogram import HistogramSnapshot
 from tickwheel.aio._handle import DebugTimerHandle, TimerHandle
 from tickwheel.timers import TimerEntry, TimingWheelTimer
 
@@ -47,7 +48,8 @@ _asyncio_log: Final = logging.getLogger("asyncio")
 @dataclass(frozen=True, slots=True)
 class SchedulerStats:
     """A snapshot of a loop's wheel: handles pending, scheduled, run and cancelled
-    since it was made, and how often the sentinel was armed and fired."""
+    since it was made, how often the sentinel was armed and fired, and how late (in
+    milliseconds past its due millisecond) each handle was taken out to run."""
 
     pending: int
     scheduled: int
@@ -55,6 +57,7 @@ class SchedulerStats:
     cancelled: int
     arms: int
     fires: int
+    lateness_ms: HistogramSnapshot
 
 
 class _LoopClock:
@@ -293,6 +296,7 @@ class WheelScheduler:
             cancelled=timer.cancelled,
             arms=self._arms,
             fires=self._fires,
+            lateness_ms=timer.lateness_ms,
         )
 
     def close(self) -> int:

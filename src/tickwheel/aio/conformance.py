@@ -5,7 +5,8 @@
 The interpreter ships its asyncio tests as ``test.test_asyncio``. This command makes
 :class:`tickwheel.aio.EventLoop` the loop every one of them gets from asyncio itself
 (the default policy, ``asyncio.new_event_loop``, ``asyncio.run``, ``asyncio.Runner``,
-``IsolatedAsyncioTestCase`` and ``asyncio.SelectorEventLoop``), then runs them with
+``IsolatedAsyncioTestCase``, ``asyncio.SelectorEventLoop`` and, from 3.13,
+``asyncio.EventLoop``), then runs them with
 unittest. Many modules reset the policy in their tear-down; the loop is installed as
 the *default* policy's loop class, which such a reset brings back.
 
@@ -73,6 +74,8 @@ def _install() -> None:
     # policy is reset to None; SelectorEventLoop is what tests build directly.
     asyncio.DefaultEventLoopPolicy = CountedPolicy
     asyncio.SelectorEventLoop = CountedEventLoop
+    if hasattr(asyncio, "EventLoop"):  # 3.13+: the platform's default loop class
+        asyncio.EventLoop = CountedEventLoop
     asyncio.set_event_loop_policy(None)
 
 
