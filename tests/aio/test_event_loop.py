@@ -161,10 +161,13 @@ def test_a_clock_that_goes_back_delays_handles_without_spinning() -> None:
         for _ in range(5):
             loop.run_until_complete(asyncio.sleep(0))
         assert ran == [] and loop.timer_stats().fires <= 5
+        assert loop.timer_stats().pending == 1
         now[0] = 95.0
         loop.run_until_complete(asyncio.sleep(0))
         loop.run_until_complete(asyncio.sleep(0))
         assert ran == [95.0]
+        stats = loop.timer_stats()
+        assert (stats.pending, stats.expired, stats.cancelled) == (0, 1, 0)
     finally:
         loop.close()
 
@@ -271,6 +274,8 @@ def test_a_handle_cancelled_by_an_earlier_one_in_the_same_tick_does_not_run(
     loop.call_at(1001.0001, later.cancel)
     loop.run_until_complete(asyncio.sleep(2))
     assert ran == [] and later.cancelled()
+    stats = loop.timer_stats()
+    assert (stats.expired, stats.cancelled) == (2, 1)  # the canceller and the sleep ran
 
 
 def test_each_callback_runs_in_the_context_of_its_schedule_and_keeps_its_changes(

@@ -136,6 +136,10 @@ class WheelScheduler:
         self._fire_context = contextvars.Context()
         self._arms = 0
         self._fires = 0
+        self._ran = 0
+        # Handles cancelled after the wheel let them out (in a batch, or among the early
+        # ones): the wheel counts only cancels of what it holds.
+        self._cancelled_out = 0
         self.closed = False
         #: Called as ``check(callback, method)`` before each schedule when set: the
         #: loop's debug-mode checks, which return the stack that is scheduling.
@@ -263,6 +267,10 @@ class WheelScheduler:
                 if handle._when > now:
                     break
                 i += 1
+                if handle.cancelled():
+                    self._cancelled_out += 1
+                    continue
+                self._ran += 1
                 if debug:
                     started = self.time()
                     handle._run_in(loop)
@@ -277,7 +285,9 @@ class WheelScheduler:
             while i < n:
                 handle = cast(TimerHandle, due[i])
                 i += 1
-                if not handle.cancelled():
+                if handle.cancelled():
+                    self._cancelled_out += 1
+                else:
                     self._early_seq += 1
                     heapq.heappush(early, (handle._when, self._early_seq, handle))
             self._rearm()
@@ -292,8 +302,8 @@ class WheelScheduler:
         return SchedulerStats(
             pending=timer.pending + len(self._early),
             scheduled=timer.scheduled,
-            expired=timer.expired,
-            cancelled=timer.cancelled,
+            expired=self._ran,
+            cancelled=timer.cancelled + self._cancelled_out,
             arms=self._arms,
             fires=self._fires,
             lateness_ms=timer.lateness_ms,
@@ -308,10 +318,12 @@ class WheelScheduler:
         if sentinel is not None:
             sentinel.cancel()
             self._sentinel = None
-        dropped = self._timer.close()
+        dropped = self._timer.close()  # counted among the wheel's own cancels
         for _, _, handle in self._early:
-            handle.cancel()
-            dropped += 1
+            if not handle.cancelled():
+                handle.cancel()
+                dropped += 1
+            self._cancelled_out += 1
         self._early.clear()
         return dropped
 
