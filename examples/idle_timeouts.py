@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
-import subprocess
 import sys
 import time
 
