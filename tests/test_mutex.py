@@ -174,3 +174,14 @@ def test_the_raw_lock_rejects_bad_arguments_with_clear_errors() -> None:
     lock.release()
     with pytest.raises(RuntimeError, match="release unlocked lock"):
         lock.release()
+
+
+def test_pure_python_timers_take_a_plain_threading_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from tickwheel import _mutex
+
+    monkeypatch.setattr(_mutex, "_compiled", False)
+    assert type(_mutex.new_lock()) is type(threading.Lock())
+    monkeypatch.setattr(_mutex, "_compiled", True)
+    assert isinstance(_mutex.new_lock(), Mutex)

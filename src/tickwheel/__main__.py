@@ -20,7 +20,11 @@ def main() -> int:
     else:
         print("core: pure Python (no C compiler at install, or TICKWHEEL_PURE_PYTHON=1); "
               "reinstall where a C compiler exists for the compiled core")
-    print(f"mutex: {'RawLock (C)' if _mutex.native else 'the pure-Python token lock'}")
+    if isinstance(_mutex.new_lock(), _mutex.Mutex):
+        lock = "RawLock (C)" if _mutex.native else "the token lock (queue.SimpleQueue)"
+    else:
+        lock = "threading.Lock"
+    print(f"mutex: {lock}")
     return 0
 
 

@@ -11,7 +11,7 @@ semaphore. Callgrind, W3 at 1M pending: a lock cycle cost 548 instructions with 
 token below and costs 235 with ``RawLock``, a quarter of a compiled schedule+cancel pair
 saved (2,570 to 1,948 instructions).
 
-Without one, the lock is a ``queue.SimpleQueue`` holding one token: a binary semaphore
+Without one (``native`` false), the lock is a ``queue.SimpleQueue`` holding one token: a binary semaphore
 whose ``get`` and ``put`` are vectorcall methods with a fast path that neither parses
 keywords nor reads a clock; ``get`` blocks (without the GIL) while another thread holds
 the token. In a minimal compiled wheel at 10k pending it made a schedule+cancel pair
@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import functools
 import queue
+import threading
 from collections.abc import Callable
+from typing import cast
 
-__all__ = ["Mutex", "native"]
+__all__ = ["Mutex", "native", "new_lock"]
 
 try:
     from tickwheel._rawlock import RawLock
@@ -119,3 +121,18 @@ class Mutex:
 
     def __repr__(self) -> str:
         return f"<Mutex {'locked' if self.locked() else 'unlocked'}>"
+
+
+# Whether this module runs compiled: mypyc sets __file__ to the extension module.
+_compiled = not __file__.endswith(".py")
+
+
+def new_lock() -> Mutex:
+    """The lock a timer or a purgatory takes: a :class:`Mutex` in the compiled core, and
+    a plain ``threading.Lock`` in pure Python, where ``with lock:`` then runs in C
+    instead of through two Python-level calls per side (the token lock's speed-up holds
+    only when the caller is compiled)."""
+    if _compiled:
+        return Mutex()
+    # threading.Lock has every method of Mutex, with the same signatures.
+    return cast(Mutex, threading.Lock())

@@ -19,7 +19,7 @@ from typing import Any
 
 from tickwheel._clock import Clock, SystemClock
 from tickwheel._histogram import Histogram, HistogramSnapshot
-from tickwheel._mutex import Mutex
+from tickwheel._mutex import new_lock
 from tickwheel._validate import Millis, check_positive_int
 from tickwheel.purgatory._futures import DelayedFuture
 from tickwheel.purgatory._operation import (
@@ -87,7 +87,7 @@ class Purgatory:
         self._timer = timer
         self._clock = timer.clock
         self._watchers = Watchers()
-        self._counts_lock = Mutex()
+        self._counts_lock = new_lock()
         self._completed = 0
         self._expired = 0
         self._cancelled = 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Final, cast
 
-from tickwheel._mutex import Mutex
+from tickwheel._mutex import new_lock
 
 if TYPE_CHECKING:
     from tickwheel.purgatory._operation import DelayedOperation
@@ -38,7 +38,7 @@ class _Shard:
     __slots__ = ("count", "epoch", "lists", "lock")
 
     def __init__(self) -> None:
-        self.lock = Mutex()
+        self.lock = new_lock()
         # key -> its one watcher, or a dict (used as an ordered set) of two or more.
         self.lists: dict[Hashable, object] = {}
         self.count = 0

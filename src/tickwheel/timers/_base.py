@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from tickwheel._clock import Clock, ManualClock, SystemClock
 from tickwheel._histogram import Histogram, HistogramSnapshot
-from tickwheel._mutex import Mutex
+from tickwheel._mutex import new_lock
 from tickwheel._validate import Millis, check_delay_ms
 from tickwheel.timers._driver import Driver
 from tickwheel.timers._errors import TimerClosed
@@ -84,7 +84,7 @@ class TimerBase(TaskOwner):
         self._manual: ManualClock | None = (
             self._clock if clock_type is ManualClock else None)  # type: ignore[assignment]
         self._system = clock_type is SystemClock
-        self._lock = Mutex()
+        self._lock = new_lock()
         # Condition needs only acquire() and release(), which Mutex has with Lock's
         # signature; typeshed names the lock types it expects.
         self._cond = threading.Condition(self._lock)  # type: ignore[arg-type]
