@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+import tickwheel
 from tickwheel._mutex import Mutex, native
 
 
@@ -176,12 +182,25 @@ def test_the_raw_lock_rejects_bad_arguments_with_clear_errors() -> None:
         lock.release()
 
 
-def test_pure_python_timers_take_a_plain_threading_lock(monkeypatch: pytest.MonkeyPatch) -> None:
-    import threading
 
-    from tickwheel import _mutex
-
-    monkeypatch.setattr(_mutex, "_compiled", False)
-    assert type(_mutex.new_lock()) is type(threading.Lock())
-    monkeypatch.setattr(_mutex, "_compiled", True)
-    assert isinstance(_mutex.new_lock(), Mutex)
+def test_pure_python_timers_take_a_plain_threading_lock(tmp_path: Path) -> None:
+    # A copy of the sources without the compiled modules: the install without a compiler.
+    package = Path(tickwheel.__file__).parent
+    shutil.copytree(package, tmp_path / "tickwheel",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    script = (
+        "import threading, tickwheel\n"
+        "from tickwheel import ManualClock, TimingWheelTimer\n"
+        "assert not tickwheel.compiled\n"
+        "clock = ManualClock(0)\n"
+        "timer = TimingWheelTimer(clock=clock, executor=None)\n"
+        "assert type(timer._lock) is type(threading.Lock())\n"
+        "ran = []\n"
+        "timer.schedule(5, ran.append, 1)\n"
+        "clock.advance(5)\n"
+        "timer.advance_clock(0)\n"
+        "assert ran == [1]\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
