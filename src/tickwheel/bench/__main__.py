@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--repeat", type=int, default=5, help="repetitions (median reported)")
     t.add_argument("--gc", choices=["on", "off", "both"], default="both")
     t.add_argument("--json", type=Path, help="also write the raw results here")
+    t.add_argument("--pure", action="store_true",
+                   help="then run the same workloads on the pure-Python build (a copy of "
+                        "the sources without compiled modules, in a second process)")
     ai = sub.add_parser("asyncio", help="asyncio timers on real loops: stock, tickwheel, uvloop")
     ai.add_argument("--n", type=int, default=1_000_000,
                     help="pending handles in A1 and sleeping tasks in A3 (default: %(default)s)")
@@ -125,7 +128,35 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([r.__dict__ for r in results], indent=1))
+    if args.pure:
+        return _pure_timers(args)
     return 0
+
+
+def _pure_timers(args: argparse.Namespace) -> int:
+    """The same command on the pure-Python build: the package's sources copied without
+    its compiled modules, run in a second process so that neither build's modules
+    shadow the other's."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    import tickwheel
+
+    if not tickwheel.compiled:
+        print("--pure: this run was already the pure-Python build")
+        return 0
+    package = Path(tickwheel.__file__).parent
+    with tempfile.TemporaryDirectory(prefix="tickwheel-pure-") as tmp:
+        shutil.copytree(package, Path(tmp) / "tickwheel",
+                        ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+        argv = [sys.executable, "-m", "tickwheel.bench", "timers", "--sizes", args.sizes,
+                "--impls", args.impls, "--workloads", args.workloads,
+                "--repeat", str(args.repeat), "--gc", args.gc]
+        print("pure-Python build, the same workloads in a second process:", flush=True)
+        return subprocess.run(argv, env={**os.environ, "PYTHONPATH": tmp},
+                               check=False).returncode
 
 
 def _asyncio(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
