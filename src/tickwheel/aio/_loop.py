@@ -23,6 +23,8 @@ from tickwheel.aio._scheduler import SchedulerStats, WheelScheduler, register
 __all__ = ["EventLoop", "EventLoopPolicy", "new_event_loop"]
 
 _PACKAGE_DIR = os.path.dirname(__file__)
+#: The stock loop's call_at, which arms the wheel's sentinel in the base loop's heap.
+_BASE_CALL_AT = asyncio.SelectorEventLoop.call_at
 #: Frames kept per scheduling stack in debug mode (asyncio keeps as many).
 _DEBUG_STACK_DEPTH = 10
 
@@ -33,7 +35,7 @@ class EventLoop(asyncio.SelectorEventLoop):
     left behind in a heap."""
 
     def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
-        self._wheel = WheelScheduler(self, super().call_at)
+        self._wheel = WheelScheduler(self, _BASE_CALL_AT)
         super().__init__(selector)
         register(self, self._wheel)
         cls = type(self)

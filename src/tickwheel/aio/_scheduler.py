@@ -107,15 +107,19 @@ def _when_of(entry: TimerEntry) -> float:
 
 
 class WheelScheduler:
-    """One loop's timing wheel and its sentinel. ``arm_at`` is the loop's own
-    ``call_at`` (for a subclass of a stock loop, the base class's)."""
+    """One loop's timing wheel and its sentinel.
+
+    The sentinel is armed with ``loop.call_at``, looked up at each arm, or with
+    ``arm_at(loop, when, callback, context=...)`` when given (a subclass of a stock
+    loop passes its base class's ``call_at``). The loop is held weakly: the wheel of a
+    loop nobody uses any more must not keep it alive through the per-loop registry."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        arm_at: Callable[..., asyncio.TimerHandle],
+        arm_at: Callable[..., asyncio.TimerHandle] | None = None,
     ) -> None:
-        self._loop = loop
+        self._loop_ref = weakref.ref(loop)
         self._arm_at = arm_at
         # loop.time() is read on every schedule. The stock method only returns
         # time.monotonic(), through a Python frame; while it is neither overridden nor
@@ -124,7 +128,9 @@ class WheelScheduler:
         self._stock_time = type(loop).time is asyncio.BaseEventLoop.time and attrs is not None
         self._loop_attrs: dict[str, object] = attrs if attrs is not None else {}
         self._timer = TimingWheelTimer(tick_ms=1, clock=_LoopClock(self), executor=None)
-        self._sentinel: asyncio.TimerHandle | None = None
+        # Held weakly, as the loop is: the sentinel holds the loop, and the loop's own
+        # heap is what keeps the sentinel alive.
+        self._sentinel: weakref.ref[asyncio.TimerHandle] | None = None
         self._armed_ms: int = _IDLE
         # Handles taken out due but found early by the float comparison (rounding, or a
         # replaced loop.time() that went back): a small heap by when.
@@ -145,13 +151,19 @@ class WheelScheduler:
         #: loop's debug-mode checks, which return the stack that is scheduling.
         self.debug_check: Callable[[object, str], list[Any]] | None = None
 
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop_ref()
+        if loop is None:
+            raise RuntimeError("the event loop of this wheel is gone")
+        return loop
+
     # -- scheduling -------------------------------------------------------------------
 
     def time(self) -> float:
         """``loop.time()``, read directly while it is the stock method."""
         if self._stock_time and "time" not in self._loop_attrs:
             return time.monotonic()
-        return self._loop.time()
+        return self._loop().time()
 
     def call_at(
         self,
@@ -218,13 +230,24 @@ class WheelScheduler:
 
     # -- the sentinel -----------------------------------------------------------------
 
-    def _arm(self, ms: int, at: float) -> None:
-        sentinel = self._sentinel
+    def _disarm(self) -> None:
+        ref = self._sentinel
+        self._sentinel = None
+        sentinel = None if ref is None else ref()
         if sentinel is not None:
             sentinel.cancel()
+
+    def _arm(self, ms: int, at: float) -> None:
+        self._disarm()
         self._armed_ms = ms
         self._arms += 1
-        self._sentinel = self._arm_at(at, self._fire, context=self._fire_context)
+        loop = self._loop()
+        arm_at = self._arm_at
+        if arm_at is None:
+            sentinel = loop.call_at(at, self._fire, context=self._fire_context)
+        else:
+            sentinel = arm_at(loop, at, self._fire, context=self._fire_context)
+        self._sentinel = weakref.ref(sentinel)
 
     def _rearm(self) -> None:
         self._sentinel = None
@@ -242,7 +265,9 @@ class WheelScheduler:
     def _fire(self) -> None:
         """The sentinel's callback: run what is due, in ``when`` order, then re-arm."""
         self._fires += 1
-        loop = self._loop
+        loop = self._loop_ref()
+        if loop is None:
+            return
         now = self.time()
         # The loop ran the sentinel, so its millisecond has come even where the float
         # product rounds below it; the comparison with `when` below keeps it exact.
@@ -314,10 +339,7 @@ class WheelScheduler:
         if self.closed:
             return 0
         self.closed = True
-        sentinel = self._sentinel
-        if sentinel is not None:
-            sentinel.cancel()
-            self._sentinel = None
+        self._disarm()
         dropped = self._timer.close()  # counted among the wheel's own cancels
         for _, _, handle in self._early:
             if not handle.cancelled():
@@ -332,10 +354,10 @@ class WheelScheduler:
 
 _schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WheelScheduler] = (
     weakref.WeakKeyDictionary())
-# The last loop asked for, and its wheel: a program runs one loop per thread, and this
-# spares the weak dictionary's Python-level lookup on every call.
-_last_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-_last_scheduler: WheelScheduler | None = None
+# The last loop asked for (weakly) and its wheel, as one tuple so that threads running
+# loops of their own never see a loop paired with another loop's wheel. A program runs
+# one loop per thread, and this spares the weak dictionary's lookup on every call.
+_last: tuple[weakref.ref[asyncio.AbstractEventLoop], WheelScheduler] | None = None
 
 
 def register(loop: asyncio.AbstractEventLoop, scheduler: WheelScheduler) -> None:
@@ -345,15 +367,14 @@ def register(loop: asyncio.AbstractEventLoop, scheduler: WheelScheduler) -> None
 
 def scheduler_for(loop: asyncio.AbstractEventLoop) -> WheelScheduler:
     """The wheel that holds ``loop``'s tickwheel timers (made on first use)."""
-    global _last_loop, _last_scheduler
-    last = _last_scheduler
-    if last is not None and not last.closed and _last_loop is not None and _last_loop() is loop:
-        return last
+    global _last
+    last = _last
+    if last is not None and last[0]() is loop and not last[1].closed:
+        return last[1]
     scheduler = _schedulers.get(loop)
     if scheduler is None or scheduler.closed:
-        scheduler = _schedulers[loop] = WheelScheduler(loop, loop.call_at)
-    _last_loop = weakref.ref(loop)
-    _last_scheduler = scheduler
+        scheduler = _schedulers[loop] = WheelScheduler(loop)
+    _last = (weakref.ref(loop), scheduler)
     return scheduler
 
 
