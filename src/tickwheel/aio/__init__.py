@@ -37,3 +37,7 @@ __all__ = [
     "timeout",
     "timeout_at",
 ]
+if sys.version_info >= (3, 14):  # policies are deprecated there
+    __all__.remove("EventLoopPolicy")
+
+del sys
