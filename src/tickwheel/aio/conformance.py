@@ -29,7 +29,9 @@ from collections.abc import Sequence
 
 __all__ = ["DEFAULT_MODULES", "KNOWN", "main"]
 
-#: The modules whose tests get their loops from asyncio itself.
+#: The modules whose tests get their loops from asyncio itself, and those that build
+#: most of theirs (test_tasks, test_base_events, test_unix_events) but take some from
+#: asyncio: every test here passes on the stock loop too.
 DEFAULT_MODULES = (
     "test_timeouts",
     "test_waitfor",
@@ -46,6 +48,16 @@ DEFAULT_MODULES = (
     "test_buffered_proto",
     "test_threads",
     "test_events",
+    "test_tasks",
+    "test_base_events",
+    "test_futures",
+    "test_subprocess",
+    "test_unix_events",
+    "test_sendfile",
+    "test_ssl",
+    "test_sslproto",
+    "test_protocols",
+    "test_transports",
 )
 
 #: Tests that cannot pass on a loop other than the stock one: test id -> why.
