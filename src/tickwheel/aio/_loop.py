@@ -95,9 +95,7 @@ class EventLoop(asyncio.SelectorEventLoop):
         return stack
 
     def close(self) -> None:
-        if self.is_running():
-            raise RuntimeError("Cannot close a running event loop")
-        super().close()
+        super().close()  # refuses a running loop before the wheel is touched
         self._wheel.close()
 
     def timer_stats(self) -> SchedulerStats:
