@@ -595,3 +595,15 @@ def test_a_local_driver_listens_on_loopback_only(spark: Any) -> None:
     assert addresses  # the driver's RPC and block manager ports at least
     assert all(_is_loopback(a) for a in addresses), addresses
     assert spark.conf.get("spark.driver.bindAddress") == "127.0.0.1"
+
+
+def test_a_checkpoint_in_an_earlier_format_is_refused_with_its_format(spark: Any,
+                                                                      tmp_path: Path) -> None:
+    log = tmp_path / "in"
+    write_files(random_log(1), log, files=1)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "tickwheel.json").write_text(json.dumps(
+        {"id": "x", "shards": 2, "labels": [0, 1], "lateness_ms": LATENESS_MS,
+         "dedupe_retention_ms": None}))  # format 1 had no "format"
+    with pytest.raises(ValueError, match=r"format 1 .* reads format 2"):
+        SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import os
 import pickle
 import uuid
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tickwheel.pipeline import _worker_state
 from tickwheel.pipeline._seen_log import LogHead, load_seen, save_seen
+from tickwheel.pipeline._spark_manifest import read_manifest
 from tickwheel.pipeline._spark_wire import (
     END_MARKER,
     NO_TOP,
@@ -33,7 +33,7 @@ from tickwheel.pipeline._spark_wire import (
     output_frame,
 )
 from tickwheel.pipeline.events import Quarantined
-from tickwheel.pipeline.io import json_lines, parquet_events, within
+from tickwheel.pipeline.io import json_lines, parquet_events
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.shard import Chunk, Shard, pack, pack_rows
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["RELEASE_AT_HELD_ROWS", "collector_paused", "local_file", "packer",
-           "parquet_packer", "pass_through", "processor_class", "settle_worker_heap"]
+           "pass_through", "processor_class", "settle_worker_heap"]
 
 #: Held rows at which a shard releases what it can in the middle of a micro-batch. A
 #: worker of a cold 1M-event run on local[2] (all the input in one micro-batch) held
@@ -250,26 +250,23 @@ def local_file(uri: str) -> str:
     """The local path of a file Spark's file source listed (``file:/dir/name``, as
     Hadoop's paths print: not percent-encoded)."""
     if not uri.startswith("file:"):
-        raise ValueError(f"input file {uri!r} is not on a local filesystem: the packers "
-                         "read input files themselves, from the path Spark listed (on a "
-                         "cluster, a directory mounted at the same path everywhere)")
+        raise ValueError(f"{uri!r} is not on a local filesystem: the packers read the "
+                         "checkpoint's manifests and the input files they name "
+                         "themselves (on a cluster, directories mounted at the same path "
+                         "everywhere)")
     path = uri[len("file:"):]
     if path.startswith("//"):  # file://authority/path
         path = path[path.index("/", 2):] if "/" in path[2:] else "/"
     return path
 
 
-def outside(path: str, root: str) -> bool:
-    """Whether an input file Spark listed is a symlink leading out of the input
-    directory ``root``: skipped, as :func:`~tickwheel.pipeline.io.input_files` does."""
-    real = Path(os.path.realpath(path))
-    return not within(real, Path(root))
-
-
-def packer(labels: list[int], root: str) -> Any:
-    """JSON Lines files (and end-of-input markers) to chunks, a slice of each file at
-    a time, read from the paths Spark's file source listed in the input directory
-    ``root`` (resolved)."""
+def packer(labels: list[int]) -> Any:
+    """Input files (and end-of-input markers) to chunks: each listed path is a manifest
+    naming an input file (see `_spark_manifest`), or a control file. JSON Lines are
+    read a slice at a time and split into lines as the reference engine reads them;
+    Parquet by the reference engine's reader, since a Spark Parquet source would need
+    one schema up front and fail the query on a file whose columns have other types,
+    where the contract quarantines the rows."""
     shards = len(labels)
 
     def pack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -278,8 +275,15 @@ def packer(labels: list[int], root: str) -> Any:
             for uri, is_control in zip(batch.column(0).to_pylist(),
                                        batch.column(1).to_pylist(), strict=True):
                 path = local_file(uri)
-                if is_control or not outside(path, root):
-                    yield from pack_file(path, is_control)
+                if is_control:
+                    yield from pack_file(path, True)
+                    continue
+                with open(path, "rb") as stream:
+                    target, kind = read_manifest(stream.read())
+                if kind == "parquet":
+                    yield from pack_parquet(Path(target))
+                else:
+                    yield from pack_file(target, False)
 
     def pack_file(path: str, is_control: bool) -> Iterator[pa.RecordBatch]:
         with open(path, "rb") as stream:
@@ -296,28 +300,13 @@ def packer(labels: list[int], root: str) -> Any:
                 if out is not None:
                     yield out
 
-    return pack_files
-
-
-def parquet_packer(labels: list[int], root: str) -> Any:
-    """Parquet files to chunks, read by the reference engine's reader: a Spark Parquet
-    source would need one schema up front and fail the query on a file whose columns
-    have other types, where the contract quarantines the rows."""
-    shards = len(labels)
-
-    def pack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        settle_worker_heap()
-        for batch in batches:
-            for uri in batch.column(0).to_pylist():
-                path = Path(local_file(uri))
-                if outside(str(path), root):
-                    continue
-                content = path.read_bytes()
-                with collector_paused():
-                    chunks = pack_rows(parquet_events(content, path.name), shards)
-                    out = chunk_batch(chunks, labels) if chunks else None
-                if out is not None:
-                    yield out
+    def pack_parquet(path: Path) -> Iterator[pa.RecordBatch]:
+        content = path.read_bytes()
+        with collector_paused():
+            chunks = pack_rows(parquet_events(content, path.name), shards)
+            out = chunk_batch(chunks, labels) if chunks else None
+        if out is not None:
+            yield out
 
     return pack_files
 

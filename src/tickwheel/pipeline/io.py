@@ -55,10 +55,10 @@ _OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "er
 _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
 
 
-#: Characters Hadoop takes as a glob pattern in a path. Spark's file source reads a
-#: path holding one wrongly (a directory ``in[1]`` lists nothing; a file
-#: ``extra[1].jsonl`` makes every other file read several times), so the Spark engine
-#: refuses them.
+#: Characters Hadoop takes as a glob pattern in a path, both where Spark's file source
+#: lists a directory and where it reads each file listed. The Spark engine lists the
+#: input itself (see ``_spark_manifest``); only its checkpoint, where its sources
+#: list tickwheel's own files, must be free of them.
 HADOOP_GLOB_CHARS = frozenset("{}[]*?\\")
 
 
@@ -108,15 +108,16 @@ def input_files(directory: Path) -> list[Path]:
 
 
 def check_spark_paths(directory: Path, checkpoint: Path) -> list[Path]:
-    """:func:`input_files` for the Spark engine, which also refuses any path its file
-    sources would take as a glob pattern (see :data:`HADOOP_GLOB_CHARS`)."""
+    """:func:`input_files` for the Spark engine, which also refuses a checkpoint path
+    that its file sources would take as a glob pattern (see :data:`HADOOP_GLOB_CHARS`).
+    Input paths may hold any character: the engine lists them itself."""
     files = input_files(directory)
-    for path in (directory.absolute(), checkpoint.absolute(), *files):
-        bad = sorted(HADOOP_GLOB_CHARS & set(str(path)))
-        if bad:
-            raise InputError(f"the Spark engine cannot read {str(path)!r}: Hadoop takes "
-                             f"{' '.join(bad)} in a path as a pattern; rename it, or use "
-                             "the local engine")
+    where = str(checkpoint.absolute())
+    bad = sorted(HADOOP_GLOB_CHARS & set(where))
+    if bad:
+        raise InputError(f"the Spark engine cannot keep its checkpoint in {where!r}: Hadoop "
+                         f"takes {' '.join(bad)} in a path as a pattern; choose another "
+                         "place with --checkpoint")
     return files
 
 

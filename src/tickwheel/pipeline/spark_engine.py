@@ -3,11 +3,12 @@
 Needs ``pip install 'tickwheel[spark]'`` (PySpark, pandas, protobuf, pyarrow) and a
 JVM. One query:
 
-1. binary file sources, listing files only, over the event directory's JSON Lines
-   files (``*.jsonl``, ``*.json``), which the packers read from the listed paths and
-   split into lines as the reference engine reads them, over its ``*.parquet`` files,
-   read by the reference engine's reader, and over ``CHECKPOINT/control/``, which only
-   ever holds end-of-input markers;
+1. binary file sources, listing files only, over ``CHECKPOINT/manifest/``, where the
+   driver publishes one manifest per input file (it lists the input directory itself,
+   as the reference engine does: Hadoop would take glob characters in a name as a
+   pattern), and over ``CHECKPOINT/control/``, which only ever holds end-of-input
+   markers; the packers read the files the manifests name, JSON Lines split into lines
+   as the reference engine reads them and Parquet by the reference engine's reader;
 2. ``mapInArrow`` cuts the rows of each file into one chunk per shard (see
    :mod:`tickwheel.pipeline.shard`): watches and cancels by ``op_id``, updates and
    ticks to every shard, and gives each chunk the largest ``ts_ms`` it holds;
@@ -48,11 +49,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
+from tickwheel.pipeline._spark_manifest import MANIFEST_DIR, publish
 from tickwheel.pipeline._spark_session import LOCAL_JAVA_OPTIONS, spark_session
 from tickwheel.pipeline._spark_tasks import (
     RELEASE_AT_HELD_ROWS,
     packer,
-    parquet_packer,
     pass_through,
     processor_class,
 )
@@ -100,6 +101,9 @@ log = logging.getLogger(__name__)
 CHECKPOINT_MANAGER_SETTING = "spark.sql.streaming.checkpointFileManagerClass"
 CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
                       "FileSystemBasedCheckpointFileManager")
+#: The checkpoint's layout and state, as this engine writes them. 2: the input is
+#: listed by tickwheel (``CHECKPOINT/manifest``), not by Spark's file sources.
+CHECKPOINT_FORMAT = 2
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
 _END_OF_INPUT_TRIES = 10
@@ -217,9 +221,12 @@ class SparkEngine:
         meta = self.checkpoint_dir / "tickwheel.json"
         if meta.exists():
             saved = json.loads(meta.read_text())
-            if "id" not in saved:  # made before checkpoints had an id
-                saved["id"] = uuid.uuid4().hex
-                meta.write_text(json.dumps(saved))
+            made = saved.get("format", 1)
+            if made != CHECKPOINT_FORMAT:
+                raise ValueError(f"the checkpoint {self.checkpoint_dir} was written in format "
+                                 f"{made} by another version of tickwheel's Spark engine; "
+                                 f"this one reads format {CHECKPOINT_FORMAT}: start a new "
+                                 "checkpoint (--checkpoint, or --overwrite)")
             if shards is not None and shards != saved["shards"]:
                 raise ValueError(f"shards={shards} but the checkpoint {self.checkpoint_dir} "
                                  f"was made with shards={saved['shards']}")
@@ -234,7 +241,8 @@ class SparkEngine:
             shards = max(1, self.spark.sparkContext.defaultParallelism)
         labels = self._labels(shards)
         (self.checkpoint_dir / "control").mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps({"id": uuid.uuid4().hex, "shards": shards, "labels": labels,
+        meta.write_text(json.dumps({"format": CHECKPOINT_FORMAT, "id": uuid.uuid4().hex,
+                                    "shards": shards, "labels": labels,
                                     "lateness_ms": self.lateness_ms,
                                     "dedupe_retention_ms": self.dedupe_retention_ms}))
         return shards, labels
@@ -257,32 +265,26 @@ class SparkEngine:
     def _query_input(self) -> DataFrame:
         from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
 
-        def listed(directory: Path, glob: str | None = None) -> DataFrame:
-            """The files of ``directory`` (those matching ``glob``), listed only."""
+        def listed(directory: Path, limit: int | None = None) -> DataFrame:
+            """The files of ``directory``, listed only."""
             reader = self.spark.readStream.format("binaryFile").schema(
                 spark_schema(BINARY_FILE_SCHEMA))
-            if glob is not None:  # the input; the control directory takes no limit
-                reader = reader.option("pathGlobFilter", glob)
-                if self.max_files_per_trigger is not None:
-                    reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
+            if limit is not None:
+                reader = reader.option("maxFilesPerTrigger", limit)
             return reader.load(str(directory))
 
-        # The file sources list the files and keep the log of those read; the packers
-        # read them, from the paths, and split them into lines as the reference
-        # engine reads them. Without the content column the binaryFile source opens
-        # no file: the bytes no longer cross the JVM (read, copied into an Arrow
-        # batch, written to the packer), and no file is held whole. A text source
-        # had made every line a JVM string and then an Arrow value, too.
-        rows = listed(self.input_dir, "*.{jsonl,json}").select(
+        # The file sources list the manifests of the input files (see
+        # _spark_manifest) and the control files, and keep the log of those read; the
+        # packers read the files themselves. Without the content column the
+        # binaryFile source opens no file: the bytes never cross the JVM, and no file
+        # is held whole.
+        rows = listed(self.checkpoint_dir / MANIFEST_DIR, self.max_files_per_trigger).select(
             "path", F.lit(False).alias("control"))
         control = listed(self.checkpoint_dir / "control").select(
             "path", F.lit(True).alias("control"))
-        parquet = listed(self.input_dir, "*.parquet").select("path")
         chunk = spark_schema(CHUNK_SCHEMA)
-        root = str(self.input_dir.resolve())
         chunks = (rows.unionByName(control)
-                  .mapInArrow(packer(self.labels, root), chunk)
-                  .unionByName(parquet.mapInArrow(parquet_packer(self.labels, root), chunk))
+                  .mapInArrow(packer(self.labels), chunk)
                   .withColumn("event_time", F.timestamp_millis("ts"))
                   .withWatermark("event_time", f"{self.lateness_ms} milliseconds")
                   # Not passed on: Spark would drop rows at or below the watermark
@@ -343,6 +345,8 @@ class SparkEngine:
         previous = {name: self.spark.conf.get(name, None) for name in settings}
         for name, value in settings.items():
             self.spark.conf.set(name, value)
+        published = publish(self.input_dir, self.checkpoint_dir)
+        log.info("%d new input files", published)
         warm_up = self._warm_up_python_workers()
         try:
             writer = (self._query_input().writeStream
