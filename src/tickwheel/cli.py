@@ -13,6 +13,7 @@ from typing import Annotated
 try:
     import typer
     from rich.console import Console
+    from rich.progress import MofNCompleteColumn, Progress
     from rich.table import Table
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise SystemExit("the tickwheel command needs its extra: pip install 'tickwheel[cli]'") \
@@ -76,10 +77,20 @@ def generate(
         console.print(f"[red]--output {output} exists and is not a directory[/red]")
         raise typer.Exit(2)
     started = time.monotonic()
-    with console.status(f"generating {events:,} events"):
-        stats = write_event_log(GeneratorConfig(
-            events=events, seed=seed, malformed_fraction=malformed, disorder_ms=disorder_ms,
-            rows_per_file=rows_per_file), output)
+    config = GeneratorConfig(events=events, seed=seed, malformed_fraction=malformed,
+                             disorder_ms=disorder_ms, rows_per_file=rows_per_file)
+    total = events + int(events * malformed)
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task("generating", total=total)
+        try:
+            stats = write_event_log(config, output,
+                                    on_rows=lambda n: progress.advance(task, n))
+        except KeyboardInterrupt:
+            progress.stop()
+            files = sorted(output.glob("events-*.jsonl"))
+            console.print(f"interrupted: {output} holds {len(files)} whole files")
+            raise typer.Exit(130) from None
     console.print(f"wrote {stats['rows']:,} rows ({stats['malformed']:,} malformed) in "
                   f"{stats['files']} files to {output} in {time.monotonic() - started:.1f} s")
 

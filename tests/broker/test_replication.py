@@ -86,6 +86,31 @@ def test_bytes_between_any_two_offsets_is_the_sum_of_their_records() -> None:
     assert log.bytes_between(5, 5) == log.bytes_between(9, 4) == 0
 
 
+def test_retention_deletes_the_oldest_segments_and_keeps_positions_from_offset_zero() -> None:
+    log = Log(segment_bytes=100, retention_bytes=250)
+    sizes = [60] * 40  # one record in each segment after the first's
+    for size in sizes:
+        log.append([size])
+    assert log.segments == 5  # the active segment, and four more hold the bound (250 B)
+    assert log.log_start_offset == 35
+    assert log.bytes_between(0, 40) == sum(sizes)  # counted from offset 0 all the same
+    assert log.bytes_between(36, 38) == 120
+    assert log.offset_metadata(-5).message_offset == 35  # before the start: the start
+    with pytest.raises(ValueError, match="log start offset 35"):
+        log.bytes_between(3, 38)
+    with pytest.raises(ValueError, match="retention"):
+        log.offset_metadata(20)
+    with pytest.raises(ValueError, match="retention_bytes"):
+        Log(retention_bytes=0)
+
+
+def test_without_retention_a_log_keeps_every_segment() -> None:
+    log = Log(segment_bytes=100)
+    for _ in range(40):
+        log.append([60])
+    assert (log.segments, log.log_start_offset) == (40, 0)
+
+
 # -- produce, acks=-1 ------------------------------------------------------------------
 
 

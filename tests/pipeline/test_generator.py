@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tickwheel.pipeline.events import Outcome
-from tickwheel.pipeline.generator import GeneratorConfig, generate, write_event_log
+from tickwheel.pipeline.generator import GeneratorConfig, generate, iter_rows, write_event_log
 from tickwheel.pipeline.reference import ReferenceEngine
 
 
@@ -50,6 +56,33 @@ def test_malformed_rows_and_bounded_disorder_lose_nothing(tmp_path: Path) -> Non
     write_event_log(GeneratorConfig(events=20_000), ordered)
     assert sorted(resolve(ordered).run().outcomes, key=lambda o: o.op_id) == sorted(
         result.outcomes, key=lambda o: o.op_id)
+
+
+def test_rows_stream_however_many_events_are_asked_for() -> None:
+    # A log of 2^63 rows starts at once, as the models make it: nothing is built whole.
+    head = list(itertools.islice(iter_rows(GeneratorConfig(events=2**63)), 2_000))
+    assert head == generate(GeneratorConfig(events=2_000))
+
+
+def test_an_interrupted_run_leaves_whole_files_only(tmp_path: Path) -> None:
+    out = tmp_path / "log"
+    command = [sys.executable, "-m", "tickwheel.cli", "generate", "--events", str(2**63),
+               "--rows-per-file", "2000", "--output", str(out)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    deadline = time.monotonic() + 120
+    while len(list(out.glob("events-*.jsonl"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    output, _ = child.communicate(timeout=60)
+    assert child.returncode == 130, output
+    assert "whole files" in output
+    files = sorted(out.iterdir())
+    assert len(files) >= 2 and all(f.name.startswith("events-") for f in files)  # no .tmp
+    for f in files:
+        lines = f.read_text().split("\n")
+        assert lines[-1] == "" and len(lines) == 2_001
+        assert all(json.loads(line)["ts_ms"] > 0 for line in lines[:-1])
 
 
 def test_bad_sizes_are_rejected() -> None:

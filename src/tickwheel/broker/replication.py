@@ -84,12 +84,19 @@ class _Segment:
 
 
 class Log:
-    """A leader's log: records (only their sizes matter here) in size-rolled segments."""
+    """A leader's log: records (only their sizes matter here) in size-rolled segments.
 
-    def __init__(self, segment_bytes: int = 1 << 20) -> None:
+    With ``retention_bytes``, as Kafka's ``retention.bytes``, the oldest segments go
+    once the rest hold that many bytes (the active segment always stays): the log
+    start offset moves up, and a long-running log takes bounded memory."""
+
+    def __init__(self, segment_bytes: int = 1 << 20, retention_bytes: int | None = None) -> None:
         if segment_bytes < 1:
             raise ValueError(f"segment_bytes must be >= 1, got {segment_bytes}")
+        if retention_bytes is not None and retention_bytes < 1:
+            raise ValueError(f"retention_bytes must be >= 1, got {retention_bytes}")
         self.segment_bytes = segment_bytes
+        self.retention_bytes = retention_bytes
         self._segments = [_Segment(0)]
         self._bases = [0]
         # Bytes before each segment: counting bytes from offset 0 (what the event log
@@ -101,6 +108,10 @@ class Log:
     @property
     def segments(self) -> int:
         return len(self._segments)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._bases[0]
 
     @property
     def log_end_offset(self) -> int:
@@ -129,13 +140,28 @@ class Log:
             active.size += size
             self._size += size
             self._next_offset += 1
+        self._apply_retention()
         return first, self._next_offset - 1
 
+    def _apply_retention(self) -> None:
+        limit = self.retention_bytes
+        if limit is None:
+            return
+        while len(self._segments) > 1 and self._size - self._bytes_before[1] >= limit:
+            del self._segments[0], self._bases[0], self._bytes_before[0]
+
+    def _check_retained(self, offset: int) -> None:
+        if 0 < offset < self._bases[0]:
+            raise ValueError(f"offset {offset} is below the log start offset {self._bases[0]} "
+                             "(deleted by retention)")
+
     def offset_metadata(self, offset: int) -> LogOffsetMetadata:
-        """Where ``offset`` (0 .. log end) sits; offsets past the end sit at the end."""
+        """Where ``offset`` (0 .. log end) sits; offsets past the end sit at the end,
+        negative ones at the log start."""
         if offset >= self._next_offset:
             return self.log_end
-        offset = max(offset, 0)
+        self._check_retained(offset)
+        offset = max(offset, self._bases[0])
         segment = self._segments[bisect.bisect_right(self._bases, offset) - 1]
         return LogOffsetMetadata(offset, segment.base_offset,
                                  segment.positions[offset - segment.base_offset])
@@ -147,9 +173,12 @@ class Log:
         return self._position(end) - self._position(start)
 
     def _position(self, offset: int) -> int:
-        """Bytes of the records before ``offset`` (0 .. log end)."""
+        """Bytes of the records before ``offset`` (0 .. log end), deleted ones included."""
         if offset >= self._next_offset:
             return self._size
+        if offset <= 0:
+            return 0
+        self._check_retained(offset)
         i = bisect.bisect_right(self._bases, offset) - 1
         segment = self._segments[i]
         return self._bytes_before[i] + segment.positions[offset - segment.base_offset]
@@ -174,14 +203,14 @@ class Partition:
     """A partition as its leader sees it: the log, the followers' LEOs, ISR and HW."""
 
     def __init__(self, name: str, replicas: Sequence[int], leader_id: int, local_id: int,
-                 segment_bytes: int, now_ms: int) -> None:
+                 segment_bytes: int, now_ms: int, retention_bytes: int | None = None) -> None:
         if leader_id not in replicas:
             raise ValueError(f"leader {leader_id} is not among the replicas {list(replicas)}")
         self.name = name
         self.replicas = tuple(replicas)
         self.leader_id = leader_id
         self.local_id = local_id
-        self.log = Log(segment_bytes)
+        self.log = Log(segment_bytes, retention_bytes)
         self.isr: set[int] = set(self.replicas)
         self._follower_leo = {r: self.log.offset_metadata(0) for r in self.replicas
                               if r != local_id}
@@ -366,12 +395,14 @@ class ReplicaManager:
         min_insync_replicas: int = 1,
         segment_bytes: int = 1 << 20,
         listener: BrokerListener | None = None,
+        retention_bytes: int | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.clock = SystemClock() if clock is None else clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.min_insync_replicas = min_insync_replicas
         self.segment_bytes = segment_bytes
+        self.retention_bytes = retention_bytes
         self.listener = listener or BrokerListener()
         self.partitions: dict[str, Partition] = {}
         # One timer for both purgatories and the ISR check; `advance_clock` drives it
@@ -387,7 +418,8 @@ class ReplicaManager:
     def create_partition(self, name: str, replicas: Sequence[int],
                          leader_id: int | None = None) -> Partition:
         partition = Partition(name, replicas, self.broker_id if leader_id is None else leader_id,
-                              self.broker_id, self.segment_bytes, self.clock.now_ms())
+                              self.broker_id, self.segment_bytes, self.clock.now_ms(),
+                              self.retention_bytes)
         self.partitions[name] = partition
         return partition
 

@@ -24,9 +24,12 @@ partition and its byte keys. Seeded: the same arguments give the same log.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
+import os
 import random
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +40,7 @@ from tickwheel.broker.groups import DelayedHeartbeat, GroupCoordinator
 from tickwheel.broker.replication import CONSUMER, DelayedFetch, DelayedProduce, ReplicaManager
 from tickwheel.purgatory import DelayedOperation
 
-__all__ = ["GeneratorConfig", "generate", "write_event_log"]
+__all__ = ["GeneratorConfig", "generate", "iter_rows", "write_event_log"]
 
 STEP_MS = 10
 
@@ -61,7 +64,6 @@ class _LogWriter(BrokerListener):
         self.clock = clock
         self.manager = manager
         self.rows: list[dict[str, Any]] = []
-        self._ids: dict[int, str] = {}
         self._next = 0
 
     def _row(self, **fields: Any) -> None:
@@ -69,9 +71,7 @@ class _LogWriter(BrokerListener):
 
     def _op_id(self, op: DelayedOperation, kind: str) -> str:
         self._next += 1
-        op_id = f"{kind}-{self._next}"
-        self._ids[id(op)] = op_id
-        return op_id
+        return f"{kind}-{self._next}"
 
     def byte_position(self, partition: str, offset: int) -> int:
         return self.manager.partitions[partition].log.bytes_between(0, offset)
@@ -127,11 +127,20 @@ class _LogWriter(BrokerListener):
 
 def generate(config: GeneratorConfig) -> list[dict[str, Any]]:
     """The rows of one workload, in the order they happened."""
+    return list(iter_rows(config))
+
+
+def iter_rows(config: GeneratorConfig) -> Iterator[dict[str, Any]]:
+    """The rows of one workload, in the order they happened, as the models make them:
+    the models' memory does not grow with ``config.events``."""
     if config.events < 1:
         raise ValueError(f"events must be >= 1, got {config.events}")
     rng = random.Random(config.seed)
     clock = ManualClock(1_000_000)
-    manager = ReplicaManager(clock=clock, replica_lag_time_max_ms=5_000, segment_bytes=64_000)
+    # Readers fetch near the log's end, so 64 segments more than cover every offset the
+    # log rows ask about, and a long workload keeps only those.
+    manager = ReplicaManager(clock=clock, replica_lag_time_max_ms=5_000, segment_bytes=64_000,
+                             retention_bytes=64 * 64_000)
     writer = _LogWriter(clock, manager)
     manager.listener = writer
     coordinator = GroupCoordinator(clock=clock, listener=writer)
@@ -149,7 +158,8 @@ def generate(config: GeneratorConfig) -> list[dict[str, Any]]:
     tasks: list[str] = []
     moved: dict[str, int] = {}  # partition -> ms until its leader comes back
     step = 0
-    while len(writer.rows) < config.events:
+    emitted = 0
+    while emitted < config.events:
         step += 1
         clock.advance(STEP_MS)
         live = [p for p in partitions if p in manager.partitions]
@@ -195,6 +205,8 @@ def generate(config: GeneratorConfig) -> list[dict[str, Any]]:
                 alive.add(member_id)
         if rng.random() < 0.05:  # plain scheduled tasks, some cancelled
             tasks.append(writer.task(rng.randint(100, 20_000)))
+            if len(tasks) > _TASKS_KEPT:  # long past their deadlines: cancels go nowhere
+                del tasks[:len(tasks) - _TASKS_KEPT // 2]
         if tasks and rng.random() < 0.02:
             writer._row(type="cancel", op_id=tasks.pop(rng.randrange(len(tasks))))
         if rng.random() < 0.002 and live:  # a leader moves away, and back later
@@ -217,9 +229,18 @@ def generate(config: GeneratorConfig) -> list[dict[str, Any]]:
             writer._row(type="tick")
         manager.advance_clock(0)
         coordinator.advance_clock(0)
+        rows, writer.rows = writer.rows[:config.events - emitted], []
+        emitted += len(rows)
+        yield from rows
     manager.close()
     coordinator.close()
-    return writer.rows[: config.events]
+
+
+#: Task ids a workload may still cancel; older ones go. A cancel of a task long past
+#: its deadline is ignored by the engines anyway.
+_TASKS_KEPT = 100_000
+
+
 
 
 _MALFORMED = [
@@ -233,26 +254,74 @@ _MALFORMED = [
     '{"ts_ms": 5, "type": "watch", "op_id": "x", "keys": ["k"], "deadline_ms": 9, '
     '"condition": "eventually"}',
 ]
+_MALFORMED_SET = frozenset(_MALFORMED)
 
 
-def write_event_log(config: GeneratorConfig, directory: Path) -> dict[str, int]:
-    """Write the workload as JSON Lines files ``events-00001.jsonl``, ... in time order
-    (with bounded disorder and malformed rows if asked); return counts."""
-    rows = generate(config)
+def _lines(config: GeneratorConfig) -> Iterator[str]:
+    """The log's lines: the rows, moved by up to ``disorder_ms`` and with malformed rows
+    among them if asked. Streamed, in memory bounded by the disorder window."""
     rng = random.Random(config.seed + 1)
-    lines = [(r["ts_ms"], json.dumps(r, separators=(",", ":"))) for r in rows]
+    rows = iter_rows(config)
     if config.disorder_ms > 0:
-        # Each row moves by a random delay below the bound; sorting on the shifted times
-        # keeps every row within disorder_ms of its place.
-        lines.sort(key=lambda x: x[0] + rng.randrange(config.disorder_ms))
-    text = [line for _, line in lines]
-    malformed = int(len(text) * config.malformed_fraction)
-    for _ in range(malformed):
-        text.insert(rng.randrange(len(text) + 1), rng.choice(_MALFORMED))
+        rows = _disordered(rows, config.disorder_ms, rng)
+    lines = (json.dumps(r, separators=(",", ":")) for r in rows)
+    total_rows = config.events
+    malformed = int(total_rows * config.malformed_fraction)
+    # Each of the malformed rows lands at a uniformly random place: selection sampling
+    # (Knuth's Algorithm S) picks the places as the lines stream by.
+    slots, left = total_rows + malformed, malformed
+    while slots:
+        if left and rng.random() * slots < left:
+            left -= 1
+            yield rng.choice(_MALFORMED)
+        else:
+            yield next(lines)
+        slots -= 1
+
+
+def _disordered(rows: Iterator[dict[str, Any]], disorder_ms: int,
+                rng: random.Random) -> Iterator[dict[str, Any]]:
+    """Each row moves by a random delay below ``disorder_ms``, and rows go out in order
+    of their moved times (ties in model order), so every row stays within
+    ``disorder_ms`` of its place. The models' clock never goes back, so a row whose
+    moved time is before the latest row's time can go."""
+    held: list[tuple[int, int, dict[str, Any]]] = []
+    for seq, row in enumerate(rows):
+        now = int(row["ts_ms"])
+        heapq.heappush(held, (now + rng.randrange(disorder_ms), seq, row))
+        # Rows come at most 1 ms before the clock (a session's watch is 1 ms after it).
+        while held and held[0][0] < now - 1:
+            yield heapq.heappop(held)[2]
+    while held:
+        yield heapq.heappop(held)[2]
+
+
+def write_event_log(config: GeneratorConfig, directory: Path,
+                    on_rows: Callable[[int], None] | None = None) -> dict[str, int]:
+    """Write the workload as JSON Lines files ``events-00001.jsonl``, ... in time order
+    (with bounded disorder and malformed rows if asked); return counts.
+
+    Rows stream to the files as the models make them, so memory does not grow with
+    ``config.events``. Each file is written whole under a hidden name, then renamed into
+    place: an interrupted run leaves whole files only (the engines skip hidden names).
+    ``on_rows(n)`` is told of every ``n`` rows written (progress)."""
     directory.mkdir(parents=True, exist_ok=True)
-    files = 0
-    for start in range(0, len(text), config.rows_per_file):
+    lines = _lines(config)
+    rows = malformed = files = 0
+    while True:
+        batch = list(itertools.islice(lines, config.rows_per_file))
+        if not batch:
+            break
         files += 1
-        (directory / f"events-{files:05d}.jsonl").write_text(
-            "\n".join(text[start:start + config.rows_per_file]) + "\n")
-    return {"rows": len(text), "malformed": malformed, "files": files}
+        rows += len(batch)
+        malformed += sum(1 for line in batch if line in _MALFORMED_SET)
+        target = directory / f"events-{files:05d}.jsonl"
+        tmp = directory / f".{target.name}.tmp"
+        try:
+            tmp.write_text("\n".join(batch) + "\n")
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        if on_rows is not None:
+            on_rows(len(batch))
+    return {"rows": rows, "malformed": malformed, "files": files}
