@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tests.pipeline.test_spark_engine import random_log
+from tests.pipeline.logs import random_log
 from tickwheel.pipeline.events import Event, event_from_wire, parse_line, to_wire
 from tickwheel.pipeline.generator import GeneratorConfig, generate
 from tickwheel.pipeline.reference import ReferenceEngine

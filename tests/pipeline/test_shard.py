@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.pipeline.test_spark_engine import LATENESS_MS, random_log
+from tests.pipeline.logs import LATENESS_MS, random_log
 from tickwheel.pipeline.events import Reason, canonical_line, compact_wire, parse_wire
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.shard import NO_ROWS, Shard, pack

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -19,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_sink import Flaky
 from tickwheel.pipeline import _spark_tasks, _spark_wire, spark_engine
 from tickwheel.pipeline.io import read_events, read_parquet_rows
@@ -28,60 +28,6 @@ from tickwheel.pipeline.spark_engine import SparkEngine
 
 pytestmark = pytest.mark.spark
 
-LATENESS_MS = 1_000
-
-
-def random_log(seed: int, rows: int = 1_500) -> list[str]:
-    """Few keys and timestamps, so there are ties; updates before watches; cancels of
-    completed, expired and unknown operations; errors; multi-key operations of every
-    keyed condition; duplicate op ids; malformed rows; disorder within the bound."""
-    rng = random.Random(seed)
-    keys = [f"k{i}" for i in range(6)]
-    lines: list[tuple[int, str]] = []
-    op_ids: list[str] = []
-    ts = 10_000
-    for _ in range(rows):
-        ts += rng.choice((0, 0, 1, 3, 10))
-        roll = rng.random()
-        row: dict[str, Any]
-        if roll < 0.35:
-            op_id = f"op-{len(op_ids)}" if rng.random() > 0.03 or not op_ids else \
-                rng.choice(op_ids)
-            op_ids.append(op_id)
-            condition = rng.choice(("all_at_least", "sum_at_least", "any_update", "none"))
-            watched = [] if condition == "none" else rng.sample(keys, rng.randint(1, 3))
-            row = {"ts_ms": ts, "type": "watch", "op_id": op_id, "keys": watched,
-                   "deadline_ms": ts + rng.choice((-5, 0, 20, 100, 400, 5_000)),
-                   "condition": condition}
-            if condition == "all_at_least":
-                row["targets"] = {k: rng.randint(0, 60) for k in watched}
-            elif condition == "sum_at_least":
-                row["targets"] = {k: rng.randint(0, 40) for k in watched}
-                row["min_total"] = rng.randint(1, 30)
-        elif roll < 0.75:
-            row = {"ts_ms": ts, "type": "update", "key": rng.choice(keys),
-                   "value": rng.randint(0, 80)}
-        elif roll < 0.8:
-            row = {"ts_ms": ts, "type": "update", "key": rng.choice(keys),
-                   "error": rng.choice(("NOT_LEADER", "UNKNOWN_PARTITION"))}
-        elif roll < 0.9:
-            row = {"ts_ms": ts, "type": "cancel",
-                   "op_id": rng.choice(op_ids) if op_ids and rng.random() < 0.9 else "nope"}
-        elif roll < 0.95:
-            row = {"ts_ms": ts, "type": "tick"}
-        else:
-            bad = rng.choice(('{"ts_ms": 1, "type": "update", "key": "k0", "value": 1.5}',
-                              'not json', '[1, 2]', '{"ts_ms": "12", "type": "tick"}',
-                              '{"type": "watch"}', '{"ts_ms": 5, "type": "launch"}'))
-            lines.append((ts, bad))
-            continue
-        # Most rows in the compact form, which travels without its text (see
-        # compact_wire), and the rest as json.dumps writes them, which keeps it.
-        compact = len(lines) % 4 != 0
-        lines.append((ts, json.dumps(row, separators=(",", ":")) if compact else json.dumps(row)))
-    # Disorder within the bound: each row moves back by less than the lateness.
-    jittered = sorted(lines, key=lambda item: item[0] - rng.randrange(LATENESS_MS // 2))
-    return [line for _, line in jittered]
 
 
 def write_files(lines: list[str], directory: Path, files: int, start: int = 0) -> None:

@@ -50,6 +50,16 @@ def _files_per_trigger(text: str) -> int | None:
     return value
 
 
+def _counts(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    if not values or min(values) < 1 or max(values) > 4096:
+        raise argparse.ArgumentTypeError(f"counts must be 1..4096, got {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tickwheel.bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -88,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="input files (50,000 rows each) per micro-batch, as a stream that "
                          "arrives in parts; default 'all': the engine's default, all the "
                          "input there is in one micro-batch")
+    pl.add_argument("--partitions", type=_counts, default=None,
+                    help="run the scaling benchmark instead: the per-partition logic "
+                         "without Spark at these partition counts, e.g. 1,4,16,64")
+    pl.add_argument("--scaling-events", type=int, default=200_000,
+                    help="events in the scaling benchmark's log (seed 7)")
     args = parser.parse_args(argv)
 
     import tickwheel
@@ -254,10 +269,12 @@ def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
 def _pipeline(args: argparse.Namespace) -> int:
     from tickwheel.bench._pipeline import run_pipeline
 
-    for name in ("events", "repeat", "shards"):
+    for name in ("events", "repeat", "shards", "scaling_events"):
         if getattr(args, name) < 1:
             print(f"--{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
+    if args.partitions is not None:
+        return _scaling(args)
     from tickwheel.pipeline.class_archive import archive_options
 
     # Read before the runs: their sessions look the archive up the same way.
@@ -283,6 +300,20 @@ def _pipeline(args: argparse.Namespace) -> int:
                                                             strict=True))
         print(f"local[2] / local[1], {run}: {two.events_per_s / one.events_per_s:.2f}x "
               f"(rounds {rounds})")
+    return 0
+
+
+def _scaling(args: argparse.Namespace) -> int:
+    import tickwheel
+    from tickwheel.bench._scaling import run_scaling, scaling_table
+
+    rows = run_scaling(args.scaling_events, args.partitions, args.repeat,
+                       lambda msg: print(msg, file=sys.stderr, flush=True))
+    print(f"scaling, {args.scaling_events:,} generated events (seed 7), per-partition "
+          f"logic without Spark, partitions one after another on one core, "
+          f"tickwheel.compiled={tickwheel.compiled}, median of {args.repeat}; ratio to "
+          f"the design's first count")
+    print(scaling_table(rows))
     return 0
 
 

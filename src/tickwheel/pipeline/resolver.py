@@ -424,7 +424,7 @@ class Resolver:
     def _watch(self, ev: Event) -> None:
         assert ev.op_id is not None
         if ev.deadline_ms <= ev.ts_ms:
-            op = _LogOperation(self, ev, 0)
+            op = self._new_operation(ev, 0, None)
             if not op.safe_try_complete() and op.cancel():
                 self.record(ev, Outcome.EXPIRED, ev.ts_ms, None)
             return
@@ -432,11 +432,21 @@ class Resolver:
 
     def _register(self, ev: Event, seen_updates: dict[str, int] | None) -> None:
         assert ev.op_id is not None and self.now is not None
-        op = _LogOperation(self, ev, ev.deadline_ms - self.now, seen_updates)
+        op = self._new_operation(ev, ev.deadline_ms - self.now, seen_updates)
         self.pending[ev.op_id] = op
-        # `none` watches no key: its own id keeps it in the purgatory until it expires.
-        keys: tuple[Hashable, ...] = ev.keys or (("op", ev.op_id),)
-        self._the_purgatory().try_complete_else_watch(op, keys)
+        self._the_purgatory().try_complete_else_watch(op, self._watch_keys(ev))
+
+    def _new_operation(self, ev: Event, delay_ms: int,
+                       seen_updates: dict[str, int] | None) -> _LogOperation:
+        """The delayed operation of an accepted watch (a hook: a resolver whose
+        conditions are decided elsewhere makes its own kind)."""
+        return _LogOperation(self, ev, delay_ms, seen_updates)
+
+    def _watch_keys(self, ev: Event) -> tuple[Hashable, ...]:
+        """The purgatory keys an operation is watched by: its keys, and for `none`,
+        which watches no key, its own id, which keeps it there until it expires."""
+        assert ev.op_id is not None
+        return ev.keys or (("op", ev.op_id),)
 
     def _flush_errors(self) -> None:
         if self.errors_now:

@@ -1,0 +1,238 @@
+"""Stage 1 of the partitioned engine: one partition of the key space.
+
+A key stage holds each of its keys' value and update count, and the *registrations*
+of the operations watching its keys: a watch travels to the partition of each of its
+keys (and to the partition of its ``op_id``, stage 2). Updates come here only, so an
+update is applied once, in one partition, however many partitions there are.
+
+For each registration a key stage says what its key did for the operation, as
+*progress rows* that go to the operation's partition (see
+:mod:`tickwheel.pipeline.op_stage`), each at the ``ts_ms`` of the row that caused it:
+
+- ``init``, at the watch's ``ts_ms``, from the values before that time's updates (a
+  watch applies first at its time): the key meets its ``all_at_least`` target, or
+  gives ``sum_at_least`` that much (the key's value less its start, floored at 0);
+- ``value``: an update raised that to the amount given (each ``all_at_least`` key
+  once; ``sum_at_least`` at each increase), or updated the key at all
+  (``any_update``, once);
+- ``error``: an error update of the key (the smallest at that time).
+
+Stage 1 cannot learn that stage 2 has resolved an operation: a registration stays
+until its key alone settles the operation (an update for ``any_update``; the target of
+a one-key ``all_at_least``; a ``sum_at_least`` part of ``min_total``; an error, which
+resolves every operation still watching the key) or until the operation's deadline.
+So the registrations held are at most those of watches whose deadline has not passed,
+and an operation completed through another key gets progress rows from this one until
+then. A duplicate or
+late watch registers too; stage 2 ignores the progress of any operation it did not
+accept (rows name the operation by its ``op_id`` and its watch's ``ts_ms``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+from tickwheel.pipeline.events import Wire
+from tickwheel.pipeline.routing import partition_of
+
+__all__ = ["ERROR_PROGRESS", "INIT", "VALUE_PROGRESS", "KeyStage", "Progress", "key_order"]
+
+#: A progress row: ``(ts_ms, kind, op_id, watch_ts_ms, key, amount)``, where ``amount``
+#: is a satisfied target or an ``any_update`` (1), a sum's part, or an error string.
+Progress = tuple[int, str, str, int, str, "int | str"]
+
+INIT = "init"
+VALUE_PROGRESS = "value"
+ERROR_PROGRESS = "error"
+
+def key_order(fields: Wire) -> int:
+    """Sort key of a key stage's rows (watches and updates), as one int: ``ts_ms``
+    times 8 plus watch 0, value 1, error 2, as the resolver applies them."""
+    ts: int = fields[0]
+    if fields[1] == "watch":
+        return ts * 8
+    return ts * 8 + (1 if fields[11] is None else 2)
+
+
+_NEVER = 2**63  # no part of one key is enough on its own
+
+
+class _Registration:
+    """One operation's watch on one key."""
+
+    __slots__ = ("alone", "condition", "deadline_ms", "enough", "given", "op_id", "target",
+                 "watch_ts")
+
+    def __init__(self, op_id: str, watch_ts: int, deadline_ms: int, condition: str,
+                 target: int, given: int, enough: int, alone: bool) -> None:
+        self.op_id = op_id
+        self.watch_ts = watch_ts
+        self.deadline_ms = deadline_ms
+        self.condition = condition
+        self.target = target
+        # all_at_least: 1 once the target is met; sum_at_least: the part given so far.
+        self.given = given
+        # What this key alone must give to complete the operation (parts are never
+        # negative, so a sum that reaches min_total by one key completes): then no
+        # later value can change the outcome, and the registration goes.
+        self.enough = enough
+        # The operation's only key: its outcome needs no part short of enough.
+        self.alone = alone
+
+
+class KeyStage:
+    """The keys of partition ``partition`` of ``partitions``: rows in (:meth:`apply`,
+    in :func:`key_order`), progress rows out (:meth:`drain`)."""
+
+    def __init__(self, partition: int, partitions: int) -> None:
+        self.partition = partition
+        self.partitions = partitions
+        self.values: dict[str, int] = {}
+        self.registrations: dict[str, dict[tuple[str, int], _Registration]] = {}
+        self.registered = 0
+        # (deadline_ms, key, op_id, watch_ts): when a registration goes.
+        self._deadlines: list[tuple[int, str, str, int]] = []
+        self.progress: list[Progress] = []
+        self.applied = 0  # updates
+        self.now: int | None = None
+
+    def apply(self, rows: Iterable[Wire]) -> None:
+        """Apply watches and updates sorted by :func:`key_order`, none earlier than
+        :attr:`now`."""
+        errors: dict[str, str] = {}
+        ts: int | None = None
+        for fields in rows:
+            t: int = fields[0]
+            if t != ts:
+                if errors:
+                    self._errors(errors, ts)  # type: ignore[arg-type]
+                    errors = {}
+                self.advance_to(t)
+                ts = t
+            if fields[1] == "watch":
+                self._register(fields)
+            elif fields[11] is None:
+                self._value(fields[9], fields[10], t)
+            else:
+                key: str = fields[9]
+                error: str = fields[11]
+                self.applied += 1
+                known = errors.get(key)
+                errors[key] = error if known is None or error < known else known
+        if errors:
+            assert ts is not None
+            self._errors(errors, ts)
+
+    def advance_to(self, t: int) -> None:
+        """Time is now ``t``: registrations whose deadline is at or before it go (their
+        operations have expired by then)."""
+        if self.now is not None and t < self.now:
+            raise ValueError(f"t must not go back in time: {t} < now {self.now}")
+        self.now = t
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= t:
+            _, key, op_id, watch_ts = heapq.heappop(deadlines)
+            on_key = self.registrations.get(key)
+            if on_key is not None and on_key.pop((op_id, watch_ts), None) is not None:
+                self.registered -= 1
+                if not on_key:
+                    del self.registrations[key]
+
+    def drain(self) -> list[Progress]:
+        """The progress rows made since the last drain."""
+        out, self.progress = self.progress, []
+        return out
+
+    def next_deadline(self) -> int | None:
+        """When the next registration goes."""
+        return self._deadlines[0][0] if self._deadlines else None
+
+    # -- internals ---------------------------------------------------------------
+
+    def _register(self, fields: Wire) -> None:
+        ts: int = fields[0]
+        op_id: str = fields[3]
+        deadline: int = fields[5]
+        condition: str = fields[6]
+        targets = fields[7]
+        out = self.progress
+        values = self.values
+        for key in fields[4]:
+            if partition_of(key, self.partitions) != self.partition:
+                continue
+            value = values.get(key)
+            given = 0
+            enough = _NEVER
+            if condition == "all_at_least":
+                if value is not None and value >= targets[key]:
+                    given = 1
+                if len(fields[4]) == 1:
+                    enough = 1
+            elif condition == "sum_at_least":
+                if value is not None and value > targets[key]:
+                    given = value - targets[key]
+                enough = fields[8]
+            alone = len(fields[4]) == 1
+            if given and (given >= enough or not alone):
+                out.append((ts, INIT, op_id, ts, key, given))
+            if deadline <= ts or given >= enough:
+                # Tried once at its time, or complete by this key alone: nothing
+                # later on this key changes its outcome.
+                continue
+            on_key = self.registrations.setdefault(key, {})
+            if (op_id, ts) not in on_key:
+                self.registered += 1
+            on_key[op_id, ts] = _Registration(op_id, ts, deadline, condition,
+                                              targets.get(key, 0), given, enough, alone)
+            heapq.heappush(self._deadlines, (deadline, key, op_id, ts))
+
+    def _value(self, key: str, value: int, ts: int) -> None:
+        self.applied += 1
+        values = self.values
+        known = values.get(key)
+        if known is None or value > known:
+            values[key] = known = value
+        on_key = self.registrations.get(key)
+        if not on_key:
+            return
+        out = self.progress
+        done: list[tuple[str, int]] = []
+        for ident, reg in on_key.items():
+            condition = reg.condition
+            if condition == "all_at_least":
+                if reg.given or known < reg.target:
+                    continue
+                reg.given = 1
+                out.append((ts, VALUE_PROGRESS, reg.op_id, reg.watch_ts, key, 1))
+            elif condition == "sum_at_least":
+                part = known - reg.target
+                if part <= reg.given:
+                    continue
+                reg.given = part
+                if part < reg.enough and reg.alone:
+                    continue
+                out.append((ts, VALUE_PROGRESS, reg.op_id, reg.watch_ts, key, part))
+            else:  # any_update: done with the first update
+                out.append((ts, VALUE_PROGRESS, reg.op_id, reg.watch_ts, key, 1))
+                done.append(ident)
+                continue
+            if reg.given >= reg.enough:
+                done.append(ident)
+        for ident in done:
+            del on_key[ident]
+        self.registered -= len(done)
+        if not on_key:
+            del self.registrations[key]
+
+    def _errors(self, errors: dict[str, str], ts: int) -> None:
+        """Errors resolve every operation still watching their keys: the registrations
+        go with them."""
+        out = self.progress
+        for key, error in errors.items():
+            on_key = self.registrations.pop(key, None)
+            if on_key is None:
+                continue
+            self.registered -= len(on_key)
+            for reg in on_key.values():
+                out.append((ts, ERROR_PROGRESS, reg.op_id, reg.watch_ts, key, error))

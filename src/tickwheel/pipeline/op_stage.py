@@ -1,0 +1,137 @@
+"""Stage 2 of the partitioned engine: one partition of the op-id space.
+
+An op stage is a :class:`~tickwheel.pipeline.resolver.Resolver` whose operations learn
+what their keys did from stage 1's progress rows (see
+:mod:`tickwheel.pipeline.key_stage`) instead of from the values of every key. Watches,
+cancels and ticks come here directly; the resolver's rules apply unchanged: deadlines,
+duplicate op ids (and their retention), cancels, and the order within one ``ts_ms``:
+watches (with their ``init`` progress), then ``value`` progress, then ``error``
+progress (the smallest error of an operation's keys), then cancels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from tickwheel.pipeline.events import Condition, Event, Wire, event_from_wire
+from tickwheel.pipeline.key_stage import ERROR_PROGRESS, INIT, Progress
+from tickwheel.pipeline.resolver import CANCEL, TICK, Resolver, _LogOperation
+
+__all__ = ["OpStage", "op_order"]
+
+_NOTHING_SEEN: dict[str, int] = {}  # shared, never written
+
+
+def op_order(fields: Wire | Progress) -> int:
+    """Sort key of an op stage's rows, as one int: ``ts_ms`` times 8 plus watch and
+    ``init`` 0, ``value`` 1, ``error`` 2, cancel 3, tick 4."""
+    ts: int = fields[0]
+    kind = fields[1]
+    if len(fields) == 6:
+        return ts * 8 + (0 if kind == INIT else 1 if kind != ERROR_PROGRESS else 2)
+    if kind == "watch":
+        return ts * 8
+    return ts * 8 + (CANCEL if kind == "cancel" else TICK)
+
+
+class _StagedOperation(_LogOperation):
+    """An operation whose keys' progress comes from stage 1."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, stage: OpStage, event: Event, delay_ms: int) -> None:
+        super().__init__(stage, event, delay_ms, _NOTHING_SEEN)
+        # key -> its part: 1 for a met target or an update, the amount for a sum.
+        self.parts: dict[str, int] = stage.initial.get((event.op_id, event.ts_ms), {})
+
+    def try_complete(self) -> bool:
+        ev = self.event
+        condition = ev.condition
+        parts = self.parts
+        if condition is Condition.ALL_AT_LEAST:
+            met = len(parts) == len(ev.keys)
+        elif condition is Condition.SUM_AT_LEAST:
+            met = sum(parts.values()) >= ev.min_total
+        elif condition is Condition.ANY_UPDATE:
+            met = bool(parts)
+        else:
+            met = False
+        return self.force_complete() if met else False
+
+
+class OpStage(Resolver):
+    """Rows in (:meth:`apply_staged`, in :func:`op_order`): watches, cancels, ticks and
+    stage 1's progress rows; outcomes and duplicate watches out (:meth:`drain`)."""
+
+    def __init__(self, now_ms: int | None = None,
+                 dedupe_retention_ms: int | None = None) -> None:
+        super().__init__(now_ms, dedupe_retention_ms)
+        #: (op_id, watch ts_ms) -> key -> part: the ``init`` progress of the watches
+        #: being applied.
+        self.initial: dict[tuple[str | None, int], dict[str, int]] = {}
+
+    def apply_staged(self, rows: Iterable[Wire | Progress]) -> None:
+        """Apply rows sorted by :func:`op_order`, none earlier than :attr:`now`."""
+        group: list[Any] = []
+        ts: int | None = None
+        for fields in rows:
+            if fields[0] != ts and group:
+                self._apply_time(group)
+                group = []
+            ts = fields[0]
+            group.append(fields)
+        if group:
+            self._apply_time(group)
+
+    def _apply_time(self, group: list[Any]) -> None:
+        ts: int = group[0][0]
+        self.advance_to(ts)
+        initial: dict[tuple[str | None, int], dict[str, int]] = {}
+        watches: list[Event] = []
+        i = 0
+        n = len(group)
+        while i < n and group[i][0] * 8 == op_order(group[i]):  # watches and init
+            fields = group[i]
+            if len(fields) == 6:
+                initial.setdefault((fields[2], fields[3]), {})[fields[4]] = fields[5]
+            else:
+                watches.append(event_from_wire(fields))
+            i += 1
+        if watches:
+            self.initial = initial
+            self._watch_all(watches)
+            self.initial = {}
+        errors: dict[str, str] = {}
+        pending = self.pending
+        while i < n and len(group[i]) == 6:
+            _, kind, op_id, watch_ts, key, amount = group[i]
+            i += 1
+            op = pending.get(op_id)
+            if op is None or op.event.ts_ms != watch_ts:
+                continue  # resolved, or a watch this stage did not accept
+            if kind == ERROR_PROGRESS:
+                known = errors.get(op_id)
+                errors[op_id] = amount if known is None or amount < known else known
+            else:
+                assert isinstance(op, _StagedOperation)
+                op.parts[key] = amount
+                op.safe_try_complete()
+        for op_id, error in errors.items():
+            op = pending.get(op_id)
+            if op is not None:
+                op.error = error
+                op.force_complete()
+        while i < n:
+            ev = event_from_wire(group[i])
+            self._apply_other(ev, CANCEL if ev.op_id is not None else TICK, ts)
+            i += 1
+
+    def _new_operation(self, ev: Event, delay_ms: int,
+                       seen_updates: dict[str, int] | None) -> _LogOperation:
+        return _StagedOperation(self, ev, delay_ms)
+
+    def _watch_keys(self, ev: Event) -> tuple[Hashable, ...]:
+        # Progress reaches an operation by its id; its keys are stage 1's.
+        assert ev.op_id is not None
+        return (("op", ev.op_id),)

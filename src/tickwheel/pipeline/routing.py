@@ -1,0 +1,57 @@
+"""Where each row of the event log goes in the partitioned engine.
+
+Two stages, each split into the same number of partitions (see
+:mod:`tickwheel.pipeline.key_stage` and :mod:`tickwheel.pipeline.op_stage`):
+
+- an update goes to the partition of its ``key`` (stage 1);
+- a watch goes to the partition of its ``op_id`` (stage 2), and to the partition of
+  each of its keys (stage 1; once per partition, however many of its keys are there);
+- a cancel goes to the partition of its ``op_id`` (stage 2);
+- a tick goes to stage 2's partition 0: it only moves time, which every partition
+  learns from the watermark;
+- a malformed row goes to stage 2's partition of its raw text, which quarantines it.
+
+So a row travels to at most one partition per key it names plus one: its fan-out does
+not grow with the partition count.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+
+from tickwheel.pipeline.events import Wire
+
+__all__ = ["partition_of", "route"]
+
+
+def partition_of(text: str, partitions: int) -> int:
+    """Stable across processes and runs (``hash()`` of a str is not)."""
+    return zlib.crc32(text.encode("utf-8", "surrogatepass")) % partitions
+
+
+def route(rows: Iterable[Wire], partitions: int) -> tuple[list[list[Wire]], list[list[Wire]]]:
+    """Rows in their wire form, cut into (stage 1's rows, stage 2's rows) per
+    partition."""
+    by_key: list[list[Wire]] = [[] for _ in range(partitions)]
+    by_op: list[list[Wire]] = [[] for _ in range(partitions)]
+    for fields in rows:
+        if len(fields) == 3:  # malformed: (raw, reason, ts_ms)
+            by_op[partition_of(fields[0], partitions)].append(fields)
+            continue
+        kind = fields[1]
+        if kind == "update":
+            by_key[partition_of(fields[9], partitions)].append(fields)
+        elif kind == "watch":
+            by_op[partition_of(fields[3], partitions)].append(fields)
+            keys = fields[4]
+            if len(keys) == 1:
+                by_key[partition_of(keys[0], partitions)].append(fields)
+            else:
+                for where in {partition_of(key, partitions) for key in keys}:
+                    by_key[where].append(fields)
+        elif kind == "cancel":
+            by_op[partition_of(fields[3], partitions)].append(fields)
+        else:
+            by_op[0].append(fields)
+    return by_key, by_op

@@ -1,0 +1,246 @@
+"""The partitioned engine: key stage, op stage and the routing between them give the
+reference engine's outcomes at any partition count, and the work per event does not
+grow with the count."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.pipeline.logs import LATENESS_MS, random_log
+from tickwheel.pipeline.events import compact_wire
+from tickwheel.pipeline.generator import GeneratorConfig, generate
+from tickwheel.pipeline.key_stage import ERROR_PROGRESS, INIT, VALUE_PROGRESS, KeyStage, key_order
+from tickwheel.pipeline.op_stage import OpStage, op_order
+from tickwheel.pipeline.partitioned import run_partitioned
+from tickwheel.pipeline.reference import ReferenceEngine, RunResult
+from tickwheel.pipeline.routing import partition_of, route
+
+
+def reference(lines: list[str], retention: int | None = None) -> RunResult:
+    engine = ReferenceEngine(lateness_ms=LATENESS_MS, dedupe_retention_ms=retention)
+    engine.feed_lines(lines)
+    return engine.run()
+
+
+def outcomes(rows: list[Any]) -> list[tuple[Any, ...]]:
+    return sorted((o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, tuple(o.keys),
+                   o.error) for o in rows)
+
+
+def quarantine(rows: list[Any]) -> list[tuple[Any, ...]]:
+    return sorted((q.reason.value, q.raw, q.ts_ms) for q in rows)
+
+
+def assert_same_as_reference(lines: list[str], partitions: int,
+                             retention: int | None = None) -> None:
+    expected = reference(lines, retention)
+    got = run_partitioned(lines, partitions, retention)
+    assert outcomes(got.outcomes) == outcomes(expected.outcomes)
+    assert quarantine(got.quarantine) == quarantine(expected.quarantine)
+    assert (got.rows_in, got.rows_applied, got.pending, got.ignored_cancels) == (
+        expected.rows_in, expected.rows_applied, expected.pending, expected.ignored_cancels)
+
+
+def line(**row: Any) -> str:
+    return json.dumps(row, separators=(",", ":"))
+
+
+def watch(ts: int, op_id: str, keys: list[str], deadline: int, condition: str,
+          **extra: Any) -> str:
+    return line(ts_ms=ts, type="watch", op_id=op_id, keys=keys, deadline_ms=deadline,
+                condition=condition, **extra)
+
+
+def update(ts: int, key: str, value: int | None = None, error: str | None = None) -> str:
+    if error is not None:
+        return line(ts_ms=ts, type="update", key=key, error=error)
+    return line(ts_ms=ts, type="update", key=key, value=value)
+
+
+# -- the same outcomes as the reference engine ----------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("partitions", [1, 3, 8])
+@pytest.mark.parametrize("retention", [None, 300])
+def test_random_logs_resolve_as_the_reference_engine_resolves_them(
+        seed: int, partitions: int, retention: int | None) -> None:
+    assert_same_as_reference(random_log(seed), partitions, retention)
+
+
+@pytest.mark.parametrize("partitions", [1, 16])
+def test_a_broker_workload_resolves_as_the_reference_engine_resolves_it(partitions: int) -> None:
+    lines = [json.dumps(r, separators=(",", ":")) for r in generate(
+        GeneratorConfig(events=20_000, seed=3))]
+    assert_same_as_reference(lines, partitions)
+
+
+_KEYS = ["a", "b", "c"]
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> list[str]:
+    """Few keys, ops and times, so that ties of every kind happen."""
+    out = []
+    ts = 0
+    for _ in range(draw(st.integers(1, 40))):
+        ts += draw(st.sampled_from([0, 0, 0, 1, 3]))
+        kind = draw(st.sampled_from(["watch", "watch", "value", "value", "error", "cancel",
+                                     "tick"]))
+        op_id = f"op{draw(st.integers(0, 6))}"
+        if kind == "watch":
+            condition = draw(st.sampled_from(["all_at_least", "sum_at_least", "any_update",
+                                              "none"]))
+            keys = [] if condition == "none" else draw(
+                st.lists(st.sampled_from(_KEYS), min_size=1, max_size=3, unique=True))
+            extra: dict[str, Any] = {}
+            if condition in ("all_at_least", "sum_at_least"):
+                extra["targets"] = {k: draw(st.integers(-2, 8)) for k in keys}
+            if condition == "sum_at_least":
+                extra["min_total"] = draw(st.integers(1, 10))
+            deadline = ts + draw(st.sampled_from([-1, 0, 1, 3, 10, 50]))
+            out.append(watch(ts, op_id, keys, deadline, condition, **extra))
+        elif kind == "value":
+            out.append(update(ts, draw(st.sampled_from(_KEYS)), value=draw(st.integers(-3, 10))))
+        elif kind == "error":
+            out.append(update(ts, draw(st.sampled_from(_KEYS)),
+                              error=draw(st.sampled_from(["E1", "E2"]))))
+        elif kind == "cancel":
+            out.append(line(ts_ms=ts, type="cancel", op_id=op_id))
+        else:
+            out.append(line(ts_ms=ts, type="tick"))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs(), st.sampled_from([1, 2, 5]), st.sampled_from([None, 0, 4]))
+def test_any_log_of_ties_resolves_as_the_reference_engine_resolves_it(
+        lines: list[str], partitions: int, retention: int | None) -> None:
+    assert_same_as_reference(lines, partitions, retention)
+
+
+# -- work per event --------------------------------------------------------------------
+
+
+def test_the_shuffles_carry_as_much_per_event_at_any_partition_count() -> None:
+    lines = [json.dumps(r, separators=(",", ":")) for r in generate(
+        GeneratorConfig(events=10_000, seed=7))]
+    runs = [run_partitioned(lines, n) for n in (1, 4, 16, 64)]
+    rows = [r.shuffled_rows for r in runs]
+    size = [r.shuffled_bytes for r in runs]
+    assert max(rows) <= 1.1 * min(rows) and max(size) <= 1.1 * min(size)
+    # Each update is applied once, in one partition, however many there are.
+    assert len({r.rows_applied for r in runs}) == 1
+
+
+def test_a_row_goes_to_one_partition_per_key_it_names_and_one_more() -> None:
+    rows = [compact_wire(text) for text in (
+        watch(1, "w", ["a", "b", "c", "d"], 9, "any_update"),
+        update(1, "a", value=1),
+        line(ts_ms=2, type="cancel", op_id="w"),
+        line(ts_ms=3, type="tick"),
+        "not json",
+    )]
+    by_key, by_op = route(rows, 64)
+    where_key = [p for p, part in enumerate(by_key) for fields in part if fields[1] == "watch"]
+    assert sorted(where_key) == sorted({partition_of(k, 64) for k in "abcd"})
+    assert [p for p, part in enumerate(by_key) if rows[1] in part] == [partition_of("a", 64)]
+    assert rows[0] in by_op[partition_of("w", 64)] and rows[2] in by_op[partition_of("w", 64)]
+    assert rows[3] in by_op[0]
+    assert rows[4] in by_op[partition_of("not json", 64)]
+
+
+# -- the key stage ---------------------------------------------------------------------
+
+
+def key_stage(*lines: str) -> KeyStage:
+    stage = KeyStage(0, 1)
+    stage.apply(sorted((compact_wire(text) for text in lines), key=key_order))
+    return stage
+
+
+def test_a_watch_registers_on_the_values_before_the_updates_of_its_time() -> None:
+    stage = key_stage(update(1, "a", value=5),
+                      watch(2, "w", ["a", "b"], 9, "sum_at_least", targets={"a": 2, "b": 0},
+                            min_total=10),
+                      update(2, "a", value=7))
+    assert stage.drain() == [(2, INIT, "w", 2, "a", 3), (2, VALUE_PROGRESS, "w", 2, "a", 5)]
+
+
+def test_an_operations_only_key_sends_progress_only_once_it_is_enough() -> None:
+    stage = key_stage(watch(1, "w", ["a"], 9, "sum_at_least", targets={"a": 0}, min_total=10),
+                      update(2, "a", value=4), update(3, "a", value=8), update(4, "a", value=12),
+                      update(5, "a", value=20))
+    assert stage.drain() == [(4, VALUE_PROGRESS, "w", 1, "a", 12)]
+    assert stage.registered == 0  # settled by this key: it goes
+
+
+def test_a_registration_goes_at_its_deadline() -> None:
+    stage = key_stage(watch(1, "w", ["a", "b"], 5, "all_at_least", targets={"a": 1, "b": 1}))
+    assert stage.registered == 2
+    stage.advance_to(4)
+    assert stage.registered == 2
+    stage.advance_to(5)  # the operation expires at 5, before that time's updates
+    assert stage.registered == 0 and not stage.registrations
+    stage.apply([compact_wire(update(5, "a", value=3))])
+    assert stage.drain() == []
+
+
+def test_an_error_reaches_every_registration_on_its_key_once_with_the_smallest() -> None:
+    stage = key_stage(watch(1, "w", ["a"], 9, "any_update"),
+                      watch(1, "v", ["a", "b"], 9, "all_at_least", targets={"a": 1, "b": 1}),
+                      update(3, "a", error="Z"), update(3, "a", error="B"),
+                      update(4, "a", error="C"))
+    assert sorted(stage.drain()) == [(3, ERROR_PROGRESS, "v", 1, "a", "B"),
+                                     (3, ERROR_PROGRESS, "w", 1, "a", "B")]
+    assert stage.registrations.keys() == {"b"}
+
+
+def test_a_key_stage_registers_only_its_own_keys() -> None:
+    keys = ["a", "b", "c", "d", "e", "f"]
+    mine = [k for k in keys if partition_of(k, 2) == 1]
+    stage = KeyStage(1, 2)
+    stage.apply([compact_wire(watch(1, "w", keys, 9, "any_update"))])
+    assert sorted(stage.registrations) == mine
+
+
+# -- the op stage ----------------------------------------------------------------------
+
+
+def op_stage(*rows: Any) -> OpStage:
+    stage = OpStage()
+    stage.apply_staged(sorted(rows, key=op_order))
+    return stage
+
+
+def test_progress_of_a_watch_the_op_stage_did_not_accept_is_ignored() -> None:
+    first = compact_wire(watch(1, "w", ["a"], 9, "any_update"))
+    duplicate = compact_wire(watch(2, "w", ["b"], 9, "any_update"))
+    stage = op_stage(first, duplicate, (3, VALUE_PROGRESS, "w", 2, "b", 1))
+    assert stage.pending.keys() == {"w"} and not stage.outcomes
+    assert [q.reason.value for q in stage.quarantine] == ["duplicate_op_id"]
+    stage.apply_staged([(4, VALUE_PROGRESS, "w", 1, "a", 1)])
+    assert [(o.op_id, o.outcome.value, o.resolved_ms) for o in stage.outcomes] == [
+        ("w", "completed", 4)]
+
+
+def test_at_one_time_values_come_before_errors_and_errors_before_cancels() -> None:
+    stage = op_stage(
+        compact_wire(watch(1, "done", ["a"], 9, "any_update")),
+        compact_wire(watch(1, "failed", ["a", "b"], 9, "any_update")),
+        compact_wire(watch(1, "kept", ["c"], 9, "any_update")),
+        (5, ERROR_PROGRESS, "done", 1, "a", "E"),
+        (5, VALUE_PROGRESS, "done", 1, "a", 1),
+        (5, ERROR_PROGRESS, "failed", 1, "b", "Y"),
+        (5, ERROR_PROGRESS, "failed", 1, "a", "X"),
+        compact_wire(line(ts_ms=5, type="cancel", op_id="failed")),
+        compact_wire(line(ts_ms=5, type="cancel", op_id="kept")),
+    )
+    assert sorted((o.op_id, o.outcome.value, o.error) for o in stage.outcomes) == [
+        ("done", "completed", None), ("failed", "error", "X"), ("kept", "cancelled", None)]
+    assert stage.ignored_cancels == 1
