@@ -15,7 +15,6 @@ $(STAMP): pyproject.toml setup.py requirements-dev.txt $(SOURCES)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	rm -rf build
 	$(BIN)/python -m pip install --quiet --no-build-isolation -e .
-	$(BIN)/python -m tickwheel.pipeline.class_archive
 	touch $(STAMP)
 
 run: $(STAMP)

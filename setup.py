@@ -37,7 +37,6 @@ CORE = [
     "src/tickwheel/aio/_scheduler.py",
     "src/tickwheel/pipeline/events.py",
     "src/tickwheel/pipeline/resolver.py",
-    "src/tickwheel/pipeline/shard.py",
     "src/tickwheel/pipeline/routing.py",
     "src/tickwheel/pipeline/key_stage.py",
     "src/tickwheel/pipeline/op_stage.py",

@@ -65,3 +65,13 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 def test_the_rule_catches_an_upward_import() -> None:
     assert RANK[_unit("tickwheel.pipeline")] >= RANK[_unit("tickwheel.timers._wheel")]
     assert _unit("tickwheel") == "tickwheel" and _unit("tickwheel.cli") == "cli"
+
+
+def test_only_the_entry_points_and_the_benchmark_import_the_spark_engine() -> None:
+    # The Spark engine is a backend: the Spark-free pipeline, the metrics and the
+    # package root never need PySpark.
+    allowed = {"cli", "demo", "spark_job", "bench"}
+    importers = {importer for importer, imported in _imports()
+                 if imported.startswith("tickwheel.pipeline.spark")
+                 and not importer.startswith("tickwheel.pipeline.spark")}
+    assert importers and {_unit(m) for m in importers} <= allowed, importers

@@ -99,17 +99,18 @@ def test_a_pipeline_run_is_exported() -> None:
                  {"pipeline": "local", "outcome": "completed"}) == 1
 
 
-def test_a_spark_run_is_exported_from_its_shards_counters() -> None:
-    from tickwheel.pipeline.shard import ShardStatus
-    from tickwheel.pipeline.spark_engine import SparkRunResult
+def test_a_spark_run_is_exported_from_its_partitions_counters() -> None:
+    from tickwheel.pipeline.partition import PartitionStatus
+    from tickwheel.pipeline.spark import SparkRunResult
 
-    shards = [ShardStatus(0, 3, 100, 10, 7, 2, 1, 4, 0, 99, {"late": 1, "unparseable": 1},
-                          {"completed": 2}),
-              ShardStatus(1, 3, 100, 5, 4, 1, 0, 2, 1, 98, {"late": 1}, {"completed": 1,
-                                                                        "expired": 3})]
+    partitions = [
+        PartitionStatus("key", 0, 3, 100, 99, 10, 7, 2, 1, 4, 0, {"late": 1, "unparseable": 1},
+                        {}),
+        PartitionStatus("op", 0, 3, 100, 98, 5, 4, 1, 0, 2, 1, {"late": 1},
+                        {"completed": 3, "expired": 3})]
     result = SparkRunResult(rows_in=15, rows_applied=11, quarantined=3, held=1, pending=6,
-                            ignored_cancels=1, watermark_ms=100, batches=3, seconds=1.0,
-                            shards=shards)
+                            ignored_cancels=1, release_ms=100, batches=3, seconds=1.0,
+                            partitions=partitions)
     registry = prometheus_client.CollectorRegistry()
     registry.register(TickwheelCollector().add_pipeline_run("spark", result))
     value = registry.get_sample_value

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_spark_engine import (
-    LATENESS_MS,
     expected_outcomes,
     expected_quarantine,
     outcomes_of,
     quarantine_of,
-    random_log,
     reference,
     write_files,
 )
@@ -66,7 +65,7 @@ def test_outside_spark_submit_it_refuses_and_says_what_to_run_instead(
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--lateness-ms", "-1"], "argument --lateness-ms: must be at least 0, got -1"),
-    (["--shards", "0"], "argument --shards: must be at least 1, got 0"),
+    (["--partitions", "0"], "argument --partitions: must be at least 1, got 0"),
     (["--max-files-per-trigger", "x"], "argument --max-files-per-trigger: 'x' is not an integer"),
     (["--dedupe-retention-ms", "-5"], "argument --dedupe-retention-ms: must be at least 0"),
     (["--input", "/nonexistent/events"], "--input: directory /nonexistent/events does not exist"),
@@ -98,8 +97,8 @@ def test_spark_submit_runs_it_on_its_master_with_the_reference_engines_outcomes(
          str(tmp_path / "out"), "--lateness-ms", str(LATENESS_MS)],
         env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    # spark-submit's master, not the embedded default: local[1] makes one shard.
-    assert "1 shard\n" in done.stdout, done.stdout
+    # spark-submit's master, not the embedded default: local[1] makes one partition.
+    assert "1 partition per stage" in done.stdout, done.stdout
     expected = reference(tmp_path / "in")
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
     assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)

@@ -37,8 +37,8 @@ from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
+    MAX_PARTITIONS,
     MAX_RETENTION_MS,
-    MAX_SHARDS,
 )
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
@@ -113,10 +113,10 @@ def run(
         help="Spark checkpoint directory (default: OUTPUT/_checkpoint)")] = None,
     master: Annotated[str | None, typer.Option(
         help="Spark master URL (default: local[2])")] = None,
-    shards: Annotated[int | None, typer.Option(
-        min=1, max=MAX_SHARDS,
-        help="Spark: shards of the op-id space, fixed by a checkpoint's first run "
-             "(default: the master's parallelism)")] = None,
+    partitions: Annotated[int | None, typer.Option(
+        min=1, max=MAX_PARTITIONS,
+        help="Spark: partitions of the key space and of the op-id space, fixed by a "
+             "checkpoint's first run (default: the master's parallelism)")] = None,
     max_files_per_trigger: Annotated[int | None, typer.Option(
         min=1, max=MAX_FILES_PER_TRIGGER,
         help="Spark: input files per micro-batch (default: all new files)")] = None,
@@ -132,12 +132,12 @@ def run(
     """Resolve an event log: every operation's outcome, and every bad row quarantined."""
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
-                   checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]", shards,
+                   checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]", partitions,
                    max_files_per_trigger, final, overwrite)
         return
-    spark_only = (checkpoint, master, shards, max_files_per_trigger)
+    spark_only = (checkpoint, master, partitions, max_files_per_trigger)
     if any(option is not None for option in spark_only) or not final:
-        console.print("[red]--checkpoint, --master, --shards, --max-files-per-trigger and "
+        console.print("[red]--checkpoint, --master, --partitions, --max-files-per-trigger and "
                       "--no-final apply to the Spark engine only[/red]")
         raise typer.Exit(2)
     try:
@@ -163,10 +163,10 @@ def run(
 
 
 def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,
-               checkpoint: Path, master: str, shards: int | None,
+               checkpoint: Path, master: str, partitions: int | None,
                max_files_per_trigger: int | None, final: bool, overwrite: bool) -> None:
     try:
-        from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
+        from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
         console.print("[red]the Spark engine needs its extra: "
                       "pip install 'tickwheel[spark]'[/red]")
@@ -181,24 +181,24 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     except (InputError, OutputDirError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
-    log = checkpoint / "spark-console.log"
-    console.print(f"starting Spark ({master}); its console output goes to {log}")
-    spark = spark_session(master, jvm_log=log)
+    console.print(f"starting Spark ({master})")
+    spark = spark_session(master)
     try:
         spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
-                                   shards=shards, max_files_per_trigger=max_files_per_trigger,
+                                   partitions=partitions,
+                                   max_files_per_trigger=max_files_per_trigger,
                                    dedupe_retention_ms=dedupe_retention_ms)
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
-    with console.status(f"running the query ({spark_engine.shards} shards, checkpoint "
+    with console.status(f"running the query ({spark_engine.partitions} partitions, checkpoint "
                         f"{checkpoint})"):
         result = spark_engine.run(final=final)
     reasons: dict[str, int] = {}
     for row in read_parquet_rows(output / "quarantine"):
         reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
     outcomes = len(read_parquet_rows(output / "outcomes"))
-    _print_run(f"Spark engine ({master}, {spark_engine.shards} shards, "
+    _print_run(f"Spark engine ({master}, {spark_engine.partitions} partitions, "
                f"{result.batches} micro-batch{'' if result.batches == 1 else 'es'})",
                result.seconds, result.rows_in,
                result.rows_applied, reasons, outcomes, result.pending,

@@ -139,10 +139,10 @@ def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
                      for r in read_parquet_rows(out / "spark" / "quarantine"))
 
     summary = summarize(out / "spark")
-    print(f"\n{'engine':<28}{'rows':>10}{'seconds':>9}{'events/s':>10}")
-    print(f"{'spark (local[2], 2 shards)':<28}{result.rows_in:>10,}{spark_s:>9.1f}"
+    print(f"\n{'engine':<32}{'rows':>10}{'seconds':>9}{'events/s':>10}")
+    print(f"{'spark (local[2], 2 partitions)':<32}{result.rows_in:>10,}{spark_s:>9.1f}"
           f"{result.rows_in / spark_s:>10,.0f}")
-    print(f"{'local (reference)':<28}{result.rows_in:>10,}{local_s:>9.1f}"
+    print(f"{'local (reference)':<32}{result.rows_in:>10,}{local_s:>9.1f}"
           f"{result.rows_in / local_s:>10,.0f}")
     header = f"{'kind':<16}{'completed':>11}{'expired':>9}{'cancelled':>11}{'error':>7}"
     print("\n" + header + f"{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}")
@@ -197,16 +197,14 @@ class _Notifier:
 
 def _spark(out: Path, on_batch: Callable[[int, int, int], None],
            notifier: _Notifier) -> tuple[float, int, Delivery]:
-    from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
+    from tickwheel.pipeline.spark import SparkEngine, spark_session
 
-    log = out / "spark-console.log"
-    print(f"spark engine: starting local[2] (its console output goes to {log}) ...",
-          flush=True)
-    spark = spark_session("local[2]", jvm_log=log)
+    print("spark engine: starting local[2] ...", flush=True)
+    spark = spark_session("local[2]")
     sink = OutcomeSink(notifier, max_batch_size=500, congestion_retry_delay_ms=100)
     try:
         engine = SparkEngine(spark, out / "events", out / "spark", out / "checkpoint",
-                             shards=2, max_files_per_trigger=4, on_batch=on_batch,
+                             partitions=2, max_files_per_trigger=4, on_batch=on_batch,
                              sink=sink)
         result = engine.run()
     finally:

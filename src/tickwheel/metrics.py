@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 try:
     from prometheus_client.core import (
@@ -35,12 +35,26 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from tickwheel._histogram import HistogramSnapshot
 from tickwheel.aio import WheelScheduler, scheduler_for
 from tickwheel.dispatch import TaskDispatcher
-from tickwheel.pipeline.reference import RunResult
-from tickwheel.pipeline.spark_engine import SparkRunResult
 from tickwheel.purgatory import Purgatory
 from tickwheel.timers import TimerBase
 
-__all__ = ["TickwheelCollector"]
+__all__ = ["PipelineCounts", "TickwheelCollector"]
+
+
+class PipelineCounts(Protocol):
+    """What a pipeline run's result gives the metrics: the reference engine's
+    :class:`~tickwheel.pipeline.reference.RunResult` or the Spark engine's result."""
+
+    @property
+    def rows_in(self) -> int: ...
+    @property
+    def rows_applied(self) -> int: ...
+    @property
+    def ignored_cancels(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    def quarantined_by_reason(self) -> dict[str, int]: ...
+    def outcomes_by_outcome(self) -> dict[str, int]: ...
 
 
 def _buckets(snapshot: HistogramSnapshot) -> list[tuple[str, float]]:
@@ -89,7 +103,7 @@ class TickwheelCollector(Collector):
         self._timers: dict[str, TimerBase] = {}
         self._purgatories: dict[str, Purgatory] = {}
         self._dispatchers: dict[str, TaskDispatcher[Any]] = {}
-        self._pipelines: dict[str, RunResult | SparkRunResult] = {}
+        self._pipelines: dict[str, PipelineCounts] = {}
         self._loops: dict[str, WheelScheduler] = {}
 
     def add_timer(self, name: str, timer: TimerBase) -> TickwheelCollector:
@@ -111,8 +125,7 @@ class TickwheelCollector(Collector):
         self._loops[name] = scheduler_for(loop)
         return self
 
-    def add_pipeline_run(self, name: str, result: RunResult | SparkRunResult,
-                         ) -> TickwheelCollector:
+    def add_pipeline_run(self, name: str, result: PipelineCounts) -> TickwheelCollector:
         """A pipeline run's counts, of either engine (the latest result registered
         under ``name``)."""
         self._pipelines[name] = result
@@ -224,7 +237,7 @@ class TickwheelCollector(Collector):
                                        "Operations resolved, by outcome",
                                        labels=["pipeline", "outcome"])
         for name, r in self._pipelines.items():
-            held = r.held if isinstance(r, SparkRunResult) else 0
+            held: int = getattr(r, "held", 0)  # the Spark engine's; the reference holds none
             rows.add(name, {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
                             "ignored_cancels": r.ignored_cancels, "pending": r.pending,
                             "held": held})

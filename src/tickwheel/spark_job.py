@@ -34,8 +34,8 @@ from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
+    MAX_PARTITIONS,
     MAX_RETENTION_MS,
-    MAX_SHARDS,
 )
 
 __all__ = ["main"]
@@ -77,9 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dedupe-retention-ms", type=_in_range(0, MAX_RETENTION_MS), default=None,
                         help="remember an op_id this long after its first watch (and "
                              "while it is pending); default: forever")
-    parser.add_argument("--shards", type=_in_range(1, MAX_SHARDS), default=None,
-                        help="shards of the op-id space, fixed by a checkpoint's first "
-                             "run (default: the master's parallelism)")
+    parser.add_argument("--partitions", type=_in_range(1, MAX_PARTITIONS), default=None,
+                        help="partitions of the key space and of the op-id space, fixed "
+                             "by a checkpoint's first run (default: the master's "
+                             "parallelism)")
     parser.add_argument("--max-files-per-trigger", type=_in_range(1, MAX_FILES_PER_TRIGGER),
                         default=None,
                         help="input files per micro-batch (default: all new files)")
@@ -116,14 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         parser.error("start it with spark-submit (see --help), or run "
                      "`tickwheel run --engine spark`, which starts a local Spark itself")
-    from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
+    from tickwheel.pipeline.spark import SparkEngine, spark_session
 
     spark = spark_session(master=None)
     try:
         try:
             engine = SparkEngine(
                 spark, args.input, args.output, checkpoint,
-                lateness_ms=args.lateness_ms, shards=args.shards,
+                lateness_ms=args.lateness_ms, partitions=args.partitions,
                 dedupe_retention_ms=args.dedupe_retention_ms,
                 max_files_per_trigger=args.max_files_per_trigger, overwrite=args.overwrite)
         except (ValueError, FileNotFoundError) as exc:
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{result.rows_in:,} rows in {result.seconds:.1f} s "
           f"({result.rows_in / max(result.seconds, 1e-9):,.0f} events/s), "
           f"{_count(result.batches, 'micro-batch', 'micro-batches')}, "
-          f"{_count(engine.shards, 'shard', 'shards')}")
+          f"{_count(engine.partitions, 'partition', 'partitions')} per stage")
     print(f"applied {result.rows_applied:,}, quarantined {result.quarantined:,} "
           f"{result.quarantined_by_reason()}, held {result.held:,}")
     print(f"outcomes {sum(outcomes.values()):,} {outcomes}, still pending "

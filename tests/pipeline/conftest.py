@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from tickwheel.pipeline.spark_engine import spark_session
+    from tickwheel.pipeline.spark import spark_session
 
     session = spark_session("local[2]", app_name="tickwheel-tests", driver_memory="2g")
     yield session

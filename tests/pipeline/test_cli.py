@@ -94,8 +94,8 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args", [
     ["run", "--input", "/no/such/dir", "--output", "/tmp/x"],
     ["run", "--engine", "spark", "--input", "/no/such/dir", "--output", "/tmp/x"],
-    ["run", "--input", ".", "--output", "/tmp/x", "--shards", "2"],
-    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--shards", "0"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--partitions", "2"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--partitions", "0"],
     ["run", "--engine", "flink", "--input", ".", "--output", "/tmp/x"],
     ["generate", "--events", "0", "--output", "/tmp/x"],
     ["report", "--output", "/no/such/dir"],
@@ -106,7 +106,7 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
     ["run", "--input", ".", "--output", "/tmp/x", "--lateness-ms", "9223372036854775807"],
     ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x",
      "--lateness-ms", "9223372036854775807"],
-    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--shards", "100000"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--partitions", "100000"],
     ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x",
      "--max-files-per-trigger", "2147483648"],
     ["run", "--input", ".", "--output", "/tmp/x", "--dedupe-retention-ms",
@@ -223,7 +223,7 @@ def test_the_pipeline_benchmark_passes_files_per_trigger_on(
 
     seen = []
 
-    def fake_run(events: int, repeat: int, shards: int, per_trigger: int | None,
+    def fake_run(events: int, repeat: int, partitions: int, per_trigger: int | None,
                  progress: object) -> list[_pipeline.PipelineResult]:
         seen.append(per_trigger)
         return [_pipeline.PipelineResult(name, 1000, [0.01])
@@ -248,7 +248,7 @@ def test_the_pipeline_benchmark_reports_each_rounds_scaling(
                "spark local[2] cold": [6.25, 6.0, 8.0],
                "spark local[2] warm": [5.0, 4.5, 6.0]}
 
-    def fake_run(events: int, repeat: int, shards: int, per_trigger: int | None,
+    def fake_run(events: int, repeat: int, partitions: int, per_trigger: int | None,
                  progress: object) -> list[_pipeline.PipelineResult]:
         return [_pipeline.PipelineResult(name, 1000, times) for name, times in seconds.items()]
 
@@ -266,7 +266,7 @@ def test_the_bench_command_passes_the_benchmarks_options_on(
 
     seen = []
 
-    def fake_run(events: int, repeat: int, shards: int, per_trigger: int | None,
+    def fake_run(events: int, repeat: int, partitions: int, per_trigger: int | None,
                  progress: object) -> list[_pipeline.PipelineResult]:
         seen.append((events, repeat, per_trigger))
         return [_pipeline.PipelineResult(name, events, [0.01])

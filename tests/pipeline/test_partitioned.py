@@ -16,6 +16,7 @@ from tickwheel.pipeline.events import compact_wire
 from tickwheel.pipeline.generator import GeneratorConfig, generate
 from tickwheel.pipeline.key_stage import ERROR_PROGRESS, INIT, VALUE_PROGRESS, KeyStage, key_order
 from tickwheel.pipeline.op_stage import OpStage, op_order
+from tickwheel.pipeline.partition import KeyPartition, OpPartition, PartitionStatus
 from tickwheel.pipeline.partitioned import run_partitioned
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.routing import partition_of, route
@@ -244,3 +245,74 @@ def test_at_one_time_values_come_before_errors_and_errors_before_cancels() -> No
     assert sorted((o.op_id, o.outcome.value, o.error) for o in stage.outcomes) == [
         ("done", "completed", None), ("failed", "error", "X"), ("kept", "cancelled", None)]
     assert stage.ignored_cancels == 1
+
+
+# -- partitions behind the input's clock, micro-batch after micro-batch -------------------
+
+
+def run_in_batches(lines: list[str], partitions: int, batches: int,
+                   retention: int | None = None, save: bool = False,
+                   ) -> tuple[list[Any], list[Any], list[PartitionStatus]]:
+    """The engine's flow without Spark: each micro-batch's rows to both stages, each
+    stage 1 partition told every slice's top, and the input ended after the last."""
+    keys = [KeyPartition(p, partitions, LATENESS_MS) for p in range(partitions)]
+    ops = [OpPartition(p, LATENESS_MS, retention) for p in range(partitions)]
+    outs: list[Any] = []
+    quarantined: list[Any] = []
+    size = -(-len(lines) // batches)
+    for b in range(batches):
+        rows = [compact_wire(text) for text in lines[b * size:(b + 1) * size] if text.strip()]
+        top = max((fields[0] for fields in rows if len(fields) != 3), default=None)
+        by_key, by_op = route(rows, partitions)
+        last = b == batches - 1
+        points = []
+        progress: list[list[Any]] = [[] for _ in range(partitions)]
+        for p, part in enumerate(keys):
+            quarantined.extend(part.take(by_key[p], top))
+            end = part.end_of_input_ms() if last else None
+            point, made = part.release(end)
+            points.append(point)
+            for row in made:
+                progress[partition_of(row[2], partitions)].append(row)
+        assert len(set(points)) == 1  # every partition stands at the same point
+        for p, part in enumerate(ops):
+            quarantined.extend(part.take(by_op[p], progress[p]))
+            done, duplicates = part.release(points[p])
+            outs.extend(done)
+            quarantined.extend(duplicates)
+        if save:
+            keys = [KeyPartition.restore(part.snapshot()) for part in keys]
+            ops = [OpPartition.restore(part.snapshot()) for part in ops]
+    statuses = [part.status() for part in [*keys, *ops]]
+    return outs, quarantined, statuses
+
+
+@pytest.mark.parametrize(("seed", "partitions", "batches", "retention", "save"), [
+    (1, 1, 1, None, False), (2, 3, 4, None, True), (3, 4, 7, 300, True), (4, 8, 13, None, True),
+])
+def test_micro_batches_and_saved_states_change_no_outcome(
+        seed: int, partitions: int, batches: int, retention: int | None, save: bool) -> None:
+    lines = random_log(seed)
+    expected = reference(lines, retention)
+    outs, quarantined, statuses = run_in_batches(lines, partitions, batches, retention, save)
+    assert outcomes(outs) == outcomes(expected.outcomes)
+    assert quarantine(quarantined) == quarantine(expected.quarantine)
+    assert sum(s.rows_in for s in statuses) == expected.rows_in
+    assert sum(s.rows_applied for s in statuses) == expected.rows_applied
+    assert sum(s.quarantined for s in statuses) == len(expected.quarantine)
+    assert sum(s.held for s in statuses) == 0
+    assert sum(s.pending for s in statuses if s.stage == "op") == expected.pending
+
+
+def test_a_row_below_the_point_time_has_reached_is_late_in_the_stage_that_owns_it() -> None:
+    keys, ops = KeyPartition(0, 1, 10), OpPartition(0, 10)
+    on_time = compact_wire(update(100, "a", value=1))
+    keys.take([on_time], 100)
+    point, _ = keys.release()
+    assert point == 90
+    late_update = compact_wire(update(50, "a", value=2))
+    late_watch = compact_wire(watch(50, "w", ["a"], 99, "any_update"))
+    assert [q.reason.value for q in keys.take([late_update, late_watch], 100)] == ["late"]
+    assert keys.held == [on_time]  # the watch's copy goes; stage 2 quarantines the watch
+    ops.release(point)
+    assert [q.reason.value for q in ops.take([late_watch], [])] == ["late"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import marshal
 import os
 import shutil
 import signal
@@ -20,11 +21,11 @@ import pytest
 
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_sink import Flaky
-from tickwheel.pipeline import _spark_tasks, _spark_wire, spark_engine
+from tickwheel.pipeline.events import compact_wire
 from tickwheel.pipeline.io import read_events, read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.sink import OutcomeSink
-from tickwheel.pipeline.spark_engine import SparkEngine
+from tickwheel.pipeline.spark import SparkEngine, _tasks, _wire
 
 pytestmark = pytest.mark.spark
 
@@ -69,22 +70,21 @@ def expected_quarantine(result: RunResult) -> list[tuple[Any, ...]]:
     return sorted((q.reason.value, q.raw, q.ts_ms) for q in result.quarantine)
 
 
-def test_shards_releasing_in_the_middle_of_a_micro_batch_agree_with_the_reference(
-        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """All the input in one micro-batch, and a shard releases after every chunk it
-    takes (oldest first) instead of at 100k held rows: the same outcomes."""
-    monkeypatch.setattr(spark_engine, "RELEASE_AT_HELD_ROWS", 1)
+def test_all_the_input_and_its_end_go_in_one_micro_batch(spark: Any, tmp_path: Path,
+                                                        ) -> None:
     log = tmp_path / "in"
     write_files(random_log(3), log, files=6)
     expected = reference(log)
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
-                         lateness_ms=LATENESS_MS, shards=2)
+                         lateness_ms=LATENESS_MS, partitions=3)
     result = engine.run()
 
     assert result.batches == 1  # the input and its end, in one micro-batch
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
     assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
     assert (result.held, result.pending) == (0, expected.pending)
+    assert sorted((s.stage, s.partition) for s in result.partitions) == [
+        (stage, p) for stage in ("key", "op") for p in range(3)]
 
 
 @pytest.mark.parametrize(("seed", "retention"), [(1, None), (2, 300)])
@@ -104,7 +104,7 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     processor = Flaky()
     sink = OutcomeSink(processor, max_batch_size=50, congestion_retry_delay_ms=5)
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
-                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1,
+                         lateness_ms=LATENESS_MS, partitions=2, max_files_per_trigger=1,
                          dedupe_retention_ms=retention, sink=sink)
     result = engine.run()
     delivery = sink.close()
@@ -138,11 +138,11 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
                  if int(p.stem.split("-")[1]) > 0]
         assert later and sorted(again.seen) == sorted(
             op_id for path in later for op_id in pq.read_table(path)["op_id"].to_pylist())
-    # The query ran with a shuffle partition per shard; the session got its own back.
+    # The query ran with a shuffle partition per partition; the session got its own
+    # back.
     assert '"spark.sql.shuffle.partitions":"2"' in (tmp_path / "ckpt" / "query" / "offsets"
                                                     / "0").read_text()
     assert spark.conf.get("spark.sql.shuffle.partitions") == shuffle_partitions
-    assert spark.conf.get("spark.sql.streaming.checkpointFileManagerClass", None) is None
 
 
 EVENT_COLUMNS = {"ts_ms": "int64", "type": "string", "op_id": "string",
@@ -209,7 +209,7 @@ def test_parquet_and_json_lines_input_resolve_like_the_reference_engine(
     assert reasons["bad_type"] >= 1 and reasons["unparseable"] >= 1
 
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
-                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1)
+                         lateness_ms=LATENESS_MS, partitions=2, max_files_per_trigger=1)
     result = engine.run()
 
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
@@ -247,7 +247,7 @@ def test_rows_behind_the_watermark_are_quarantined_as_late_never_lost(
     # Spark's file source reads files in modification-time order.
     os.utime(log / "b.jsonl", (time.time() + 10, time.time() + 10))
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
-                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1)
+                         lateness_ms=LATENESS_MS, partitions=2, max_files_per_trigger=1)
     result = engine.run()
     late = [r for r in read_parquet_rows(tmp_path / "out" / "quarantine")
             if r["reason"] == "late"]
@@ -261,7 +261,7 @@ def test_a_run_without_final_holds_the_rows_the_watermark_has_not_passed(
     log = tmp_path / "in"
     write_files(random_log(3, rows=400), log, files=2)
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
-                         lateness_ms=LATENESS_MS, shards=2)
+                         lateness_ms=LATENESS_MS, partitions=2)
     first = engine.run(final=False)
     assert first.held > 0
     assert first.rows_in == first.rows_applied + first.quarantined + first.held
@@ -270,12 +270,12 @@ def test_a_run_without_final_holds_the_rows_the_watermark_has_not_passed(
     assert outcomes_of(tmp_path / "out") == expected_outcomes(reference(log))
 
 
-def test_a_final_run_ends_the_input_in_its_one_micro_batch_in_every_shard(
+def test_a_final_run_ends_the_input_in_its_one_micro_batch_in_every_partition(
         spark: Any, tmp_path: Path) -> None:
-    """The latest row is a watch of shard 1; shard 0 holds an operation whose
-    deadline falls between its own latest row and that one. Shard 0 ends the input
-    there too (each chunk says how far its slice reached), so it expires, as in the
-    reference engine, without a second micro-batch."""
+    """The operations sit in different partitions, and one's deadline falls between its
+    own latest row and the input's. Every partition ends the input at the same point
+    (each chunk says how far its slice reached), so it expires, as in the reference
+    engine, without a second micro-batch."""
     log = tmp_path / "in"
     log.mkdir()
     (log / "a.jsonl").write_text(
@@ -284,12 +284,12 @@ def test_a_final_run_ends_the_input_in_its_one_micro_batch_in_every_shard(
         '{"ts_ms":1000,"type":"watch","op_id":"op-4","keys":[],"deadline_ms":9000,'
         '"condition":"none"}\n')
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
-                         lateness_ms=LATENESS_MS, shards=2)
+                         lateness_ms=LATENESS_MS, partitions=2)
     result = engine.run()
     assert result.batches == 1
     assert outcomes_of(tmp_path / "out") == expected_outcomes(reference(log))
     assert [r["op_id"] for r in read_parquet_rows(tmp_path / "out" / "outcomes")] == ["op-0"]
-    assert [(s.shard, s.watermark_ms) for s in engine.statuses()] == [(0, 1001), (1, 1001)]
+    assert {s.release_ms for s in engine.statuses()} == {1001}
 
 
 class RacingQuery:
@@ -308,14 +308,12 @@ class RacingQuery:
 def racing_engine(spark: Any, tmp_path: Path, query: RacingQuery) -> SparkEngine:
     (tmp_path / "in").mkdir()
     engine = SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ckpt")
-    end, marker_watermark = 5_000, 5_001
 
-    def shard_watermark() -> tuple[int, int]:
-        applied = query.applies_at is not None and query.passes >= query.applies_at
-        return end, marker_watermark if applied else end - LATENESS_MS
+    def input_ended() -> bool:
+        return query.applies_at is not None and query.passes >= query.applies_at
 
-    engine._shard_watermark = shard_watermark  # type: ignore[method-assign]
-    engine._write_end_marker = lambda: marker_watermark  # type: ignore[method-assign]
+    engine._input_ended = input_ended  # type: ignore[method-assign]
+    engine._write_end_marker = lambda: 5_001  # type: ignore[method-assign]
     return engine
 
 
@@ -335,12 +333,12 @@ def test_a_final_run_whose_marker_is_never_applied_fails_instead_of_hanging(
     assert query.passes == 11  # the input, then ten passes for the marker
 
 
-def test_a_checkpoint_keeps_its_shards(spark: Any, tmp_path: Path) -> None:
+def test_a_checkpoint_keeps_its_partitions(spark: Any, tmp_path: Path) -> None:
     log = tmp_path / "in"
     log.mkdir()
-    SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", shards=2)
-    with pytest.raises(ValueError, match="shards=3 but the checkpoint"):
-        SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", shards=3)
+    SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", partitions=2)
+    with pytest.raises(ValueError, match="partitions=3 but the checkpoint"):
+        SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", partitions=3)
     with pytest.raises(ValueError, match="dedupe_retention_ms=5 but the checkpoint"):
         SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", dedupe_retention_ms=5)
 
@@ -352,7 +350,7 @@ def test_a_delivery_that_fails_fails_the_run_instead_of_hanging(spark: Any,
     sink = OutcomeSink(Flaky(), max_batch_size=50)
     sink.close()  # nothing can be delivered, so no batch is ever settled
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
-                         lateness_ms=LATENESS_MS, shards=2, max_files_per_trigger=1,
+                         lateness_ms=LATENESS_MS, partitions=2, max_files_per_trigger=1,
                          sink=sink)
     with pytest.raises(Exception, match="delivering outcomes to the sink failed"):
         engine.run()
@@ -367,11 +365,11 @@ def test_a_delivery_that_fails_fails_the_run_instead_of_hanging(spark: Any,
 KILLABLE_RUN = """
 import sys
 from pathlib import Path
-from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
+from tickwheel.pipeline.spark import SparkEngine, spark_session
 base = Path(sys.argv[1])
-spark = spark_session("local[2]", jvm_log=base / "jvm.log")
+spark = spark_session("local[2]")
 engine = SparkEngine(spark, base / "in", base / "out", base / "ckpt",
-                     lateness_ms={lateness}, shards=2, max_files_per_trigger=1)
+                     lateness_ms={lateness}, partitions=2, max_files_per_trigger=1)
 engine.run(final=sys.argv[2] == "final")
 """
 
@@ -414,9 +412,6 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
                                    check=False, env=env, capture_output=True, text=True,
                                    timeout=600)
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-    # PySpark's transformWithState driver worker prints to the JVM's console: its log.
-    assert "TransformWithStateInPandas" not in uninterrupted.stdout + uninterrupted.stderr
-    assert "TransformWithStateInPandas" in (whole / "jvm.log").read_text()
 
     got = outcomes_of(killed / "out")
     assert len(set(got)) == len(got), "an outcome was written twice"
@@ -425,44 +420,16 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
     assert quarantine_of(killed / "out") == quarantine_of(whole / "out")
 
 
-# Chunks and outcomes cross the JVM compressed (_spark_wire.CODEC).
+# Rows and outcomes cross the JVM compressed (_wire.CODEC).
 
-def test_a_chunks_rows_come_back_as_packed_and_an_empty_blob_stays_the_control_mark() -> None:
-    from tickwheel.pipeline.shard import pack
-
-    lines = [json.dumps({"ts_ms": n, "type": "update", "key": f"k{n % 7}", "value": n})
-             for n in range(2_000)]
-    lines += [json.dumps({"ts_ms": n, "type": "cancel", "op_id": f"op-{n}"})
-              for n in range(2_000)]
-    chunk = pack(lines, 2)[0]
-    for own_or_shared in (3, 4):
-        blob = chunk[own_or_shared]
-        packed = _spark_wire.compressed(blob)
-        assert _spark_wire.decompressed(packed) == blob
-        assert len(packed) < len(blob) // 3
-    assert _spark_wire.compressed(b"") == b""
-    assert _spark_wire.decompressed(b"") == b""
-
-
-def test_a_slices_shared_rows_are_compressed_once_for_all_its_chunks(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from tickwheel.pipeline.shard import pack
-
-    lines = [json.dumps({"ts_ms": 1, "type": "update", "key": "k", "value": n})
-             for n in range(100)]
-    chunks = pack(lines, 3)
-    compress = _spark_wire.compressed
-    given: list[bytes] = []
-    monkeypatch.setattr(_spark_wire, "compressed",
-                        lambda blob: given.append(blob) or compress(blob))
-    batch = _spark_wire.chunk_batch(chunks, [10, 11, 12])
-    assert given.count(chunks[0][4]) == 1  # the shared rows, once
-    assert len(given) == 4  # and each shard's own rows
-    shared = batch.column(4).to_pylist()
-    assert len(set(shared)) == 1
-    assert _spark_wire.decompressed(shared[0]) == chunks[0][4]
-    assert [_spark_wire.decompressed(b) for b in batch.column(3).to_pylist()] == [
-        chunk[3] for chunk in chunks]
+def test_rows_come_back_as_they_were_sent_and_compressed() -> None:
+    rows = [compact_wire(json.dumps({"ts_ms": n, "type": "update", "key": f"k{n % 7}",
+                                     "value": n}, separators=(",", ":")))
+            for n in range(2_000)]
+    blob = _wire.encoded(rows)
+    assert _wire.decoded(blob) == rows
+    assert len(blob) < len(marshal.dumps(rows)) // 3
+    assert _wire.decoded(b"") == []
 
 
 def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
@@ -473,12 +440,12 @@ def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
     rows = [OutcomeRow(f"op-{n}", Outcome.EXPIRED, 100 + n, 50, ("k",), None)
             for n in range(500)]
     table = outcomes_table(rows)
-    blob = _spark_wire.ipc(table)
+    blob = _wire._ipc(table)
     plain = pa.BufferOutputStream()
     with pa.ipc.new_stream(plain, table.schema) as writer:
         writer.write_table(table)
     assert len(blob) < plain.getvalue().size // 2
-    assert _spark_wire.from_ipc([blob, None], outcomes_table([])).equals(table)
+    assert _wire.from_ipc([blob, None], outcomes_table([])).equals(table)
 
 
 @pytest.mark.parametrize(("uri", "path"), [
@@ -487,26 +454,12 @@ def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
     ("file://host/data/e.jsonl", "/data/e.jsonl"),
 ])
 def test_the_packers_read_the_local_file_a_listed_path_names(uri: str, path: str) -> None:
-    assert _spark_tasks.local_file(uri) == path
+    assert _tasks.local_file(uri) == path
 
 
 def test_a_listed_path_on_another_filesystem_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"hdfs://nn/data/e\.jsonl.* is not on a local filesystem"):
-        _spark_tasks.local_file("hdfs://nn/data/e.jsonl")
-
-
-@pytest.mark.parametrize("ddl", [_spark_wire.BINARY_FILE_SCHEMA, _spark_wire.CHUNK_SCHEMA,
-                                 _spark_wire.OUTPUT_SCHEMA, "id long"])
-def test_the_query_schemas_are_what_sparks_parser_makes_of_their_ddl(spark: Any,
-                                                                      ddl: str) -> None:
-    from pyspark.sql.types import _parse_datatype_string
-
-    assert _spark_wire.spark_schema(ddl) == _parse_datatype_string(ddl)
-
-
-def test_a_schema_with_a_type_the_builder_does_not_know_is_refused_by_column() -> None:
-    with pytest.raises(ValueError, match=r"column 'keys'.*'array<string>'"):
-        _spark_wire.spark_schema("op_id string, keys array<string>")
+        _tasks.local_file("hdfs://nn/data/e.jsonl")
 
 
 def _listening(pid: int) -> list[str]:
@@ -551,5 +504,10 @@ def test_a_checkpoint_in_an_earlier_format_is_refused_with_its_format(spark: Any
     (tmp_path / "ckpt" / "tickwheel.json").write_text(json.dumps(
         {"id": "x", "shards": 2, "labels": [0, 1], "lateness_ms": LATENESS_MS,
          "dedupe_retention_ms": None}))  # format 1 had no "format"
-    with pytest.raises(ValueError, match=r"format 1 .* reads format 2"):
+    with pytest.raises(ValueError, match=r"format 1 .* reads format 3"):
+        SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS)
+    (tmp_path / "ckpt" / "tickwheel.json").write_text(json.dumps(
+        {"format": 2, "id": "x", "shards": 2, "labels": [0, 1], "lateness_ms": LATENESS_MS,
+         "dedupe_retention_ms": None}))  # one stage, sharded by op id
+    with pytest.raises(ValueError, match=r"format 2 .* reads format 3"):
         SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS)

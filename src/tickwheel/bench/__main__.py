@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     pl = sub.add_parser("pipeline", help="Spark local[1], local[2] and the reference engine")
     pl.add_argument("--events", type=int, default=1_000_000)
     pl.add_argument("--repeat", type=int, default=1, help="repetitions (median reported)")
-    pl.add_argument("--shards", type=int, default=2)
+    pl.add_argument("--spark-partitions", type=int, default=2,
+                    help="partitions of each stage of the Spark engine")
     pl.add_argument("--files-per-trigger", type=_files_per_trigger, default=None,
                     help="input files (50,000 rows each) per micro-batch, as a stream that "
                          "arrives in parts; default 'all': the engine's default, all the "
@@ -269,24 +270,20 @@ def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
 def _pipeline(args: argparse.Namespace) -> int:
     from tickwheel.bench._pipeline import run_pipeline
 
-    for name in ("events", "repeat", "shards", "scaling_events"):
+    for name in ("events", "repeat", "spark_partitions", "scaling_events"):
         if getattr(args, name) < 1:
             print(f"--{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
     if args.partitions is not None:
         return _scaling(args)
-    from tickwheel.pipeline.class_archive import archive_options
-
-    # Read before the runs: their sessions look the archive up the same way.
-    archive = "with" if archive_options() else "without"
-    results = run_pipeline(args.events, args.repeat, args.shards, args.files_per_trigger,
+    results = run_pipeline(args.events, args.repeat, args.spark_partitions,
+                           args.files_per_trigger,
                            lambda msg: print(msg, file=sys.stderr, flush=True))
     anchor = results[0].events_per_s
     per_trigger = ("all the input" if args.files_per_trigger is None
                    else f"{args.files_per_trigger} files")
     print(f"pipeline, {results[0].rows:,} events, median of {args.repeat}, "
-          f"{args.shards} shards, {per_trigger} per micro-batch, "
-          f"{archive} the Spark class archive")
+          f"{args.spark_partitions} partitions, {per_trigger} per micro-batch")
     print("| engine | events/s | vs reference |")
     print("|---|---:|---:|")
     for r in results:

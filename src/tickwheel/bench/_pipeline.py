@@ -32,13 +32,13 @@ __all__ = ["PipelineResult", "run_pipeline"]
 _SPARK_RUN = """
 import json, sys, time
 from pathlib import Path
-from tickwheel.pipeline.spark_engine import SparkEngine, spark_session
-log, work, master, shards, per_trigger = sys.argv[1:6]
+from tickwheel.pipeline.spark import SparkEngine, spark_session
+log, work, master, partitions, per_trigger = sys.argv[1:6]
 spark = spark_session(master)
 runs = {}
 for name in ("cold", "warm"):
     engine = SparkEngine(spark, Path(log), Path(work) / name / "out",
-                         Path(work) / name / "ckpt", shards=int(shards),
+                         Path(work) / name / "ckpt", partitions=int(partitions),
                          max_files_per_trigger=int(per_trigger) or None)
     result = engine.run()
     runs[name] = {"seconds": result.seconds, "rows": result.rows_in,
@@ -67,14 +67,14 @@ def _reference(log: Path) -> tuple[int, float]:
     return result.rows_in, time.perf_counter() - started
 
 
-def _spark(log: Path, master: str, shards: int, per_trigger: int | None,
+def _spark(log: Path, master: str, partitions: int, per_trigger: int | None,
            ) -> dict[str, tuple[int, float, int]]:
     """``{"cold": (rows, seconds, micro-batches), "warm": (...)}``; ``per_trigger``
     None leaves the engine's default (all the input in one micro-batch)."""
     work = Path(tempfile.mkdtemp(prefix="tickwheel-bench-spark-"))
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _SPARK_RUN, str(log), str(work), master, str(shards),
+            [sys.executable, "-c", _SPARK_RUN, str(log), str(work), master, str(partitions),
              str(per_trigger or 0)], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the Spark run on {master} failed:\n{done.stderr[-3000:]}")
@@ -89,7 +89,7 @@ def _micro_batches(count: int) -> str:
     return f"{count} micro-batch" if count == 1 else f"{count} micro-batches"
 
 
-def run_pipeline(events: int, repeat: int, shards: int, per_trigger: int | None,
+def run_pipeline(events: int, repeat: int, partitions: int, per_trigger: int | None,
                  progress: Callable[[str], None]) -> list[PipelineResult]:
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-log-") as tmp:
         log = Path(tmp) / "events"
@@ -103,7 +103,7 @@ def run_pipeline(events: int, repeat: int, shards: int, per_trigger: int | None,
             progress(f"round {round_ + 1}: reference {rows / seconds:,.0f} events/s")
             for master in ("local[1]", "local[2]"):
                 for name, (spark_rows, seconds, batches) in _spark(
-                        log, master, shards, per_trigger).items():
+                        log, master, partitions, per_trigger).items():
                     if spark_rows != rows:
                         raise RuntimeError(f"Spark read {spark_rows:,} rows of {rows:,}")
                     times.setdefault(f"spark {master} {name}", []).append(seconds)

@@ -1,25 +1,19 @@
-"""Scaling benchmark: the pipeline's per-partition logic without Spark, at several
-partition counts, for two designs on one generated log.
+"""Scaling benchmark: the pipeline's per-partition logic without Spark (see
+:mod:`tickwheel.pipeline.partitioned`) at several partition counts, on one generated
+log.
 
-- *shards*: partitions of the op-id space only (:mod:`tickwheel.pipeline.shard`),
-  where every update and tick is copied to every shard;
-- *two stages*: a partition of the key space, then one of the op-id space
-  (:mod:`tickwheel.pipeline.partitioned`), where an update goes to one partition.
-
-Every partition runs in turn in this process, with the collector paused as the
-engine's workers pause it. For each count it reports the CPU of all partitions
+Every partition of both stages runs in turn in this process, with the collector paused
+as the engine's workers pause it. For each count it reports the CPU of all partitions
 (cutting the input into partitions included), the slowest partition's CPU and its
 share, and what the shuffles carry per input event: rows, and bytes as marshal'd.
-Medians over ``repeat`` rounds; the ratio is to the same design at the first count.
+Medians over ``repeat`` rounds; the ratio is to the first count.
 """
 
 from __future__ import annotations
 
 import gc
-import marshal
 import statistics
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +21,6 @@ from pathlib import Path
 
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
 from tickwheel.pipeline.partitioned import run_partitioned
-from tickwheel.pipeline.shard import Shard, pack
 
 __all__ = ["ScalingRow", "run_scaling", "scaling_table"]
 
@@ -58,28 +51,6 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _shards(lines: list[str], shards: int) -> tuple[float, float, int, int]:
-    """(total CPU, slowest shard's CPU, shuffled rows, shuffled bytes)."""
-    started = time.process_time()
-    chunks = pack(lines, shards)
-    total = time.process_time() - started
-    rows = size = 0
-    slowest = 0.0
-    for shard_id, _low, top, own, shared in chunks:
-        rows += len(marshal.loads(own)) + len(marshal.loads(shared))
-        size += len(own) + len(shared)
-        started = time.process_time()
-        shard = Shard(shard_id)
-        shard.take(own, shared, 0, top)
-        end = shard.end_of_input_ms()
-        if end is not None:
-            shard.release(end)
-        spent = time.process_time() - started
-        total += spent
-        slowest = max(slowest, spent)
-    return total, slowest, rows, size
-
-
 def _two_stages(lines: list[str], partitions: int) -> tuple[float, float, int, int]:
     result = run_partitioned(lines, partitions)
     return (result.total_cpu_s, max(result.partition_cpu_s), result.shuffled_rows,
@@ -87,7 +58,6 @@ def _two_stages(lines: list[str], partitions: int) -> tuple[float, float, int, i
 
 
 DESIGNS: dict[str, Callable[[list[str], int], tuple[float, float, int, int]]] = {
-    "shards": _shards,
     "two stages": _two_stages,
 }
 

@@ -148,6 +148,28 @@ class KeyStage:
         """When the next registration goes."""
         return self._deadlines[0][0] if self._deadlines else None
 
+    def deadlines_list(self) -> list[tuple[int, str, str, int]]:
+        """When each registration goes, as :meth:`restore_state` takes it back."""
+        return list(self._deadlines)
+
+    def restore_state(self, values: dict[str, int],
+                      registrations: list[tuple[str, str, int, int, str, int, int, int, bool]],
+                      deadlines: list[tuple[int, str, str, int]], applied: int,
+                      now: int | None) -> None:
+        """Take back a state saved from :attr:`values`, the registrations (key, then a
+        registration's fields in order) and :meth:`deadlines_list`."""
+        self.values = values
+        self.registrations = {}
+        for key, op_id, watch_ts, deadline, condition, target, given, enough, alone in (
+                registrations):
+            self.registrations.setdefault(key, {})[op_id, watch_ts] = _Registration(
+                op_id, watch_ts, deadline, condition, target, given, enough, alone)
+        self.registered = len(registrations)
+        self._deadlines = [tuple(entry) for entry in deadlines]  # type: ignore[misc]
+        heapq.heapify(self._deadlines)
+        self.applied = applied
+        self.now = now
+
     # -- internals ---------------------------------------------------------------
 
     def _register(self, fields: Wire) -> None:

@@ -6,16 +6,16 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = ["DEFAULT_LATENESS_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
-           "MAX_RETENTION_MS", "MAX_SHARDS"]
+           "MAX_PARTITIONS", "MAX_RETENTION_MS"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
-#: Spark's watermark delay is an interval in microseconds, a long: past this it fails
-#: with ``CANNOT_PARSE_INTERVAL``.
+#: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can
+#: carry.
 MAX_LATENESS_MS: Final = (2**63 - 1) // 1000
 #: Retention and times are longs in the Spark engine's state.
 MAX_RETENTION_MS: Final = 2**63 - 1
-#: Each shard is a shuffle partition and a state store, and finding their labels takes
-#: a job over 64 values per shard.
-MAX_SHARDS: Final = 4096
+#: Each partition of a stage is a shuffle partition and a state store, and finding
+#: their labels takes a job over 64 values per partition.
+MAX_PARTITIONS: Final = 4096
 #: Spark reads ``maxFilesPerTrigger`` as a Java int.
 MAX_FILES_PER_TRIGGER: Final = 2**31 - 1

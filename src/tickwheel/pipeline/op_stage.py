@@ -20,9 +20,6 @@ from tickwheel.pipeline.resolver import CANCEL, TICK, Resolver, _LogOperation
 
 __all__ = ["OpStage", "op_order"]
 
-_NOTHING_SEEN: dict[str, int] = {}  # shared, never written
-
-
 def op_order(fields: Wire | Progress) -> int:
     """Sort key of an op stage's rows, as one int: ``ts_ms`` times 8 plus watch and
     ``init`` 0, ``value`` 1, ``error`` 2, cancel 3, tick 4."""
@@ -36,19 +33,16 @@ def op_order(fields: Wire | Progress) -> int:
 
 
 class _StagedOperation(_LogOperation):
-    """An operation whose keys' progress comes from stage 1."""
+    """An operation whose keys' progress comes from stage 1: ``seen_updates`` holds,
+    per key, its part (1 for a met target or an update, the amount for a sum), and is
+    saved and restored with the operation as the resolver saves it."""
 
-    __slots__ = ("parts",)
-
-    def __init__(self, stage: OpStage, event: Event, delay_ms: int) -> None:
-        super().__init__(stage, event, delay_ms, _NOTHING_SEEN)
-        # key -> its part: 1 for a met target or an update, the amount for a sum.
-        self.parts: dict[str, int] = stage.initial.get((event.op_id, event.ts_ms), {})
+    __slots__ = ()
 
     def try_complete(self) -> bool:
         ev = self.event
         condition = ev.condition
-        parts = self.parts
+        parts = self.seen_updates
         if condition is Condition.ALL_AT_LEAST:
             met = len(parts) == len(ev.keys)
         elif condition is Condition.SUM_AT_LEAST:
@@ -114,8 +108,7 @@ class OpStage(Resolver):
                 known = errors.get(op_id)
                 errors[op_id] = amount if known is None or amount < known else known
             else:
-                assert isinstance(op, _StagedOperation)
-                op.parts[key] = amount
+                op.seen_updates[key] = amount
                 op.safe_try_complete()
         for op_id, error in errors.items():
             op = pending.get(op_id)
@@ -129,7 +122,11 @@ class OpStage(Resolver):
 
     def _new_operation(self, ev: Event, delay_ms: int,
                        seen_updates: dict[str, int] | None) -> _LogOperation:
-        return _StagedOperation(self, ev, delay_ms)
+        if seen_updates is None:  # a new watch; restored ones bring their parts
+            seen_updates = self.initial.get((ev.op_id, ev.ts_ms))
+            if seen_updates is None:
+                seen_updates = {}
+        return _StagedOperation(self, ev, delay_ms, seen_updates)
 
     def _watch_keys(self, ev: Event) -> tuple[Hashable, ...]:
         # Progress reaches an operation by its id; its keys are stage 1's.

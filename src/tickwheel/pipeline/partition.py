@@ -1,0 +1,271 @@
+"""A partition of either stage behind the engine's clock, as a streaming engine runs
+it: rows arrive in micro-batches, out of order within the lateness bound, and are held
+until the input's time passes them.
+
+The clock is the input's own. Every partition of stage 1 learns the largest ``ts_ms``
+of every slice of input (each slice sends each of them its top), so after a
+micro-batch all of them stand at the same *release point* ``R``: the largest ``ts_ms``
+read, less the lateness bound (or just past it, once the input has ended). A partition
+applies every held row below ``R``, in the resolver's order, and time then stands at
+``R - 1``. Stage 1 hands ``R`` to stage 2 with its progress, in the same micro-batch,
+so a stage 2 partition releases to the same point once it has every progress row
+below it. A row below the release point reached before its micro-batch is late: time
+has passed it. Stage 1 judges updates, stage 2 every other row; a watch's copies that
+stage 1 finds late are dropped, and stage 2 quarantines the watch.
+
+So the outcomes do not depend on how the input was cut into micro-batches, and once the
+input has ended, every row is applied as the reference engine applies it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import marshal
+from dataclasses import dataclass, field
+from typing import Any
+
+from tickwheel.pipeline.events import Quarantined, Reason, Wire, wire_line
+from tickwheel.pipeline.key_stage import KeyStage, Progress, key_order
+from tickwheel.pipeline.op_stage import OpStage, op_order
+from tickwheel.pipeline.resolver import OutcomeRow
+
+__all__ = ["KeyPartition", "OpPartition", "PartitionStatus"]
+
+_LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """Counters of one partition of one stage (``"key"`` or ``"op"``); summed over
+    both stages' partitions they account for every row read:
+    ``rows_in == rows_applied + quarantined + held``."""
+
+    stage: str
+    partition: int
+    seq: int
+    release_ms: int | None  # rows below it are applied; time stands just before it
+    top_ms: int | None  # the largest ts_ms of the input read so far
+    rows_in: int
+    rows_applied: int
+    quarantined: int
+    held: int
+    pending: int  # operations (op stage) or registrations (key stage)
+    ignored_cancels: int
+    quarantined_by_reason: dict[str, int] = field(default_factory=dict)
+    outcomes_by_outcome: dict[str, int] = field(default_factory=dict)
+
+
+class _Partition:
+    stage_name = ""
+
+    def __init__(self, partition: int, lateness_ms: int) -> None:
+        self.partition = partition
+        self.lateness_ms = lateness_ms
+        self.held: list[Any] = []
+        self.release_ms: int | None = None
+        self.top_ms: int | None = None
+        self.rows_in = 0
+        self.rows_applied = 0
+        self.quarantined = 0
+        self.quarantined_by_reason: dict[str, int] = {}
+        self.outcomes_by_outcome: dict[str, int] = {}
+        self.seq = 0
+
+    def _late(self, ts: int) -> bool:
+        return self.release_ms is not None and ts < self.release_ms
+
+    def _count_quarantined(self, rows: list[Quarantined]) -> None:
+        self.quarantined += len(rows)
+        by_reason = self.quarantined_by_reason
+        for row in rows:
+            by_reason[row.reason.value] = by_reason.get(row.reason.value, 0) + 1
+
+    def _due(self, release_ms: int, order: Any) -> list[Any]:
+        """The held rows below ``release_ms``, in order; the rest stay held."""
+        held = self.held
+        held.sort(key=order)
+        cut = bisect.bisect_left(held, release_ms * 8, key=order)
+        due = held[:cut]
+        del held[:cut]
+        return due
+
+    def _status(self, pending: int, ignored_cancels: int, held: int) -> PartitionStatus:
+        self.seq += 1
+        return PartitionStatus(self.stage_name, self.partition, self.seq, self.release_ms,
+                               self.top_ms, self.rows_in, self.rows_applied, self.quarantined,
+                               held, pending, ignored_cancels,
+                               dict(self.quarantined_by_reason),
+                               dict(self.outcomes_by_outcome))
+
+
+class KeyPartition(_Partition):
+    """Stage 1: updates and watches' registrations in (:meth:`take`), progress rows out
+    (:meth:`release`)."""
+
+    stage_name = "key"
+
+    def __init__(self, partition: int, partitions: int, lateness_ms: int) -> None:
+        super().__init__(partition, lateness_ms)
+        self.stage = KeyStage(partition, partitions)
+
+    def take(self, rows: list[Wire], top_ms: int | None) -> list[Quarantined]:
+        """Hold a slice's rows for this partition (updates, and watches with a key
+        here); ``top_ms`` is the slice's largest ``ts_ms``. Returns the late updates."""
+        if top_ms is not None and (self.top_ms is None or top_ms > self.top_ms):
+            self.top_ms = top_ms
+        late: list[Quarantined] = []
+        held = self.held
+        for fields in rows:
+            is_update = fields[1] == "update"
+            if is_update:
+                self.rows_in += 1
+            if self._late(fields[0]):
+                if is_update:
+                    late.append(Quarantined(wire_line(fields), Reason.LATE, fields[0]))
+                continue
+            held.append(fields)
+        self._count_quarantined(late)
+        return late
+
+    def release(self, end_ms: int | None = None) -> tuple[int | None, list[Progress]]:
+        """Apply the held rows below the release point (the largest ``ts_ms`` read less
+        the lateness bound, or ``end_ms`` if that is later: the end of input); return
+        that point and the progress rows made."""
+        point = self.release_ms
+        if self.top_ms is not None:
+            reached = self.top_ms - self.lateness_ms
+            point = reached if point is None else max(point, reached)
+        if end_ms is not None:
+            point = end_ms if point is None else max(point, end_ms)
+        if point is None:
+            return None, []
+        self.release_ms = point
+        due = self._due(point, key_order)
+        stage = self.stage
+        stage.apply(due)
+        self.rows_applied += sum(1 for fields in due if fields[1] == "update")
+        if stage.now is None or point - 1 > stage.now:
+            stage.advance_to(point - 1)
+        return point, stage.drain()
+
+    def end_of_input_ms(self) -> int | None:
+        """Just past the latest row of the input read so far."""
+        return None if self.top_ms is None else min(self.top_ms + 1, _LONG_MAX)
+
+    def status(self) -> PartitionStatus:
+        held = sum(1 for fields in self.held if fields[1] == "update")
+        return self._status(self.stage.registered, 0, held)
+
+    def snapshot(self) -> bytes:
+        stage = self.stage
+        registrations = [(key, reg.op_id, reg.watch_ts, reg.deadline_ms, reg.condition,
+                          reg.target, reg.given, reg.enough, reg.alone)
+                         for key, on_key in stage.registrations.items()
+                         for reg in on_key.values()]
+        return marshal.dumps((1, self.partition, stage.partitions, self.lateness_ms,
+                              self.held, self.release_ms, self.top_ms, self.rows_in,
+                              self.rows_applied, self.quarantined, self.seq,
+                              self.quarantined_by_reason, stage.values, registrations,
+                              stage.deadlines_list(), stage.applied, stage.now))
+
+    @classmethod
+    def restore(cls, blob: bytes) -> KeyPartition:
+        (version, partition, partitions, lateness_ms, held, release_ms, top_ms, rows_in,
+         applied, quarantined, seq, by_reason, values, registrations, deadlines,
+         stage_applied, now) = marshal.loads(blob)
+        if version != 1:
+            raise ValueError(f"key partition snapshot version {version} is not supported")
+        part = cls(partition, partitions, lateness_ms)
+        part.held = held
+        part.release_ms, part.top_ms = release_ms, top_ms
+        part.rows_in, part.rows_applied, part.quarantined, part.seq = (
+            rows_in, applied, quarantined, seq)
+        part.quarantined_by_reason = by_reason
+        part.stage.restore_state(values, registrations, deadlines, stage_applied, now)
+        return part
+
+
+class OpPartition(_Partition):
+    """Stage 2: watches, cancels, ticks and malformed rows, and stage 1's progress in
+    (:meth:`take`); outcomes out (:meth:`release`)."""
+
+    stage_name = "op"
+
+    def __init__(self, partition: int, lateness_ms: int,
+                 dedupe_retention_ms: int | None = None) -> None:
+        super().__init__(partition, lateness_ms)
+        self.stage = OpStage(dedupe_retention_ms=dedupe_retention_ms)
+
+    def take(self, rows: list[Wire], progress: list[Progress]) -> list[Quarantined]:
+        """Hold a slice's rows for this partition and stage 1's progress rows; return
+        the rows quarantined (malformed or late)."""
+        out: list[Quarantined] = []
+        held = self.held
+        self.rows_in += len(rows)
+        for fields in rows:
+            if len(fields) == 3:  # malformed: (raw, reason, ts_ms)
+                out.append(Quarantined(fields[0], Reason(fields[1]), fields[2]))
+            elif self._late(fields[0]):
+                out.append(Quarantined(wire_line(fields), Reason.LATE, fields[0]))
+            else:
+                held.append(fields)
+                ts: int = fields[0]
+                if self.top_ms is None or ts > self.top_ms:
+                    self.top_ms = ts
+        held.extend(progress)
+        self._count_quarantined(out)
+        return out
+
+    def release(self, point: int | None) -> tuple[list[OutcomeRow], list[Quarantined]]:
+        """Apply the held rows below ``point``, stage 1's release point (which it
+        reached with every progress row below it sent); time then stands just before
+        it."""
+        if point is None or (self.release_ms is not None and point <= self.release_ms):
+            return [], []
+        self.release_ms = point
+        due = self._due(point, op_order)
+        stage = self.stage
+        stage.apply_staged(due)
+        if stage.now is None or point - 1 > stage.now:
+            stage.advance_to(point - 1)
+        outcomes, duplicates = stage.drain()
+        applied = sum(1 for fields in due if len(fields) != 6)
+        self.rows_applied += applied - len(duplicates)
+        self._count_quarantined(duplicates)
+        by_outcome = self.outcomes_by_outcome
+        for row in outcomes:
+            name: str = row.outcome._value_
+            by_outcome[name] = by_outcome.get(name, 0) + 1
+        return outcomes, duplicates
+
+    def status(self) -> PartitionStatus:
+        held = sum(1 for fields in self.held if len(fields) != 6)
+        return self._status(len(self.stage.pending), self.stage.ignored_cancels, held)
+
+    def snapshot(self) -> bytes:
+        import pickle
+
+        return pickle.dumps((1, self.partition, self.lateness_ms,
+                             self.stage.snapshot(), marshal.dumps(self.held),
+                             self.release_ms, self.top_ms, self.rows_in, self.rows_applied,
+                             self.quarantined, self.seq, self.quarantined_by_reason,
+                             self.outcomes_by_outcome), protocol=5)
+
+    @classmethod
+    def restore(cls, blob: bytes) -> OpPartition:
+        import pickle
+
+        (version, partition, lateness_ms, stage, held, release_ms, top_ms, rows_in, applied,
+         quarantined, seq, by_reason, by_outcome) = pickle.loads(blob)
+        if version != 1:
+            raise ValueError(f"op partition snapshot version {version} is not supported")
+        part = cls(partition, lateness_ms)
+        restored = OpStage.restore(stage)
+        assert isinstance(restored, OpStage)
+        part.stage = restored
+        part.held = marshal.loads(held)
+        part.release_ms, part.top_ms = release_ms, top_ms
+        part.rows_in, part.rows_applied, part.quarantined, part.seq = (
+            rows_in, applied, quarantined, seq)
+        part.quarantined_by_reason, part.outcomes_by_outcome = by_reason, by_outcome
+        return part

@@ -1,0 +1,256 @@
+"""The engine's code that runs in Spark's Python workers: the packers, which read the
+input files that the manifests name and cut their rows into chunks per partition, and
+the two stages' stateful processors.
+
+Each partition's state is one blob in the state store (a :class:`ValueState`), loaded
+at the start of a call and saved at its end: a micro-batch that fails and runs again
+finds the state of the last committed one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tickwheel.pipeline.events import compact_wire, to_wire
+from tickwheel.pipeline.io import json_lines, parquet_events
+from tickwheel.pipeline.partition import KeyPartition, OpPartition
+from tickwheel.pipeline.routing import partition_of, route
+from tickwheel.pipeline.spark._manifest import read_manifest
+from tickwheel.pipeline.spark._wire import (
+    END,
+    FORWARD,
+    KEY_ROWS,
+    NONE,
+    decoded,
+    encoded,
+    output_frame,
+    quarantine_ipc,
+    status_json,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, TimerValues
+
+__all__ = ["collector_paused", "key_processor", "local_file", "op_processor", "packer"]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No garbage collection while a partition works through a micro-batch, or while
+    a slice of input is parsed and cut into chunks: a batch makes hundreds of thousands
+    of objects that outlive it (held rows, operations), none garbage through a cycle
+    worth collecting at once, and the collector would walk them all dozens of times.
+    Only in the Python workers; the collector resumes after the batch."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def local_file(uri: str) -> str:
+    """The local path of a file Spark's file source listed (``file:/dir/name``, as
+    Hadoop's paths print: not percent-encoded)."""
+    if not uri.startswith("file:"):
+        raise ValueError(f"{uri!r} is not on a local filesystem: the packers read the "
+                         "checkpoint's manifests and the input files they name themselves "
+                         "(on a cluster, directories mounted at the same path everywhere)")
+    path = uri[len("file:"):]
+    if path.startswith("//"):  # file://authority/path
+        path = path[path.index("/", 2):] if "/" in path[2:] else "/"
+    return path
+
+
+def _chunk_batch(chunks: list[tuple[int, int, int, bytes]]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    groups, dests, tops, blobs = zip(*chunks, strict=True)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(groups, pa.int32()), pa.array(dests, pa.int32()),
+         pa.array(tops, pa.int64()), pa.array(blobs, pa.binary())],
+        names=["grp", "dest", "ts", "rows"])
+
+
+def packer(labels: list[int]) -> Any:
+    """Manifests (and control files) to chunks: every slice of input gives each stage 1
+    partition its rows and the slice's top, and stage 2's rows ride with stage 1's
+    partition of the same number."""
+    partitions = len(labels)
+
+    def cut(rows: list[Any]) -> list[tuple[int, int, int, bytes]]:
+        top = max((fields[0] for fields in rows if len(fields) != 3), default=NONE)
+        by_key, by_op = route(rows, partitions)
+        chunks = [(labels[p], KEY_ROWS, top, encoded(by_key[p])) for p in range(partitions)]
+        chunks += [(labels[q], FORWARD + q, NONE, encoded(by_op[q]))
+                   for q in range(partitions) if by_op[q]]
+        return chunks
+
+    def pack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for uri, is_control in zip(batch.column(0).to_pylist(),
+                                       batch.column(1).to_pylist(), strict=True):
+                path = local_file(uri)
+                if is_control:
+                    marker = json.loads(Path(path).read_text())
+                    end = int(marker.get("end_ms", NONE))
+                    yield _chunk_batch([(labels[p], END, end, b"")
+                                        for p in range(partitions)])
+                    continue
+                with open(path, "rb") as stream:
+                    target, kind = read_manifest(stream.read())
+                if kind == "parquet":
+                    where = Path(target)
+                    with collector_paused():
+                        rows = [to_wire(row) for row in
+                                parquet_events(where.read_bytes(), where.name)]
+                        out = _chunk_batch(cut(rows)) if rows else None
+                    if out is not None:
+                        yield out
+                    continue
+                with open(target, "rb") as stream:
+                    for lines in json_lines(stream):
+                        with collector_paused():
+                            rows = [compact_wire(line) for line in lines if line.strip()]
+                            out = _chunk_batch(cut(rows)) if rows else None
+                        if out is not None:
+                            yield out
+
+    return pack_files
+
+
+def _snapshot_state(handle: StatefulProcessorHandle) -> Any:
+    return handle.getValueState("snapshot", "snapshot binary")
+
+
+def key_processor(labels: list[int], lateness_ms: int) -> Any:
+    """Stage 1's processor, grouped by the label of a key partition."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    partitions = len(labels)
+    partition_of_label = {label: p for p, label in enumerate(labels)}
+
+    class KeyProcessor(StatefulProcessor):
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.state = _snapshot_state(handle)
+
+        # Spark's method and argument names.
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],  # noqa: N802
+                            timerValues: TimerValues) -> Iterator[pd.DataFrame]:  # noqa: N803
+            import pandas as pd
+
+            with collector_paused():
+                p = partition_of_label[int(key[0])]
+                part = (KeyPartition.restore(self.state.get()[0]) if self.state.exists()
+                        else KeyPartition(p, partitions, lateness_ms))
+                forwarded: list[tuple[int, bytes]] = []
+                quarantine = []
+                end: int | None = None
+                ended = False
+                for frame in rows:
+                    for dest, ts, blob in zip(frame["dest"].tolist(), frame["ts"].tolist(),
+                                              frame["rows"].tolist(), strict=True):
+                        if dest == KEY_ROWS:
+                            quarantine += part.take(decoded(blob),
+                                                    None if ts == NONE else ts)
+                        elif dest == END:
+                            ended = True
+                            if ts != NONE:
+                                end = ts if end is None else max(end, ts)
+                        else:
+                            forwarded.append((dest - FORWARD, blob))
+                if ended and end is None:  # after every chunk: the latest row is known
+                    end = part.end_of_input_ms()
+                point, progress = part.release(end)
+                by_op: list[list[Any]] = [[] for _ in range(partitions)]
+                for row in progress:
+                    by_op[partition_of(row[2], partitions)].append(row)
+                groups: list[int] = []
+                times: list[int] = []
+                blobs: list[bytes] = []
+                made: list[bytes] = []
+                for q, blob in forwarded:
+                    groups.append(labels[q])
+                    times.append(NONE)
+                    blobs.append(blob)
+                    made.append(b"")
+                for q, rows_for_q in enumerate(by_op):
+                    if rows_for_q:
+                        groups.append(labels[q])
+                        times.append(NONE)
+                        blobs.append(b"")
+                        made.append(encoded(rows_for_q))
+                status = status_json(part.status())  # counts the call: before saving
+                self.state.update((part.snapshot(),))
+                n = len(groups)
+                frame = pd.DataFrame({
+                    "grp": pd.Series([*groups, labels[p]], dtype="int32"),
+                    "ts": pd.Series([*times, NONE if point is None else point],
+                                    dtype="int64"),
+                    "rows": pd.Series([*blobs, b""], dtype=object),
+                    "progress": pd.Series([*made, b""], dtype=object),
+                    "quarantine": pd.Series([None] * n + [quarantine_ipc(quarantine)],
+                                            dtype=object),
+                    "status": pd.Series([None] * n + [status], dtype=object),
+                })
+            yield frame
+
+        def close(self) -> None:
+            pass
+
+    return KeyProcessor()
+
+
+def op_processor(labels: list[int], lateness_ms: int,
+                 dedupe_retention_ms: int | None) -> Any:
+    """Stage 2's processor, grouped by the label of an op-id partition."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    partition_of_label = {label: p for p, label in enumerate(labels)}
+
+    class OpProcessor(StatefulProcessor):
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.state = _snapshot_state(handle)
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],  # noqa: N802
+                            timerValues: TimerValues) -> Iterator[pd.DataFrame]:  # noqa: N803
+            with collector_paused():
+                q = partition_of_label[int(key[0])]
+                part = (OpPartition.restore(self.state.get()[0]) if self.state.exists()
+                        else OpPartition(q, lateness_ms, dedupe_retention_ms))
+                point: int | None = None
+                quarantine = []
+                passed: list[tuple[bytes | None, str]] = []
+                progress: list[Any] = []
+                for frame in rows:
+                    for ts, blob, made, late, status in zip(
+                            frame["ts"].tolist(), frame["rows"].tolist(),
+                            frame["progress"].tolist(), frame["quarantine"].tolist(),
+                            frame["status"].tolist(), strict=True):
+                        if blob:
+                            quarantine += part.take(decoded(blob), [])
+                        if made:
+                            progress += decoded(made)
+                        if status is not None:  # stage 1's partition of this number
+                            passed.append((late, status))
+                            if ts != NONE:
+                                point = ts if point is None else max(point, ts)
+                part.take([], progress)
+                outcomes, duplicates = part.release(point)
+                status = part.status()  # counts the call: before saving
+                self.state.update((part.snapshot(),))
+                out = output_frame(outcomes, quarantine + duplicates, [status], passed)
+            yield out
+
+        def close(self) -> None:
+            pass
+
+    return OpProcessor()

@@ -1,0 +1,426 @@
+"""The Spark engine: the pipeline as one Spark Structured Streaming query in two
+stateful stages, partitioned so that the work per event does not grow with the
+partition count.
+
+1. Two file sources, listing only: ``CHECKPOINT/manifest/``, where the driver
+   publishes one manifest per input file (it lists the input directory itself, as the
+   reference engine does: Hadoop would take glob characters in a name as a pattern),
+   and ``CHECKPOINT/control/``, which holds end-of-input markers.
+2. ``mapInArrow``: the packers read the files the manifests name (JSON Lines split
+   into lines as the reference engine reads them, Parquet by its reader), parse each
+   row once and cut every slice into chunks (see :mod:`tickwheel.pipeline.routing`):
+   updates and watches for the partitions of their keys, watches, cancels, ticks and
+   malformed rows for the partition of their ``op_id``, and every key partition gets
+   the slice's largest ``ts_ms``.
+3. ``transformWithStateInPandas`` grouped by key partition (stage 1, a
+   :class:`~tickwheel.pipeline.partition.KeyPartition` each): keys' values and the
+   registrations of the operations watching them; it turns updates into progress rows
+   for the partitions of those operations, and forwards stage 2's rows.
+4. ``transformWithStateInPandas`` grouped by op-id partition (stage 2, an
+   :class:`~tickwheel.pipeline.partition.OpPartition` each): the resolver's rules over
+   watches, cancels and progress; outcomes out.
+5. ``foreachBatch`` writes the outcomes, the quarantined rows and the partitions'
+   counters to ``batch-<id>.parquet`` files, atomically and named by batch id, so a
+   batch that runs again after a crash replaces its own files: exactly once; then it
+   hands the outcomes to an optional :class:`~tickwheel.pipeline.sink.OutcomeSink`.
+
+Time is the input's own, carried in the data: both stages release rows below the
+largest ``ts_ms`` read less the lateness bound, the same point in every partition (see
+:mod:`tickwheel.pipeline.partition`), and neither uses Spark's watermark or timers. A
+run with ``final=True`` ends the input once the query has read it: a marker moves the
+release point just past the last row, so every row is applied and the outcomes are
+the reference engine's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tickwheel._validate import check_positive_int
+from tickwheel.pipeline.delivery import BatchDelivery
+from tickwheel.pipeline.io import (
+    OWNER_FILE,
+    check_spark_paths,
+    checkpoint_id,
+    outcomes_table,
+    prepare_output,
+    quarantine_table,
+)
+from tickwheel.pipeline.limits import (
+    DEFAULT_LATENESS_MS,
+    MAX_FILES_PER_TRIGGER,
+    MAX_LATENESS_MS,
+    MAX_PARTITIONS,
+    MAX_RETENTION_MS,
+)
+from tickwheel.pipeline.partition import PartitionStatus
+from tickwheel.pipeline.sink import OutcomeSink
+from tickwheel.pipeline.spark._manifest import MANIFEST_DIR, publish
+from tickwheel.pipeline.spark._tasks import key_processor, op_processor, packer
+from tickwheel.pipeline.spark._wire import (
+    CHUNK_SCHEMA,
+    FILE_SCHEMA,
+    OUTPUT_SCHEMA,
+    PROGRESS_SCHEMA,
+    from_ipc,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = ["CHECKPOINT_FORMAT", "SparkEngine", "SparkRunResult"]
+
+log = logging.getLogger(__name__)
+
+#: The checkpoint's layout and state, as this engine writes them. 3: two stages, by
+#: key partition and by op-id partition. Earlier formats are refused by name.
+CHECKPOINT_FORMAT = 3
+#: Passes a final run waits for its end-of-input marker: one is enough unless a
+#: trigger raced with writing it.
+_END_OF_INPUT_TRIES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class SparkRunResult:
+    """What a run left in the outputs and the state (summed over partitions)."""
+
+    rows_in: int
+    rows_applied: int
+    quarantined: int
+    held: int  # read, not yet applied: time has not passed them
+    pending: int
+    ignored_cancels: int
+    release_ms: int | None
+    batches: int
+    seconds: float
+    partitions: list[PartitionStatus] = field(default_factory=list)
+
+    def quarantined_by_reason(self) -> dict[str, int]:
+        return _summed(s.quarantined_by_reason for s in self.partitions)
+
+    def outcomes_by_outcome(self) -> dict[str, int]:
+        return _summed(s.outcomes_by_outcome for s in self.partitions)
+
+
+def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counts:
+        for name, n in one.items():
+            total[name] = total.get(name, 0) + n
+    return dict(sorted(total.items()))
+
+
+def _write_atomically(table: pa.Table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+class SparkEngine:
+    """Runs the query over ``input_dir`` until the input read so far is processed.
+
+    ``output_dir`` gets ``outcomes/`` and ``quarantine/`` (the contract's columns);
+    ``checkpoint_dir`` holds Spark's checkpoint, the manifests, the partitions'
+    counters and the control input. Run it again on the same directories to go on
+    where it stopped, after a crash too. ``partitions`` (of each stage) is fixed by
+    the first run of a checkpoint.
+    """
+
+    def __init__(self, spark: SparkSession, input_dir: Path, output_dir: Path,
+                 checkpoint_dir: Path, lateness_ms: int = DEFAULT_LATENESS_MS,
+                 partitions: int | None = None,
+                 dedupe_retention_ms: int | None = None,
+                 max_files_per_trigger: int | None = None,
+                 on_batch: Callable[[int, int, int], None] | None = None,
+                 sink: OutcomeSink | None = None, overwrite: bool = False) -> None:
+        """``on_batch(batch_id, outcomes, quarantined)`` is called after each
+        micro-batch's outputs are written (progress). ``sink`` gets every outcome at
+        least once: each micro-batch's once its files are written, delivered while the
+        next batch runs, and at the start of a run those of batches not yet settled
+        (``CHECKPOINT/delivered`` marks the last settled batch; see
+        :mod:`tickwheel.pipeline.delivery`). :meth:`run` returns once they are
+        settled; the caller closes the sink.
+
+        ``output_dir`` must be empty, new, or hold the outputs of this checkpoint
+        (:class:`~tickwheel.pipeline.io.OutputDirError` otherwise); ``overwrite``
+        clears earlier outputs, and the checkpoint too when it is inside
+        ``output_dir``."""
+        check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
+        if dedupe_retention_ms is not None:
+            check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
+                               maximum=MAX_RETENTION_MS)
+        if partitions is not None:
+            check_positive_int("partitions", partitions, maximum=MAX_PARTITIONS)
+        if max_files_per_trigger is not None:
+            check_positive_int("max_files_per_trigger", max_files_per_trigger,
+                               maximum=MAX_FILES_PER_TRIGGER)
+        if not input_dir.is_dir():
+            raise FileNotFoundError(f"input directory {input_dir} does not exist")
+        check_spark_paths(input_dir, checkpoint_dir)
+        prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir,
+                       checkpoint_id=checkpoint_id(checkpoint_dir))
+        self.spark = spark
+        self.input_dir = input_dir
+        self.output_dir = output_dir
+        self.checkpoint_dir = checkpoint_dir
+        self.lateness_ms = lateness_ms
+        self.dedupe_retention_ms = dedupe_retention_ms
+        self.max_files_per_trigger = max_files_per_trigger
+        self.partitions, self.labels = self._settle_partitions(partitions)
+        # The outputs beside the checkpoint are its own from now on.
+        output_dir.mkdir(parents=True, exist_ok=True)
+        # Atomically: a torn marker after kill -9 would disown the outputs.
+        owner = output_dir / OWNER_FILE
+        tmp = owner.with_name(f".{owner.name}.tmp")
+        tmp.write_text(json.dumps({"checkpoint": checkpoint_id(checkpoint_dir)}))
+        os.replace(tmp, owner)
+        self.on_batch = on_batch
+        self.sink = sink
+        self._delivery: BatchDelivery | None = None
+        self.batches = 0
+
+    def _settle_partitions(self, partitions: int | None) -> tuple[int, list[int]]:
+        meta = self.checkpoint_dir / "tickwheel.json"
+        if meta.exists():
+            saved = json.loads(meta.read_text())
+            made = saved.get("format", 1)
+            if made != CHECKPOINT_FORMAT:
+                raise ValueError(f"the checkpoint {self.checkpoint_dir} was written in format "
+                                 f"{made} by another version of tickwheel's Spark engine; "
+                                 f"this one reads format {CHECKPOINT_FORMAT}: start a new "
+                                 "checkpoint (--checkpoint, or --overwrite)")
+            if partitions is not None and partitions != saved["partitions"]:
+                raise ValueError(f"partitions={partitions} but the checkpoint "
+                                 f"{self.checkpoint_dir} was made with "
+                                 f"partitions={saved['partitions']}")
+            for name in ("lateness_ms", "dedupe_retention_ms"):
+                # The partitions' state holds these: a run cannot change them.
+                if saved.get(name) != getattr(self, name):
+                    raise ValueError(f"{name}={getattr(self, name)} but the checkpoint "
+                                     f"{self.checkpoint_dir} was made with "
+                                     f"{name}={saved.get(name)}")
+            return int(saved["partitions"]), [int(label) for label in saved["labels"]]
+        if partitions is None:
+            partitions = max(1, self.spark.sparkContext.defaultParallelism)
+        labels = self._labels(partitions)
+        (self.checkpoint_dir / "control").mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps({"format": CHECKPOINT_FORMAT, "id": uuid.uuid4().hex,
+                                    "partitions": partitions, "labels": labels,
+                                    "lateness_ms": self.lateness_ms,
+                                    "dedupe_retention_ms": self.dedupe_retention_ms}))
+        return partitions, labels
+
+    def _labels(self, partitions: int) -> list[int]:
+        """A grouping value per partition that Spark's hash partitioner puts in a
+        shuffle partition of its own: numbers 0..n-1 would share some, and partitions
+        sharing one run one after the other."""
+        from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
+
+        value = F.col("id").cast("int")
+        found = (self.spark.range(0, 64 * partitions)
+                 .select(value.alias("label"),
+                         F.pmod(F.hash(value), F.lit(partitions)).alias("p"))
+                 .groupBy("p").agg(F.min("label").alias("label")).collect())
+        labels = {int(row["p"]): int(row["label"]) for row in found}
+        if len(labels) != partitions:
+            raise RuntimeError(f"no distinct labels for {partitions} partitions")
+        return [labels[p] for p in range(partitions)]
+
+    def _query(self) -> DataFrame:
+        from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
+
+        def listed(directory: Path, limit: int | None = None) -> DataFrame:
+            reader = self.spark.readStream.format("binaryFile").schema(FILE_SCHEMA)
+            if limit is not None:
+                reader = reader.option("maxFilesPerTrigger", limit)
+            return reader.load(str(directory))
+
+        rows = listed(self.checkpoint_dir / MANIFEST_DIR, self.max_files_per_trigger).select(
+            "path", F.lit(False).alias("control"))
+        control = listed(self.checkpoint_dir / "control").select(
+            "path", F.lit(True).alias("control"))
+        chunks = rows.unionByName(control).mapInArrow(packer(self.labels), CHUNK_SCHEMA)
+        progress = chunks.groupBy("grp").transformWithStateInPandas(
+            key_processor(self.labels, self.lateness_ms), PROGRESS_SCHEMA, "Append", "None")
+        return progress.groupBy("grp").transformWithStateInPandas(
+            op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms),
+            OUTPUT_SCHEMA, "Append", "None")
+
+    def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
+        import pyarrow as pa
+
+        table = frame.toArrow()
+        name = f"batch-{batch_id:09d}.parquet"
+        outcomes = from_ipc(table["outcomes"].to_pylist(), outcomes_table([]))
+        quarantine = from_ipc(table["quarantine"].to_pylist(), quarantine_table([]))
+        status = table.select(["status"])
+        for sub, where in ((outcomes, self.output_dir / "outcomes"),
+                           (quarantine, self.output_dir / "quarantine")):
+            if sub.num_rows:
+                _write_atomically(sub, where / name)
+        if status.num_rows:
+            _write_atomically(pa.table({"status": status["status"]}),
+                              self.checkpoint_dir / "status" / name)
+        if self._delivery is not None:
+            self._delivery.submit(batch_id, outcomes)
+        self.batches += 1
+        if self.on_batch is not None:
+            self.on_batch(batch_id, outcomes.num_rows, quarantine.num_rows)
+        log.info("batch %d: %d outcomes, %d quarantined", batch_id, outcomes.num_rows,
+                 quarantine.num_rows)
+
+    def _run_query(self, final: bool) -> None:
+        settings = {
+            # One shuffle partition (and state store) per partition of each stage:
+            # Spark's default of 200 costs a state-store commit each per batch. A
+            # checkpoint keeps its own value.
+            "spark.sql.shuffle.partitions": str(self.partitions),
+            # Time is carried in the data: a batch without new input has nothing to do.
+            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+            # A state-store commit then writes the changes, not a new RocksDB checkpoint.
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        }
+        # The caller's session gets its own values back when the query ends, not when
+        # it starts: the file sources make their logs on the query's thread, with the
+        # session's settings of that moment.
+        previous = {name: self.spark.conf.get(name, None) for name in settings}
+        for name, value in settings.items():
+            self.spark.conf.set(name, value)
+        published = publish(self.input_dir, self.checkpoint_dir)
+        log.info("%d new input files", published)
+        try:
+            writer = (self._query().writeStream
+                      .foreachBatch(self._write_batch)
+                      .option("checkpointLocation", str(self.checkpoint_dir / "query")))
+            if final:
+                if self.max_files_per_trigger is None:
+                    # Listed with the input by the first micro-batch, which then takes
+                    # all the input there is: it ends the input too.
+                    self._write_marker({"end": True})
+                query = writer.start()
+                try:
+                    self._process_to_the_end(query)
+                finally:
+                    query.stop()
+            else:
+                query = writer.trigger(availableNow=True).start()
+                query.awaitTermination()
+        finally:
+            for name, old_value in previous.items():
+                if old_value is None:
+                    self.spark.conf.unset(name)
+                else:
+                    self.spark.conf.set(name, old_value)
+        for progress in query.recentProgress:
+            log.info("batch %s: %s rows, %s", progress.batchId, progress.numInputRows,
+                     progress.durationMs)
+
+    def _process_to_the_end(self, query: StreamingQuery) -> None:
+        """Everything the input holds, then the end-of-input marker, in one query.
+        ``processAllAvailable`` returns once a trigger found nothing new; a trigger
+        that had listed the control directory before the marker was written could
+        return early, so the partitions' counters say when the marker is in."""
+        query.processAllAvailable()
+        if self._input_ended():
+            return
+        end = self._write_end_marker()
+        if end is None:
+            return
+        for _ in range(_END_OF_INPUT_TRIES):
+            query.processAllAvailable()
+            if self._input_ended():
+                return
+        raise RuntimeError(
+            f"the end-of-input marker was not applied after {_END_OF_INPUT_TRIES} passes")
+
+    def _close_delivery(self, *, raise_failure: bool = True) -> None:
+        if self._delivery is not None:
+            delivery, self._delivery = self._delivery, None
+            delivery.close(raise_failure=raise_failure)
+
+    def statuses(self) -> list[PartitionStatus]:
+        """The latest counters of each partition of each stage."""
+        import pyarrow.parquet as pq
+
+        latest: dict[tuple[str, int], PartitionStatus] = {}
+        for path in sorted((self.checkpoint_dir / "status").glob("*.parquet")):
+            for text in pq.read_table(path)["status"].to_pylist():
+                status = PartitionStatus(**json.loads(text))
+                known = latest.get((status.stage, status.partition))
+                if known is None or status.seq >= known.seq:  # files in batch order
+                    latest[status.stage, status.partition] = status
+        return [latest[k] for k in sorted(latest)]
+
+    def _latest_row(self) -> int | None:
+        tops = [s.top_ms for s in self.statuses() if s.stage == "key" and s.top_ms is not None]
+        return max(tops, default=None)
+
+    def _input_ended(self) -> bool:
+        """Whether every partition of stage 2 stands past the latest row read (or no
+        row was read)."""
+        top = self._latest_row()
+        if top is None:
+            return True
+        ops = [s for s in self.statuses() if s.stage == "op"]
+        return len(ops) == self.partitions and all(
+            s.release_ms is not None and s.release_ms > top for s in ops)
+
+    def end_input(self) -> bool:
+        """Move time just past the latest row read: every row is applied and time
+        stands at that row's ``ts_ms``, as in the reference engine. False if there was
+        nothing to move. The next micro-batch applies the marker."""
+        return self._write_end_marker() is not None
+
+    def _write_end_marker(self) -> int | None:
+        top = self._latest_row()
+        if top is None or self._input_ended():
+            return None
+        end = min(top + 1, 2**63 - 1)
+        self._write_marker({"end": True, "end_ms": end})
+        return end
+
+    def _write_marker(self, marker: dict[str, Any]) -> None:
+        path = self.checkpoint_dir / "control" / f"end-{uuid.uuid4().hex}.jsonl"
+        tmp = path.with_name(f".{path.name}")
+        tmp.write_text(json.dumps(marker) + "\n")
+        os.replace(tmp, path)
+
+    def run(self, final: bool = True) -> SparkRunResult:
+        """Process what the input holds now; with ``final``, end the input too."""
+        started = time.perf_counter()
+        if self.sink is not None:
+            self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
+                                           self.checkpoint_dir / "delivered")
+        try:
+            self._run_query(final)
+        except BaseException:
+            self._close_delivery(raise_failure=False)  # the query's error comes first
+            raise
+        self._close_delivery()
+        statuses = self.statuses()
+        return SparkRunResult(
+            rows_in=sum(s.rows_in for s in statuses),
+            rows_applied=sum(s.rows_applied for s in statuses),
+            quarantined=sum(s.quarantined for s in statuses),
+            held=sum(s.held for s in statuses),
+            pending=sum(s.pending for s in statuses if s.stage == "op"),
+            ignored_cancels=sum(s.ignored_cancels for s in statuses),
+            release_ms=max((s.release_ms for s in statuses if s.release_ms is not None),
+                           default=None),
+            batches=self.batches,
+            seconds=time.perf_counter() - started,
+            partitions=statuses,
+        )
