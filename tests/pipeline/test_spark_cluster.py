@@ -1,0 +1,110 @@
+"""The Spark engine on a cluster of several processes: ``local-cluster[2,1,1024]``, two
+executor JVMs with Python workers of their own, as the pip package runs it. Every
+process talks over loopback (``SPARK_LOCAL_IP=127.0.0.1`` in the child's environment).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.logs import LATENESS_MS, random_log
+from tests.pipeline.test_spark_engine import (
+    expected_outcomes,
+    expected_quarantine,
+    outcomes_of,
+    quarantine_of,
+    reference,
+    write_files,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+MASTER = "local-cluster[2,1,1024]"
+
+RUN = f"""
+import sys
+from pathlib import Path
+from tickwheel.pipeline.spark import SparkEngine, spark_session
+base = Path(sys.argv[1])
+spark = spark_session(sys.argv[2], driver_memory="1g")
+try:
+    SparkEngine(spark, base / "in", base / "out", base / "ckpt",
+                         lateness_ms={LATENESS_MS}, partitions=2,
+                         max_files_per_trigger=1).run()
+finally:
+    spark.stop()
+"""
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+                SPARK_LOCAL_DIRS=str(tmp_path / "spark-local"))
+
+
+def _start(base: Path, tmp_path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", RUN, str(base), MASTER],
+                            env=_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_a_cluster_of_two_executor_jvms_gives_the_reference_engines_outcomes(
+        tmp_path: Path) -> None:
+    base = tmp_path / "run"
+    write_files(random_log(6, rows=2_400), base / "in", files=4)
+    proc = _start(base, tmp_path)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    expected = reference(base / "in")
+    assert outcomes_of(base / "out") == expected_outcomes(expected)
+    assert quarantine_of(base / "out") == expected_quarantine(expected)
+
+
+def _executors(session: int) -> list[int]:
+    """The executor JVMs of the process group ``session`` (the run and its children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            pid = int(entry.name)
+            if b"CoarseGrainedExecutorBackend" in cmdline and os.getpgid(pid) == session:
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def test_an_executor_killed_in_the_middle_of_a_run_changes_no_outcome(tmp_path: Path) -> None:
+    base = tmp_path / "run"
+    write_files(random_log(7, rows=4_000), base / "in", files=8)
+    proc = _start(base, tmp_path)
+    status = base / "ckpt" / "status"
+    deadline = time.monotonic() + 300
+    while not (status.is_dir() and len(list(status.glob("*.parquet"))) >= 2):
+        assert proc.poll() is None, "the run ended before an executor could be killed"
+        assert time.monotonic() < deadline, "no micro-batch finished in time"
+        time.sleep(0.2)
+    executors = _executors(proc.pid)
+    assert len(executors) == 2, executors
+    os.kill(executors[0], signal.SIGKILL)
+    assert len(list(status.glob("*.parquet"))) < 9, "the kill came too late"
+    _, err = proc.communicate(timeout=600)
+    if proc.returncode != 0:
+        # The query may fail instead of rerunning the lost tasks: a restart on its
+        # checkpoint goes on, and must end the same.
+        again = _start(base, tmp_path)
+        _, err = again.communicate(timeout=600)
+        assert again.returncode == 0, err[-3000:]
+    expected = reference(base / "in")
+    got = outcomes_of(base / "out")
+    assert len(set(got)) == len(got), "an outcome was written twice"
+    assert got == expected_outcomes(expected)
+    assert quarantine_of(base / "out") == expected_quarantine(expected)
