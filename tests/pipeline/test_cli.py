@@ -412,3 +412,17 @@ def test_a_symlink_out_of_the_input_directory_is_skipped(tmp_path: Path) -> None
     raws = [q["raw"] for q in read_parquet_rows(out / "quarantine")]
     assert "root:x:0:0" not in raws
     assert len(raws) > 0  # the link inside is followed: its rows are duplicates
+
+
+def test_the_scaling_benchmark_reports_each_partition_count(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tickwheel.bench.__main__ import main as bench_main
+
+    assert bench_main(["pipeline", "--partitions", "1,4", "--scaling-events", "3000",
+                       "--repeat", "1", "--spark-counts", "none"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| two stages |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["1", "4"]
+    assert "| 1.00x |" in rows[0]
+    assert bench_main(["pipeline", "--partitions", "1", "--spark-counts", "2,4,8"]) == 2
+    assert "--spark-counts" in capsys.readouterr().err

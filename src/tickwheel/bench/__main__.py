@@ -51,6 +51,8 @@ def _files_per_trigger(text: str) -> int | None:
 
 
 def _counts(text: str) -> list[int]:
+    if text == "none":
+        return []
     try:
         values = [int(part) for part in text.split(",")]
     except ValueError:
@@ -104,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
                          "without Spark at these partition counts, e.g. 1,4,16,64")
     pl.add_argument("--scaling-events", type=int, default=200_000,
                     help="events in the scaling benchmark's log (seed 7)")
+    pl.add_argument("--spark-counts", type=_counts, default=[2, 32],
+                    help="with --partitions: also run the Spark engine and a trivial "
+                         "query on local[2] at these two partition counts, on --events "
+                         "events (default 2,32; 'none' skips it)")
     args = parser.parse_args(argv)
 
     import tickwheel
@@ -275,6 +281,9 @@ def _pipeline(args: argparse.Namespace) -> int:
             print(f"--{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
     if args.partitions is not None:
+        if args.spark_counts and len(args.spark_counts) != 2:
+            print("--spark-counts: two partition counts, or 'none'", file=sys.stderr)
+            return 2
         return _scaling(args)
     results = run_pipeline(args.events, args.repeat, args.spark_partitions,
                            args.files_per_trigger,
@@ -311,6 +320,31 @@ def _scaling(args: argparse.Namespace) -> int:
           f"tickwheel.compiled={tickwheel.compiled}, median of {args.repeat}; ratio to "
           f"the design's first count")
     print(scaling_table(rows))
+    if args.spark_counts:
+        from tickwheel.bench._pipeline import run_partition_costs
+
+        low, high = args.spark_counts
+        runs = run_partition_costs(args.events, [low, high],
+                                   lambda msg: print(msg, file=sys.stderr, flush=True))
+        print(f"\nSpark local[2], {args.events:,} generated events, one session: each "
+              f"query twice on a fresh checkpoint (cold, then warm)")
+        print("| query | partitions | cold events/s | warm events/s |")
+        print("|---|---:|---:|---:|")
+        for query in ("engine", "trivial"):
+            for count in (low, high):
+                cells = [runs[f"{query} {count} {name}"] for name in ("cold", "warm")]
+                print(f"| {query} | {count} | "
+                      + " | ".join(f"{rows / seconds:,.0f}" for rows, seconds in cells) + " |")
+
+        def ratio(query: str, name: str) -> float:
+            rows_low, s_low = runs[f"{query} {low} {name}"]
+            rows_high, s_high = runs[f"{query} {high} {name}"]
+            return (rows_high / s_high) / (rows_low / s_low)
+
+        for name in ("warm", "cold"):
+            engine, trivial = ratio("engine", name), ratio("trivial", name)
+            print(f"{high} / {low} partitions, {name}: engine {engine:.2f}x, trivial query "
+                  f"{trivial:.2f}x; engine / trivial {engine / trivial:.2f}")
     return 0
 
 

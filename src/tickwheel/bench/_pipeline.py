@@ -110,3 +110,72 @@ def run_pipeline(events: int, repeat: int, partitions: int, per_trigger: int | N
                     progress(f"round {round_ + 1}: spark {master} {name} "
                              f"{rows / seconds:,.0f} events/s ({_micro_batches(batches)})")
         return [PipelineResult(name, rows, seconds) for name, seconds in times.items()]
+
+
+# The engine and a trivial query at each partition count, in one session on local[2]:
+# each runs twice on a fresh checkpoint, and the second (warm) run counts. The trivial
+# query reads the same files, groups the rows into as many partitions and only counts
+# them in a transformWithStateInPandas processor: Spark's own cost of partitions.
+_PARTITIONS_RUN = """
+import json, sys, time
+from pathlib import Path
+import pandas as pd
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from tickwheel.pipeline.spark import SparkEngine, spark_session
+
+class Count(StatefulProcessor):
+    def init(self, handle):
+        self.n = handle.getValueState("n", "n long")
+    def handleInputRows(self, key, rows, timerValues):
+        seen = sum(len(frame) for frame in rows)
+        total = (self.n.get()[0] if self.n.exists() else 0) + seen
+        self.n.update((total,))
+        yield pd.DataFrame({"grp": [key[0]], "n": [total]})
+    def close(self):
+        pass
+
+log, work, counts = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+spark = spark_session("local[2]")
+out = {}
+for count in counts:
+    for name in ("cold", "warm"):
+        engine = SparkEngine(spark, log, work / f"e{count}{name}" / "out",
+                             work / f"e{count}{name}" / "ckpt", partitions=count)
+        result = engine.run()
+        out[f"engine {count} {name}"] = (result.rows_in, result.seconds)
+    spark.conf.set("spark.sql.shuffle.partitions", str(count))
+    for name in ("cold", "warm"):
+        started = time.perf_counter()
+        rows = (spark.readStream.text(str(log))
+                .select(F.pmod(F.hash("value"), F.lit(count)).alias("grp"))
+                .groupBy("grp")
+                .transformWithStateInPandas(Count(), "grp int, n long", "Update", "None"))
+        counted = []
+        query = (rows.writeStream.trigger(availableNow=True)
+                 .option("checkpointLocation", str(work / f"t{count}{name}"))
+                 .foreachBatch(lambda frame, _: counted.append(frame.agg(F.sum("n")).first()[0]))
+                 .start())
+        query.awaitTermination()
+        out[f"trivial {count} {name}"] = (int(sum(c or 0 for c in counted)),
+                                          time.perf_counter() - started)
+print(json.dumps(out))
+"""
+
+
+def run_partition_costs(events: int, counts: list[int], progress: Callable[[str], None],
+                        ) -> dict[str, tuple[int, float]]:
+    """Warm and cold events/s of the engine and of the trivial query on local[2] at each
+    partition count: ``{"engine 2 warm": (rows, seconds), ...}``."""
+    with tempfile.TemporaryDirectory(prefix="tickwheel-bench-partitions-") as tmp:
+        log = Path(tmp) / "events"
+        progress(f"generating {events:,} events")
+        write_event_log(GeneratorConfig(events=events, rows_per_file=50_000), log)
+        progress(f"Spark local[2]: the engine and a trivial query at {counts} partitions")
+        done = subprocess.run([sys.executable, "-c", _PARTITIONS_RUN, str(log), tmp,
+                               json.dumps(counts)], capture_output=True, text=True,
+                              check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"the Spark runs failed:\n{done.stderr[-3000:]}")
+        runs = json.loads(done.stdout.strip().splitlines()[-1])
+        return {name: (int(rows), float(seconds)) for name, (rows, seconds) in runs.items()}
