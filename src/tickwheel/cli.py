@@ -217,7 +217,7 @@ def _print_run(title: str, elapsed: float, rows_in: int, applied: int,
     for reason, n in sorted(quarantined.items()):
         table.add_row(f"  {reason}", f"{n:,}")
     if held:
-        table.add_row("rows held (the watermark has not passed them)", f"{held:,}")
+        table.add_row("rows held (time has not passed them)", f"{held:,}")
     table.add_row("outcomes", f"{outcomes:,}")
     table.add_row("still pending at the end", f"{pending:,}")
     table.add_row("cancels of unknown or resolved operations", f"{ignored:,}")

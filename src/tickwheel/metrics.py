@@ -228,7 +228,7 @@ class TickwheelCollector(Collector):
             [("rows_in", "Rows read"), ("rows_applied", "Rows applied"),
              ("ignored_cancels", "Cancels of unknown or resolved operations")],
             [("pending", "Operations still pending at the end of the input"),
-             ("held", "Rows read but not applied yet (the watermark has not passed them)")],
+             ("held", "Rows read but not applied yet (time has not passed them)")],
             [])
         quarantined = CounterMetricFamily("tickwheel_pipeline_quarantined",
                                           "Rows quarantined, by reason",

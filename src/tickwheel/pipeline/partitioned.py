@@ -5,7 +5,7 @@ It is what the Spark engine distributes (stage 1 grouped by key partition, stage
 op-id partition, the shuffles between them) and what the scaling benchmark times: the
 CPU of each partition, and the rows and bytes each shuffle carries. Its outcomes are
 the reference engine's on any log without late rows (the engine judges lateness by
-its watermark, which a run over a whole log has no need of).
+its release point, which a run over a whole log has no need of).
 """
 
 from __future__ import annotations

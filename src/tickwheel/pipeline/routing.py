@@ -8,7 +8,7 @@ Two stages, each split into the same number of partitions (see
   each of its keys (stage 1; once per partition, however many of its keys are there);
 - a cancel goes to the partition of its ``op_id`` (stage 2);
 - a tick goes to stage 2's partition 0: it only moves time, which every partition
-  learns from the watermark;
+  learns from the largest ``ts_ms`` of each slice of input;
 - a malformed row goes to stage 2's partition of its raw text, which quarantines it.
 
 So a row travels to at most one partition per key it names plus one: its fan-out does
