@@ -31,8 +31,8 @@ def _links(page: Path) -> list[str]:
 
 
 def test_slugs_follow_githubs_rule() -> None:
-    assert _slug("Session 20 (the README until session 21)") == (
-        "session-20-the-readme-until-session-21")
+    assert _slug("Step 20 (the README until step 21)") == (
+        "step-20-the-readme-until-step-21")
     assert _slug("Spark's watermark and late rows") == "sparks-watermark-and-late-rows"
 
 

@@ -1,4 +1,4 @@
-"""The seeds' broker uses of the purgatory, as small faithful models.
+"""Kafka's broker uses of the purgatory, as small faithful models.
 
 - :mod:`tickwheel.broker.replication`: replicated partitions, acks=all produce waiting
   for the high watermark, fetch waiting for min bytes.

@@ -214,7 +214,7 @@ class GroupCoordinator:
                 self.heartbeat_purgatory.check_and_complete(self.member_key(group_id,
                                                                             member_id))
 
-    # -- the seed's heartbeat logic ------------------------------------------------------
+    # -- Kafka's heartbeat logic ---------------------------------------------------------
 
     @staticmethod
     def member_key(group_id: str, member_id: str) -> tuple[str, str]:

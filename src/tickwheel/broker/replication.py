@@ -1,4 +1,4 @@
-"""Replicated partitions and the two delayed operations of the seeds' broker.
+"""Replicated partitions and the two delayed operations of Kafka's broker.
 
 A leader log per partition, made of segments rolled by size; followers that fetch and
 so report their log end offsets (LEO); an in-sync replica set (ISR) that drops
@@ -8,11 +8,11 @@ that is the smallest LEO over the ISR.
 - :class:`DelayedProduce` (acks=-1) waits until every partition's HW reaches the offset
   its records need, or an error (not leader, unknown partition) settles it at once.
 - :class:`DelayedFetch` waits until ``min_bytes`` have accumulated across partitions
-  (followers read up to the LEO, consumers up to the HW), or one of the seed's early
+  (followers read up to the LEO, consumers up to the HW), or one of Kafka's early
   cases applies: leader change, unknown partition, a fetch offset on an older segment,
   or an end offset moved back to an older segment. On expiry it returns what is there.
 
-Which event tries which operation, as in the seed: an append may complete follower
+Which event tries which operation, as in Kafka's ``ReplicaManager``: an append may complete follower
 fetches (the LEO moved) and, when it moves the HW, produces and consumer fetches; a
 follower fetch may move the HW; a leader change completes everything on the partition.
 All of it runs on the clock given (a ``ManualClock`` in tests): ``advance_clock`` runs
@@ -339,7 +339,7 @@ class _FetchStatus:
 
 
 class DelayedFetch(DelayedOperation):
-    """Done when ``min_bytes`` are available, or early in the seed's cases A-C;
+    """Done when ``min_bytes`` are available, or early in Kafka's cases A-C;
     ``on_complete`` reads the logs again and answers with what is there."""
 
     def __init__(self, delay_ms: int, replica_id: int, statuses: dict[str, _FetchStatus],

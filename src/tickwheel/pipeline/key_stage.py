@@ -144,10 +144,6 @@ class KeyStage:
         out, self.progress = self.progress, []
         return out
 
-    def next_deadline(self) -> int | None:
-        """When the next registration goes."""
-        return self._deadlines[0][0] if self._deadlines else None
-
     def deadlines_list(self) -> list[tuple[int, str, str, int]]:
         """When each registration goes, as :meth:`restore_state` takes it back."""
         return list(self._deadlines)

@@ -1,7 +1,7 @@
 """TimingWheelTimer: Kafka's hierarchical timing wheel with a delay queue of buckets.
 
 Schedule and cancel are O(1): a task is linked into the bucket of its slot, or unlinked
-from it. Only buckets, not tasks, enter the heap (the seed's DelayQueue), so
+from it. Only buckets, not tasks, enter the heap (Kafka's ``DelayQueue``), so
 ``advance_clock`` jumps straight to the next bucket that is due and never walks idle
 ticks. Flushing a due bucket re-inserts its tasks: those due run, the others drop to a
 finer level (demotion).

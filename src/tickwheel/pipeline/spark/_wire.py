@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK_SCHEMA", "END", "FILE_SCHEMA", "FORWARD", "KEY_ROWS", "NONE",
            "OUTPUT_SCHEMA", "PROGRESS_SCHEMA", "decoded", "encoded", "from_ipc",
-           "output_frame"]
+           "output_frame", "quarantine_ipc", "status_json"]
 
 #: The file sources' columns (the query never selects ``content``: no file is read).
 FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
