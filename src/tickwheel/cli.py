@@ -5,8 +5,12 @@ Exit codes: 0 success, 1 the work failed, 2 bad arguments (as click does).
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -35,10 +39,13 @@ from tickwheel.pipeline.io import (
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
+    DEFAULT_TRIGGER_MS,
+    FOLLOW_DEDUPE_RETENTION_MS,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
     MAX_PARTITIONS,
     MAX_RETENTION_MS,
+    MAX_TRIGGER_MS,
 )
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
@@ -53,6 +60,11 @@ if not console.is_terminal:  # logs and pipes get the whole table, not an 80-col
 class Engine(enum.Enum):
     local = "local"
     spark = "spark"
+
+
+class ClockKind(enum.Enum):
+    event = "event"
+    wall = "wall"
 
 
 class BenchTarget(enum.Enum):
@@ -128,8 +140,41 @@ def run(
         help="Spark: end the input when done, so every row is applied (as the local "
              "engine does); --no-final leaves the last lateness-ms of rows held for "
              "more input")] = True,
+    follow: Annotated[bool, typer.Option(
+        help="run as a service: read files as they land, until SIGINT or SIGTERM; a "
+             "restart on the same output carries on (dedupe retention defaults to "
+             f"{FOLLOW_DEDUPE_RETENTION_MS // 60_000} minutes)")] = False,
+    trigger_ms: Annotated[int, typer.Option(
+        min=1, max=MAX_TRIGGER_MS, help="--follow: look for new files this often")
+    ] = DEFAULT_TRIGGER_MS,
+    clock: Annotated[ClockKind, typer.Option(
+        help="--follow: time moves with the rows' ts_ms only (event), or also with the "
+             "wall clock (epoch ms), so deadlines fire without new rows")] = ClockKind.event,
+    metrics_port: Annotated[int | None, typer.Option(
+        min=0, max=65535, help="--follow: serve Prometheus metrics on this port")] = None,
+    metrics_host: Annotated[str, typer.Option(
+        help="--follow: the address the metrics endpoint binds to")] = "127.0.0.1",
 ) -> None:
     """Resolve an event log: every operation's outcome, and every bad row quarantined."""
+    if not follow and (trigger_ms != DEFAULT_TRIGGER_MS or clock is not ClockKind.event
+                       or metrics_port is not None):
+        console.print("[red]--trigger-ms, --clock and --metrics-port apply to --follow "
+                      "only[/red]")
+        raise typer.Exit(2)
+    if follow:
+        if engine is Engine.spark or not final or max_files_per_trigger is not None:
+            console.print("[red]--follow runs the local engine; with --engine spark, "
+                          "--no-final or --max-files-per-trigger it is not available[/red]")
+            raise typer.Exit(2)
+        if master is not None or partitions is not None:
+            console.print("[red]--master and --partitions apply to the Spark engine "
+                          "only[/red]")
+            raise typer.Exit(2)
+        _follow_local(input, output, checkpoint, lateness_ms,
+                      FOLLOW_DEDUPE_RETENTION_MS if dedupe_retention_ms is None
+                      else dedupe_retention_ms, trigger_ms, clock, overwrite,
+                      metrics_port, metrics_host)
+        return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
                    checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]", partitions,
@@ -160,6 +205,84 @@ def run(
     _print_run("local engine", elapsed, result.rows_in, result.rows_applied,
                result.quarantined_by_reason(), len(result.outcomes), result.pending,
                result.ignored_cancels, held=0)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM set the event (the run stops at a batch boundary); a second
+    SIGINT interrupts at once. The previous handlers come back afterwards."""
+    stop = threading.Event()
+
+    def handle(signum: int, frame: object) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        console.print(f"{signal.Signals(signum).name}: stopping after this batch")
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _serve_metrics(port: int | None, host: str, name: str, counts: object) -> None:
+    if port is None:
+        return
+    try:
+        from prometheus_client import REGISTRY, start_http_server
+
+        from tickwheel.metrics import TickwheelCollector
+    except ImportError as exc:
+        console.print("[red]--metrics-port needs the metrics extra: "
+                      "pip install 'tickwheel[metrics]'[/red]")
+        raise typer.Exit(2) from exc
+    REGISTRY.register(TickwheelCollector().add_pipeline_run(name, counts))  # type: ignore[arg-type]
+    start_http_server(port, addr=host)
+    console.print(f"metrics on http://{host}:{port}/metrics")
+
+
+def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_ms: int,
+                  dedupe_retention_ms: int, trigger_ms: int, clock: ClockKind,
+                  overwrite: bool, metrics_port: int | None, metrics_host: str) -> None:
+    from tickwheel.pipeline.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
+
+    try:
+        follower = LocalFollowEngine(
+            input, output, checkpoint_dir=checkpoint, lateness_ms=lateness_ms,
+            dedupe_retention_ms=dedupe_retention_ms,
+            clock=wall_clock_ms if clock is ClockKind.wall else None, overwrite=overwrite)
+    except (FileNotFoundError, InputError, OutputDirError, ValueError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+
+    class _Live:  # what the metrics export reads: the latest counts, live
+        def __getattr__(self, name: str) -> object:
+            return getattr(follower.counts(), name)
+
+    _serve_metrics(metrics_port, metrics_host, "follow", _Live())
+    last_print = 0.0
+
+    def progress(batch: FollowBatch) -> None:
+        nonlocal last_print
+        now = time.monotonic()
+        if batch.outcomes or batch.quarantined or now - last_print >= 10:
+            counts = follower.counts()
+            lag = "" if batch.lag_ms is None else f", time {batch.lag_ms:,} ms behind the clock"
+            console.print(f"batch {batch.batch_id}: {batch.files} files, {batch.rows:,} rows, "
+                          f"{batch.outcomes:,} outcomes, {batch.quarantined:,} quarantined; "
+                          f"{counts.pending:,} pending, {counts.held:,} held{lag}")
+            last_print = now
+
+    console.print(f"following {input} (trigger {trigger_ms} ms, {clock.value} clock, "
+                  f"checkpoint {follower.checkpoint_dir}); SIGINT or SIGTERM stops")
+    with _stop_on_signals() as stop:
+        result = follower.run(stop, trigger_ms=trigger_ms, on_batch=progress)
+    counts = follower.counts()
+    console.print(f"stopped after {result.batches} batches: {result.rows_in:,} rows, "
+                  f"{result.outcomes:,} outcomes, {result.quarantined:,} quarantined; "
+                  f"{counts.pending:,} pending, {counts.held:,} held")
 
 
 def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,

@@ -303,6 +303,14 @@ class Resolver:
         """The earliest deadline of a pending operation."""
         return min((op.event.deadline_ms for op in self.pending.values()), default=None)
 
+    def next_due_ms(self) -> int | None:
+        """When the purgatory's timer may next have an operation due, in event time:
+        its next bucket, at or before the earliest deadline; None when none is
+        pending. Cheaper than :meth:`next_deadline`, which looks at every operation."""
+        if self._purgatory is None or not self.pending:
+            return None
+        return self._purgatory.timer.next_due_ms()
+
     def close(self) -> None:
         if self._purgatory is not None:
             self._purgatory.close()

@@ -1,0 +1,467 @@
+"""The local engine in follow mode: a service that reads an input directory as files
+land in it and fires deadlines on time, in this process.
+
+Each *batch* reads the files that landed since the last one and moves time: to the
+largest ``ts_ms`` read less the lateness bound, as the Spark engine does (see
+:mod:`tickwheel.pipeline.partition`; the engine here is its one partition of each
+stage), and, with a wall clock, to the wall clock's time less the bound, whether or
+not a row arrived. A deadline therefore fires once the wall clock is past it plus the
+lateness bound; a row that arrives later than the bound is quarantined as late. A
+wall clock that steps back holds time where it stands: time never goes back.
+
+Exactly once, across crashes: a batch's plan (its files and its clock reading) is
+written before it runs, and a restart runs a planned batch again from that plan, so it
+makes the same outcomes and rewrites the same ``batch-<id>.parquet`` files. The state
+(the partitions' snapshots and the batch id) is written whole after the outputs; the
+names of the files read go to an append-only log, tagged with their batch.
+
+Between batches :meth:`LocalFollowEngine.run` sleeps until the next trigger or until
+the purgatory's timer says the next deadline falls due, whichever comes first, so a
+deadline is not held back by the trigger interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import marshal
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tickwheel._validate import check_positive_int
+from tickwheel.pipeline.delivery import BatchDelivery
+from tickwheel.pipeline.events import Quarantined, Wire, compact_wire, to_wire
+from tickwheel.pipeline.io import (
+    DEFAULT_CHECKPOINT,
+    OWNER_FILE,
+    checkpoint_id,
+    input_files,
+    json_lines,
+    outcomes_table,
+    parquet_events,
+    prepare_output,
+    quarantine_table,
+)
+from tickwheel.pipeline.limits import (
+    DEFAULT_LATENESS_MS,
+    FOLLOW_DEDUPE_RETENTION_MS,
+    MAX_LATENESS_MS,
+    MAX_RETENTION_MS,
+    MAX_TRIGGER_MS,
+)
+from tickwheel.pipeline.partition import KeyPartition, OpPartition
+from tickwheel.pipeline.resolver import OutcomeRow
+from tickwheel.pipeline.routing import route
+from tickwheel.pipeline.sink import OutcomeSink
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "wall_clock_ms"]
+
+log = logging.getLogger(__name__)
+
+#: What this engine writes in its checkpoint's ``tickwheel.json``.
+LOCAL_CHECKPOINT_FORMAT = 1
+_STATE_VERSION = 1
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch, as ``ts_ms`` counts them (it may step back)."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FollowBatch:
+    """What one batch did."""
+
+    batch_id: int
+    files: int
+    rows: int
+    outcomes: int
+    quarantined: int
+    pending: int  # operations not yet resolved
+    held: int  # rows read that time has not reached
+    release_ms: int | None  # rows below it are applied
+    clock_ms: int | None  # the wall clock's reading, if time follows one
+    seconds: float
+
+    @property
+    def lag_ms(self) -> int | None:
+        """How far time stands behind the wall clock's reading (the lateness bound,
+        when the engine keeps up)."""
+        if self.clock_ms is None or self.release_ms is None:
+            return None
+        return self.clock_ms - self.release_ms
+
+
+@dataclass(frozen=True, slots=True)
+class FollowCounts:
+    """Counters and gauges of both stages after a batch; a
+    :class:`~tickwheel.metrics.PipelineCounts` for the metrics export."""
+
+    batches: int = 0
+    rows_in: int = 0
+    rows_applied: int = 0
+    quarantined: int = 0
+    held: int = 0  # rows read that time has not reached
+    pending: int = 0  # operations
+    registrations: int = 0  # of operations on keys (stage 1)
+    ignored_cancels: int = 0
+    release_ms: int | None = None
+    clock_ms: int | None = None
+    by_reason: dict[str, int] = field(default_factory=dict)
+    by_outcome: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lag_ms(self) -> int | None:
+        """How far time stands behind the wall clock's last reading."""
+        if self.clock_ms is None or self.release_ms is None:
+            return None
+        return self.clock_ms - self.release_ms
+
+    def quarantined_by_reason(self) -> dict[str, int]:
+        return dict(self.by_reason)
+
+    def outcomes_by_outcome(self) -> dict[str, int]:
+        return dict(self.by_outcome)
+
+
+@dataclass(slots=True)
+class FollowResult:
+    """Totals of one :meth:`LocalFollowEngine.run`."""
+
+    batches: int = 0
+    rows_in: int = 0
+    outcomes: int = 0
+    quarantined: int = 0
+    pending: int = 0
+    release_ms: int | None = None
+    outcomes_by_outcome: dict[str, int] = field(default_factory=dict)
+    quarantined_by_reason: dict[str, int] = field(default_factory=dict)
+
+
+def _write_atomically(data: bytes, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def _write_table(table: pa.Table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def _rows_of(path: Path) -> list[Wire]:
+    """A file's rows in their wire form, read as the reference engine reads them."""
+    if path.suffix == ".parquet":
+        return [to_wire(row) for row in parquet_events(path.read_bytes(), path.name)]
+    with open(path, "rb") as stream:
+        return [compact_wire(line) for lines in json_lines(stream) for line in lines
+                if line.strip()]
+
+
+class LocalFollowEngine:
+    """Follows ``input_dir``: :meth:`step` runs one batch, :meth:`run` runs batches
+    until told to stop.
+
+    ``clock`` is the wall clock (``ts_ms`` milliseconds, such as
+    :func:`wall_clock_ms`); without one, time moves only as rows arrive. ``output_dir``
+    gets ``outcomes/`` and ``quarantine/`` as ``batch-<id>.parquet`` files;
+    ``checkpoint_dir`` (default ``OUTPUT/_checkpoint``) holds the state, so that a run
+    on the same directories carries on where the last one stopped. ``sink`` gets every
+    outcome at least once (see :class:`~tickwheel.pipeline.delivery.BatchDelivery`).
+    """
+
+    def __init__(self, input_dir: Path, output_dir: Path, *,
+                 checkpoint_dir: Path | None = None,
+                 lateness_ms: int = DEFAULT_LATENESS_MS,
+                 dedupe_retention_ms: int | None = FOLLOW_DEDUPE_RETENTION_MS,
+                 clock: Callable[[], int] | None = None,
+                 sink: OutcomeSink | None = None, overwrite: bool = False) -> None:
+        check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
+        if dedupe_retention_ms is not None:
+            check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
+                               maximum=MAX_RETENTION_MS)
+        if not input_dir.is_dir():
+            raise FileNotFoundError(f"input directory {input_dir} does not exist")
+        input_files(input_dir)  # refuses what the engines cannot read alike
+        checkpoint = output_dir / DEFAULT_CHECKPOINT if checkpoint_dir is None else checkpoint_dir
+        prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint,
+                       checkpoint_id=checkpoint_id(checkpoint))
+        self.input_dir = input_dir
+        self.output_dir = output_dir
+        self.checkpoint_dir = checkpoint
+        self.lateness_ms = lateness_ms
+        self.dedupe_retention_ms = dedupe_retention_ms
+        self.clock = clock
+        self.sink = sink
+        self._settle_checkpoint()
+        output_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomically(json.dumps({"checkpoint": checkpoint_id(checkpoint)}).encode(),
+                          output_dir / OWNER_FILE)
+        self.batch_id = -1  # the last batch committed
+        self.keys = KeyPartition(0, 1, lateness_ms)
+        self.ops = OpPartition(0, lateness_ms, dedupe_retention_ms)
+        self._seen: set[str] = set()
+        self._files_logged = 0  # lines in the files log
+        self._restore()
+        self._delivery: BatchDelivery | None = None
+        self._counts = FollowCounts()
+        self._count()
+
+    # -- the checkpoint ------------------------------------------------------------
+
+    def _settle_checkpoint(self) -> None:
+        meta = self.checkpoint_dir / "tickwheel.json"
+        wanted = {"lateness_ms": self.lateness_ms,
+                  "dedupe_retention_ms": self.dedupe_retention_ms,
+                  "clock": "event" if self.clock is None else "wall"}
+        if meta.exists():
+            saved = json.loads(meta.read_text())
+            if saved.get("engine") != "local" or saved.get("format") != (
+                    LOCAL_CHECKPOINT_FORMAT):
+                raise ValueError(
+                    f"the checkpoint {self.checkpoint_dir} was not written by this version "
+                    f"of the local engine's follow mode (engine {saved.get('engine', 'spark')}"
+                    f", format {saved.get('format')}): give another --checkpoint")
+            for name, value in wanted.items():
+                # The state holds these: a run cannot change them.
+                if saved.get(name) != value:
+                    raise ValueError(f"{name}={value} but the checkpoint "
+                                     f"{self.checkpoint_dir} was made with "
+                                     f"{name}={saved.get(name)}")
+            return
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomically(json.dumps({"engine": "local", "format": LOCAL_CHECKPOINT_FORMAT,
+                                      "id": uuid.uuid4().hex, **wanted}).encode(), meta)
+
+    @property
+    def _state_path(self) -> Path:
+        return self.checkpoint_dir / "state"
+
+    @property
+    def _plan_path(self) -> Path:
+        return self.checkpoint_dir / "plan.json"
+
+    @property
+    def _files_path(self) -> Path:
+        return self.checkpoint_dir / "files.log"
+
+    def _restore(self) -> None:
+        try:
+            blob = self._state_path.read_bytes()
+        except FileNotFoundError:
+            return
+        version, batch_id, keys, ops = marshal.loads(blob)
+        if version != _STATE_VERSION:
+            raise ValueError(f"state version {version} in {self._state_path} is not "
+                             "supported")
+        self.batch_id = batch_id
+        self.keys = KeyPartition.restore(keys)
+        self.ops = OpPartition.restore(ops)
+        try:
+            text = self._files_path.read_bytes()
+        except FileNotFoundError:
+            text = b""
+        whole = text.rfind(b"\n") + 1
+        if whole < len(text):  # a line torn by a crash: its batch never committed
+            with open(self._files_path, "r+b") as log_file:
+                log_file.truncate(whole)
+        lines = text[:whole].decode("utf-8").splitlines()
+        for line in lines:
+            batch, name = json.loads(line)
+            if batch <= batch_id:  # later ones belong to a batch that will run again
+                self._seen.add(name)
+        self._files_logged = len(lines)
+
+    def _log_files(self, batch_id: int, names: list[str]) -> None:
+        if not names:
+            return
+        with open(self._files_path, "a", encoding="utf-8") as out:
+            for name in names:
+                out.write(json.dumps([batch_id, name]) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        self._files_logged += len(names)
+
+    def _compact_files_log(self, listed: set[str]) -> None:
+        """Forget the names of files gone from the input directory: one that comes
+        back under the same name is new input. Rewrites the log once it holds twice
+        as many lines as names it must keep."""
+        self._seen &= listed
+        if self._files_logged <= 2 * len(self._seen) + 1024:
+            return
+        lines = "".join(json.dumps([self.batch_id, name]) + "\n" for name in sorted(self._seen))
+        _write_atomically(lines.encode("utf-8"), self._files_path)
+        self._files_logged = len(self._seen)
+
+    def _plan(self) -> tuple[int, list[str], int | None] | None:
+        """The next batch: the one planned before a crash, or a new one (None when a
+        batch would have nothing to do)."""
+        batch_id = self.batch_id + 1
+        try:
+            planned = json.loads(self._plan_path.read_text())
+        except (FileNotFoundError, ValueError):
+            planned = None
+        if planned is not None and planned["batch"] == batch_id:
+            log.info("running batch %d again from its plan", batch_id)
+            return batch_id, list(planned["files"]), planned["clock_ms"]
+        listed = {path.name for path in input_files(self.input_dir)}
+        self._compact_files_log(listed)
+        names = sorted(listed - self._seen)
+        clock_ms = None if self.clock is None else self.clock()
+        if not names and not self._clock_moves(clock_ms):
+            return None
+        _write_atomically(json.dumps({"batch": batch_id, "files": names,
+                                      "clock_ms": clock_ms}).encode(), self._plan_path)
+        return batch_id, names, clock_ms
+
+    def _clock_moves(self, clock_ms: int | None) -> bool:
+        if clock_ms is None:
+            return False
+        release = self.keys.release_ms
+        return release is None or clock_ms - self.lateness_ms > release
+
+    def _commit(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        _write_atomically(marshal.dumps((_STATE_VERSION, batch_id, self.keys.snapshot(),
+                                         self.ops.snapshot())), self._state_path)
+
+    # -- running -------------------------------------------------------------------
+
+    def step(self) -> FollowBatch | None:
+        """Run one batch, if there is new input or the wall clock has moved time;
+        returns what it did."""
+        started = time.perf_counter()
+        plan = self._plan()
+        if plan is None:
+            return None
+        batch_id, names, clock_ms = plan
+        rows: list[Wire] = []
+        for name in names:
+            path = self.input_dir / name
+            try:
+                rows += _rows_of(path)
+            except FileNotFoundError:
+                log.warning("input file %s went away before batch %d read it", path,
+                            batch_id)
+        quarantine: list[Quarantined] = []
+        by_key, by_op = route(rows, 1)
+        top = max((fields[0] for fields in rows if len(fields) != 3), default=None)
+        quarantine += self.keys.take(by_key[0], top)
+        end = None if clock_ms is None else clock_ms - self.lateness_ms
+        point, progress = self.keys.release(end)
+        quarantine += self.ops.take(by_op[0], progress)
+        outcomes, duplicates = self.ops.release(point)
+        quarantine += duplicates
+        self._write_outputs(batch_id, outcomes, quarantine)
+        self._log_files(batch_id, names)
+        self._commit(batch_id)
+        self._seen.update(names)
+        self._count()
+        if clock_ms is not None:
+            self._counts = replace(self._counts, clock_ms=clock_ms)
+        counts = self._counts
+        batch = FollowBatch(batch_id, len(names), len(rows), len(outcomes), len(quarantine),
+                            counts.pending, counts.held, counts.release_ms, clock_ms,
+                            time.perf_counter() - started)
+        log.info("batch %d: %d files, %d rows, %d outcomes, %d quarantined, %d pending",
+                 batch_id, batch.files, batch.rows, batch.outcomes, batch.quarantined,
+                 batch.pending)
+        return batch
+
+    def _write_outputs(self, batch_id: int, outcomes: list[OutcomeRow],
+                       quarantine: list[Quarantined]) -> None:
+        name = f"batch-{batch_id:09d}.parquet"
+        table = outcomes_table(outcomes)
+        if outcomes:
+            _write_table(table, self.output_dir / "outcomes" / name)
+        if quarantine:
+            _write_table(quarantine_table(quarantine), self.output_dir / "quarantine" / name)
+        if self._delivery is not None and outcomes:
+            self._delivery.submit(batch_id, table)
+
+    def next_wake_ms(self) -> int | None:
+        """The wall-clock time at which the next deadline falls due (at the earliest:
+        the purgatory's timer answers with its next bucket), or None."""
+        if self.clock is None:
+            return None
+        due = self.ops.stage.next_due_ms()
+        return None if due is None else due + self.lateness_ms + 1
+
+    def run(self, stop: threading.Event, trigger_ms: int = 1000,
+            on_batch: Callable[[FollowBatch], None] | None = None) -> FollowResult:
+        """Run batches until ``stop`` is set: one every ``trigger_ms`` at most, and
+        one as soon as a deadline falls due. Returns at a batch boundary."""
+        check_positive_int("trigger_ms", trigger_ms, maximum=MAX_TRIGGER_MS)
+        result = FollowResult()
+        if self.sink is not None:
+            self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
+                                           self.checkpoint_dir / "delivered")
+        try:
+            while not stop.is_set():
+                began = time.monotonic()
+                batch = self.step()
+                if batch is not None:
+                    result.batches += 1
+                    result.rows_in += batch.rows
+                    result.outcomes += batch.outcomes
+                    result.quarantined += batch.quarantined
+                    if on_batch is not None:
+                        on_batch(batch)
+                wait_s = trigger_ms / 1000 - (time.monotonic() - began)
+                wake = self.next_wake_ms()
+                if wake is not None and self.clock is not None:
+                    now = self.clock()
+                    if wake > now:  # a bucket already behind waits for the trigger
+                        wait_s = min(wait_s, (wake - now) / 1000)
+                if wait_s > 0:
+                    stop.wait(wait_s)
+        except BaseException:
+            self._close_delivery(raise_failure=False)
+            raise
+        self._close_delivery()
+        counts = self._counts
+        result.pending = counts.pending
+        result.release_ms = counts.release_ms
+        result.outcomes_by_outcome = counts.outcomes_by_outcome()
+        result.quarantined_by_reason = counts.quarantined_by_reason()
+        return result
+
+    def _close_delivery(self, *, raise_failure: bool = True) -> None:
+        if self._delivery is not None:
+            delivery, self._delivery = self._delivery, None
+            delivery.close(raise_failure=raise_failure)
+
+    def _count(self) -> None:
+        ops, keys = self.ops.status(), self.keys.status()
+        by_reason = dict(ops.quarantined_by_reason)
+        for reason, n in keys.quarantined_by_reason.items():
+            by_reason[reason] = by_reason.get(reason, 0) + n
+        self._counts = FollowCounts(
+            batches=self.batch_id + 1, rows_in=keys.rows_in + ops.rows_in,
+            rows_applied=keys.rows_applied + ops.rows_applied,
+            quarantined=keys.quarantined + ops.quarantined, held=keys.held + ops.held,
+            pending=ops.pending, registrations=keys.pending,
+            ignored_cancels=ops.ignored_cancels, release_ms=ops.release_ms,
+            by_reason=dict(sorted(by_reason.items())),
+            by_outcome=dict(sorted(ops.outcomes_by_outcome.items())))
+
+    def counts(self) -> FollowCounts:
+        """The counters after the last batch: a snapshot, safe to read from any thread
+        (the metrics export reads it while batches run)."""
+        return self._counts

@@ -1,0 +1,383 @@
+"""The local engine in follow mode: files are read as they land, deadlines fire when
+the wall clock passes them plus the lateness bound, and a restart carries on, after a
+crash too, without losing or doubling an outcome. Time is a manual clock here."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.pipeline.logs import LATENESS_MS, random_log
+from tickwheel.pipeline.follow import LocalFollowEngine, wall_clock_ms
+from tickwheel.pipeline.reference import ReferenceEngine
+
+
+class WallClock:
+    """A wall clock the test sets, backwards too (as NTP may step one)."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def land(directory: Path, name: str, lines: list[str]) -> None:
+    """A file written whole, then renamed into place, as producers must."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text("".join(f"{text}\n" for text in lines))
+    tmp.rename(directory / name)
+
+
+def rows(directory: Path) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("batch-*.parquet")):
+        found.extend(pq.read_table(path).to_pylist())
+    return found
+
+
+def outcomes(output: Path) -> list[tuple[Any, ...]]:
+    return sorted((r["op_id"], r["outcome"], r["resolved_ms"], r["latency_ms"],
+                   tuple(r["keys"]), r["error"]) for r in rows(output / "outcomes"))
+
+
+def watch(ts: int, op_id: str, deadline: int, keys: list[str] | None = None) -> str:
+    return json.dumps({"ts_ms": ts, "type": "watch", "op_id": op_id,
+                       "keys": keys or ["k"], "deadline_ms": deadline,
+                       "condition": "any_update"})
+
+
+def cancel(ts: int, op_id: str) -> str:
+    return json.dumps({"ts_ms": ts, "type": "cancel", "op_id": op_id})
+
+
+def engine(tmp_path: Path, clock: Callable[[], int] | None, **options: Any) -> LocalFollowEngine:
+    options.setdefault("lateness_ms", 100)
+    return LocalFollowEngine(tmp_path / "in", tmp_path / "out", clock=clock, **options)
+
+
+@pytest.fixture
+def inbox(tmp_path: Path) -> Path:
+    (tmp_path / "in").mkdir()
+    return tmp_path / "in"
+
+
+# -- reading as files land -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_files_landing_one_by_one_resolve_as_the_reference_engine_resolves_the_log(
+        tmp_path: Path, inbox: Path, seed: int) -> None:
+    lines = random_log(seed)
+    clock = WallClock(0)
+    follower = engine(tmp_path, clock, lateness_ms=LATENESS_MS, dedupe_retention_ms=None)
+    for i in range(0, len(lines), 200):
+        part = lines[i:i + 200]
+        land(inbox, f"part-{i:05d}.jsonl", part)
+        # The wall clock runs with the rows' own time, as a live producer's would.
+        clock.ms = max(json.loads(text)["ts_ms"] for text in part if text.startswith("{")
+                       and isinstance(json.loads(text).get("ts_ms"), int))
+        assert follower.step() is not None
+    top = max(json.loads(text)["ts_ms"] for text in lines if text.startswith('{"ts_ms":')
+              and isinstance(json.loads(text)["ts_ms"], int))
+    clock.ms = top + LATENESS_MS + 1  # time stands at the last row: the log has ended
+    follower.step()
+    reference = ReferenceEngine(lateness_ms=LATENESS_MS)
+    reference.feed_lines(lines)
+    expected = reference.run()
+    assert outcomes(tmp_path / "out") == sorted(
+        (o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, tuple(o.keys), o.error)
+        for o in expected.outcomes)
+    assert len(rows(tmp_path / "out" / "quarantine")) == len(expected.quarantine)
+
+
+def test_a_file_is_read_once_however_many_batches_run(tmp_path: Path, inbox: Path) -> None:
+    follower = engine(tmp_path, None)
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_050)])
+    first = follower.step()
+    assert first is not None and (first.files, first.rows) == (1, 1)
+    assert follower.step() is None  # nothing new, and time follows the rows only
+    land(inbox, "b.jsonl", [watch(1_200, "later", 5_000)])
+    second = follower.step()
+    assert second is not None and (second.files, second.rows) == (1, 1)
+    assert outcomes(tmp_path / "out") == [("op", "expired", 1_050, 50, ("k",), None)]
+
+
+# -- time passes without input --------------------------------------------------------
+
+
+def test_an_operation_with_no_later_input_expires_once_the_wall_clock_passes_it(
+        tmp_path: Path, inbox: Path) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock)
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_500)])
+    follower.step()
+    assert follower.next_wake_ms() is None  # the watch is held: rows may still arrive
+    clock.ms = 1_101
+    follower.step()
+    wake = follower.next_wake_ms()
+    assert wake is not None and 1_101 < wake <= 1_500 + 100 + 1  # never after it is due
+    clock.ms = 1_600  # the deadline plus the lateness bound: rows may still arrive
+    follower.step()
+    assert outcomes(tmp_path / "out") == []
+    clock.ms = 1_601
+    batch = follower.step()
+    assert batch is not None and batch.outcomes == 1 and batch.lag_ms == 100
+    assert outcomes(tmp_path / "out") == [("op", "expired", 1_500, 500, ("k",), None)]
+    assert follower.next_wake_ms() is None
+
+
+def test_a_cancel_that_arrives_in_time_prevents_the_expiry(tmp_path: Path,
+                                                           inbox: Path) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock)
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_500)])
+    follower.step()
+    clock.ms = 1_550
+    land(inbox, "b.jsonl", [cancel(1_490, "op")])  # late by 60 ms, within the bound
+    follower.step()
+    clock.ms = 5_000
+    follower.step()
+    assert outcomes(tmp_path / "out") == [("op", "cancelled", 1_490, 490, ("k",), None)]
+
+
+def test_a_row_later_than_the_bound_behind_the_wall_clock_is_quarantined_as_late(
+        tmp_path: Path, inbox: Path) -> None:
+    clock = WallClock(10_000)
+    follower = engine(tmp_path, clock)
+    follower.step()
+    land(inbox, "a.jsonl", [watch(9_899, "late", 20_000), watch(9_900, "on-time", 20_000)])
+    follower.step()
+    quarantined = rows(tmp_path / "out" / "quarantine")
+    assert [(json.loads(q["raw"])["op_id"], q["reason"]) for q in quarantined] == [
+        ("late", "late")]
+    assert follower.counts().held == 1  # on time: held until time passes it
+
+
+def test_a_wall_clock_that_steps_back_never_takes_time_back(tmp_path: Path,
+                                                            inbox: Path) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock)
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_200)])
+    follower.step()
+    clock.ms = 2_000
+    follower.step()
+    assert len(outcomes(tmp_path / "out")) == 1
+    clock.ms = 500  # an NTP step back
+    assert follower.step() is None
+    land(inbox, "b.jsonl", [watch(1_500, "op", 9_000), cancel(1_850, "op")])
+    follower.step()  # below where time stands (1_900): late, not applied
+    clock.ms = 20_000
+    follower.step()
+    assert outcomes(tmp_path / "out") == [("op", "expired", 1_200, 200, ("k",), None)]
+    assert len(rows(tmp_path / "out" / "quarantine")) == 2
+
+
+# -- restarts ---------------------------------------------------------------------------
+
+
+def test_a_restart_carries_on_where_the_last_run_stopped(tmp_path: Path,
+                                                         inbox: Path) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock)
+    land(inbox, "a.jsonl", [watch(1_000, "a", 1_500), watch(1_000, "b", 3_000)])
+    follower.step()
+    clock.ms = 2_000
+    follower.step()
+    del follower
+    again = engine(tmp_path, clock)
+    assert again.ops.stage.pending.keys() == {"b"}
+    assert again.step() is None  # a.jsonl was read, and time has not moved
+    clock.ms = 4_000
+    again.step()
+    assert [o[:2] for o in outcomes(tmp_path / "out")] == [("a", "expired"),
+                                                           ("b", "expired")]
+
+
+def test_a_batch_cut_short_by_a_crash_runs_again_from_its_plan(
+        tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock)
+    land(inbox, "a.jsonl", [watch(1_000, "a", 1_500), watch(1_000, "b", 1_700)])
+    follower.step()
+    clock.ms = 1_650
+
+    def crash(batch_id: int) -> None:
+        raise KeyboardInterrupt  # killed after the outputs, before the state
+
+    monkeypatch.setattr(follower, "_commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        follower.step()
+    written = outcomes(tmp_path / "out")
+    assert [o[0] for o in written] == ["a"]
+    # Meanwhile a row lands that would change the batch if it ran afresh, and the
+    # clock moves on: the batch runs again as planned, then the next one.
+    land(inbox, "b.jsonl", [cancel(1_600, "a"), cancel(1_690, "b")])
+    clock.ms = 5_000
+    again = engine(tmp_path, clock)
+    redone = again.step()
+    assert redone is not None and redone.batch_id == 1 and redone.clock_ms == 1_650
+    assert outcomes(tmp_path / "out") == written
+    again.step()
+    assert [o[:2] for o in outcomes(tmp_path / "out")] == [("a", "expired"),
+                                                           ("b", "cancelled")]
+
+
+def test_a_torn_line_in_the_files_log_does_not_lose_the_next_ones(tmp_path: Path,
+                                                                   inbox: Path) -> None:
+    follower = engine(tmp_path, None)
+    land(inbox, "a.jsonl", [watch(1_000, "a", 9_000)])
+    follower.step()
+    with open(tmp_path / "out" / "_checkpoint" / "files.log", "a") as log_file:
+        log_file.write('[1, "b.js')  # a crash in the middle of a later batch's line
+    again = engine(tmp_path, None)
+    land(inbox, "b.jsonl", [watch(1_100, "b", 9_000)])
+    assert again.step() is not None
+    third = engine(tmp_path, None)
+    assert third.step() is None  # b.jsonl is remembered: not read twice
+    assert third.counts().rows_in == 2
+
+
+def test_options_the_state_depends_on_cannot_change_on_restart(tmp_path: Path,
+                                                               inbox: Path) -> None:
+    engine(tmp_path, None, lateness_ms=100)
+    with pytest.raises(ValueError, match="lateness_ms=200 but the checkpoint"):
+        engine(tmp_path, None, lateness_ms=200)
+    with pytest.raises(ValueError, match="clock=wall but the checkpoint"):
+        engine(tmp_path, WallClock(0), lateness_ms=100)
+
+
+def test_a_spark_checkpoint_is_refused_by_name(tmp_path: Path, inbox: Path) -> None:
+    checkpoint = tmp_path / "out" / "_checkpoint"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "tickwheel.json").write_text(json.dumps({"format": 3, "id": "x"}))
+    with pytest.raises(ValueError, match="engine spark, format 3"):
+        engine(tmp_path, None)
+
+
+# -- on the real clock ------------------------------------------------------------------
+
+
+def test_run_fires_a_deadline_on_the_real_clock_and_stops_when_told(
+        tmp_path: Path, inbox: Path) -> None:
+    follower = engine(tmp_path, wall_clock_ms, lateness_ms=50)
+    stop = threading.Event()
+    batches: list[Any] = []
+    runner = threading.Thread(target=lambda: batches.append(
+        follower.run(stop, trigger_ms=5_000)))
+    runner.start()
+    try:
+        now = wall_clock_ms()
+        land(inbox, "a.jsonl", [watch(now, "soon", now + 200)])
+        # The trigger is 5 s: the file waits for it, then the timer wakes the loop at
+        # the deadline rather than at the next trigger.
+        deadline = time.monotonic() + 30
+        while not outcomes(tmp_path / "out") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [o[:2] for o in outcomes(tmp_path / "out")] == [("soon", "expired")]
+    finally:
+        stop.set()
+        runner.join(timeout=30)
+    assert not runner.is_alive()
+    assert batches[0].outcomes == 1
+
+
+# -- the command ---------------------------------------------------------------------
+
+
+def follow_command(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--input",
+         str(tmp_path / "in"), "--output", str(tmp_path / "out"), *options],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(condition: Callable[[], bool], what: str, child: subprocess.Popen[str],
+             timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if child.poll() is not None:
+            raise AssertionError(f"the run stopped waiting for {what}: {child.stdout.read()}"
+                                 if child.stdout else what)
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s"
+        time.sleep(0.05)
+
+
+def test_the_command_fires_on_the_wall_clock_stops_on_sigterm_and_carries_on(
+        tmp_path: Path, inbox: Path) -> None:
+    options = ("--clock", "wall", "--lateness-ms", "100", "--trigger-ms", "100")
+    child = follow_command(tmp_path, *options)
+    try:
+        now = wall_clock_ms()
+        land(inbox, "a.jsonl", [watch(now, "soon", now + 300),
+                                watch(now, "later", now + 600_000)])
+        wait_for(lambda: len(outcomes(tmp_path / "out")) == 1, "expiry", child)
+        child.send_signal(signal.SIGTERM)
+        output, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0, output
+    assert "SIGTERM: stopping after this batch" in output
+    child = follow_command(tmp_path, *options)
+    try:
+        land(inbox, "b.jsonl", [cancel(wall_clock_ms(), "later")])
+        wait_for(lambda: len(outcomes(tmp_path / "out")) == 2, "cancel", child)
+        child.send_signal(signal.SIGINT)
+        output, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0, output
+    assert [o[:2] for o in outcomes(tmp_path / "out")] == [("later", "cancelled"),
+                                                           ("soon", "expired")]
+
+
+def test_a_kill_9_then_a_restart_gives_the_outcomes_of_an_uninterrupted_run(
+        tmp_path: Path, inbox: Path) -> None:
+    lines = random_log(11, rows=3_000)
+    parts = [lines[i:i + 300] for i in range(0, len(lines), 300)]
+    options = ("--lateness-ms", str(LATENESS_MS), "--trigger-ms", "20")
+    child = follow_command(tmp_path, *options)
+    files_log = tmp_path / "out" / "_checkpoint" / "files.log"
+
+    def files_read() -> int:
+        return len(files_log.read_text().splitlines()) if files_log.exists() else 0
+
+    try:
+        for n, part in enumerate(parts[:6]):
+            land(inbox, f"part-{n:02d}.jsonl", part)
+            time.sleep(0.03)
+        wait_for(lambda: files_read() >= 2, "a batch", child)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=60)
+    for n, part in enumerate(parts[6:], start=6):
+        land(inbox, f"part-{n:02d}.jsonl", part)
+    child = follow_command(tmp_path, *options)
+    try:
+        wait_for(lambda: files_read() == len(parts), "every file", child)
+        child.send_signal(signal.SIGTERM)
+        output, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0, output
+    uninterrupted = tmp_path / "again"
+    (uninterrupted / "in").mkdir(parents=True)
+    for n, part in enumerate(parts):
+        land(uninterrupted / "in", f"part-{n:02d}.jsonl", part)
+    one_batch = engine(uninterrupted, None, lateness_ms=LATENESS_MS)
+    one_batch.step()
+    assert outcomes(tmp_path / "out") == outcomes(uninterrupted / "out")
+    assert len(outcomes(tmp_path / "out")) > 100
+    assert sorted(map(str, rows(tmp_path / "out" / "quarantine"))) == sorted(
+        map(str, rows(uninterrupted / "out" / "quarantine")))
