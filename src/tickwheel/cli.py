@@ -23,7 +23,13 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise SystemExit("the tickwheel command needs its extra: pip install 'tickwheel[cli]'") \
         from exc
 
-from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
+from tickwheel.pipeline.generator import (
+    MAX_RATE,
+    MIN_RATE,
+    GeneratorConfig,
+    follow_event_log,
+    write_event_log,
+)
 from tickwheel.pipeline.io import (
     DEFAULT_CHECKPOINT,
     InputError,
@@ -83,11 +89,24 @@ def generate(
                                              help="extra malformed rows, as a fraction")] = 0.0,
     disorder_ms: Annotated[int, typer.Option(min=0, help="bounded disorder of rows")] = 0,
     rows_per_file: Annotated[int, typer.Option(min=1)] = 20_000,
+    follow: Annotated[bool, typer.Option(
+        help="write the workload as it happens, with wall-clock ts_ms, until SIGINT or "
+             "SIGTERM (--events and --rows-per-file do not apply)")] = False,
+    rate: Annotated[int, typer.Option(
+        min=MIN_RATE, max=MAX_RATE, help="--follow: about this many events per second")
+    ] = 5_000,
+    file_ms: Annotated[int, typer.Option(
+        min=1, max=3_600_000, help="--follow: a file per this much time; keep it within "
+                                   "the engines' lateness bound")] = 1_000,
 ) -> None:
     """Generate a workload from the broker models and write it as JSON Lines files."""
     if output.exists() and not output.is_dir():
         console.print(f"[red]--output {output} exists and is not a directory[/red]")
         raise typer.Exit(2)
+    if follow:
+        _generate_live(GeneratorConfig(seed=seed, malformed_fraction=malformed,
+                                       disorder_ms=disorder_ms), output, rate, file_ms)
+        return
     started = time.monotonic()
     config = GeneratorConfig(events=events, seed=seed, malformed_fraction=malformed,
                              disorder_ms=disorder_ms, rows_per_file=rows_per_file)
@@ -105,6 +124,28 @@ def generate(
             raise typer.Exit(130) from None
     console.print(f"wrote {stats['rows']:,} rows ({stats['malformed']:,} malformed) in "
                   f"{stats['files']} files to {output} in {time.monotonic() - started:.1f} s")
+
+
+def _generate_live(config: GeneratorConfig, output: Path, rate: int, file_ms: int) -> None:
+    started = time.monotonic()
+    written = {"rows": 0, "last": 0.0}
+
+    def on_file(rows: int, behind_ms: int) -> None:
+        written["rows"] += rows
+        now = time.monotonic()
+        if now - written["last"] >= 10:
+            behind = f", {behind_ms:,} ms behind the clock" if behind_ms > file_ms else ""
+            console.print(f"{written['rows']:,} rows in {now - started:.0f} s "
+                          f"({written['rows'] / max(now - started, 1e-9):,.0f}/s){behind}")
+            written["last"] = now
+
+    console.print(f"writing about {rate:,} events/s to {output}, a file every {file_ms} ms; "
+                  "SIGINT or SIGTERM stops")
+    with _stop_on_signals("after this file") as stop:
+        counts = follow_event_log(config, output, rate, stop, file_ms=file_ms,
+                                  on_file=on_file)
+    console.print(f"stopped: {counts['rows']:,} rows ({counts['malformed']:,} malformed) in "
+                  f"{counts['files']} files")
 
 
 @app.command()
@@ -208,7 +249,7 @@ def run(
 
 
 @contextlib.contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
+def _stop_on_signals(when: str = "after this batch") -> Iterator[threading.Event]:
     """SIGINT and SIGTERM set the event (the run stops at a batch boundary); a second
     SIGINT interrupts at once. The previous handlers come back afterwards."""
     stop = threading.Event()
@@ -216,7 +257,7 @@ def _stop_on_signals() -> Iterator[threading.Event]:
     def handle(signum: int, frame: object) -> None:
         if stop.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        console.print(f"{signal.Signals(signum).name}: stopping after this batch")
+        console.print(f"{signal.Signals(signum).name}: stopping {when}")
         stop.set()
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}

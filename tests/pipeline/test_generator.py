@@ -104,3 +104,58 @@ def test_the_log_does_not_depend_on_the_hash_seed() -> None:
         for seed in ("1", "2")
     }
     assert len(digests) == 1
+
+
+# -- a live workload ---------------------------------------------------------------------
+
+
+def test_a_live_workload_lands_whole_files_of_rows_whose_time_has_passed(
+        tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from tickwheel.pipeline.generator import _MALFORMED_SET, follow_event_log
+
+    out = tmp_path / "live"
+    stop = threading.Event()
+    landed: list[tuple[int, int]] = []
+    started_ms = time.time_ns() // 1_000_000
+    writer = threading.Thread(target=lambda: follow_event_log(
+        GeneratorConfig(seed=5, malformed_fraction=0.01), out, 2_000, stop, file_ms=200,
+        on_file=lambda rows, behind: landed.append((rows, time.time_ns() // 1_000_000))))
+    writer.start()
+    time.sleep(2.0)
+    stop.set()
+    writer.join(timeout=60)
+    assert not writer.is_alive()
+    files = sorted(out.iterdir())
+    assert len(files) >= 5 and all(f.name.startswith("events-") for f in files)  # no .tmp
+    rows = 0
+    for f in files:
+        first_ms = int(f.stem.split("-")[1])
+        mtime_ms = f.stat().st_mtime_ns // 1_000_000
+        for line in f.read_text().splitlines():
+            if line in _MALFORMED_SET:
+                continue
+            row = json.loads(line)
+            rows += 1
+            # In its file's window, which had passed when the file was written.
+            assert first_ms <= row["ts_ms"] < first_ms + 200 <= mtime_ms + 1
+            assert row["ts_ms"] >= started_ms - 1
+            if row["type"] == "watch":
+                assert row["deadline_ms"] >= row["ts_ms"] - 1
+    # About 2,000 events/s (generous: the test machine may be busy).
+    assert 1_000 <= rows / 2.0 <= 3_000, rows
+    assert sum(n for n, _ in landed) == rows + sum(
+        1 for f in files for line in f.read_text().splitlines() if line in _MALFORMED_SET)
+
+
+@pytest.mark.parametrize("rate", [100, 10**6])
+def test_a_rate_out_of_range_is_refused(tmp_path: Path, rate: int) -> None:
+    import threading
+
+    from tickwheel.pipeline.generator import follow_event_log
+
+    with pytest.raises(ValueError, match="rate must be in"):
+        follow_event_log(GeneratorConfig(), tmp_path, rate, threading.Event())
+    assert not any(tmp_path.iterdir())

@@ -320,10 +320,12 @@ class LocalFollowEngine:
         if planned is not None and planned["batch"] == batch_id:
             log.info("running batch %d again from its plan", batch_id)
             return batch_id, list(planned["files"]), planned["clock_ms"]
+        # The clock first: a file listed after it was written after it too, so its rows
+        # are late only if they waited longer than the lateness bound to land.
+        clock_ms = None if self.clock is None else self.clock()
         listed = {path.name for path in input_files(self.input_dir)}
         self._compact_files_log(listed)
         names = sorted(listed - self._seen)
-        clock_ms = None if self.clock is None else self.clock()
         if not names and not self._clock_moves(clock_ms):
             return None
         _write_atomically(json.dumps({"batch": batch_id, "files": names,

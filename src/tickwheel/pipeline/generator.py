@@ -29,8 +29,10 @@ import itertools
 import json
 import os
 import random
+import threading
+import time
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +42,7 @@ from tickwheel.broker.groups import DelayedHeartbeat, GroupCoordinator
 from tickwheel.broker.replication import CONSUMER, DelayedFetch, DelayedProduce, ReplicaManager
 from tickwheel.purgatory import DelayedOperation
 
-__all__ = ["GeneratorConfig", "generate", "iter_rows", "write_event_log"]
-
-STEP_MS = 10
+__all__ = ["GeneratorConfig", "follow_event_log", "generate", "iter_rows", "write_event_log"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ class GeneratorConfig:
     malformed_fraction: float = 0.0  # extra malformed rows, as a fraction of events
     disorder_ms: int = 0  # rows may be written up to this much out of ts order
     rows_per_file: int = 20_000
+    #: Simulated time per step of the models: shorter steps make more events per second
+    #: of ``ts_ms`` (each step produces and fetches; per-second work stays per second).
+    step_us: int = 10_000
 
 
 class _LogWriter(BrokerListener):
@@ -135,6 +138,9 @@ def iter_rows(config: GeneratorConfig) -> Iterator[dict[str, Any]]:
     the models' memory does not grow with ``config.events``."""
     if config.events < 1:
         raise ValueError(f"events must be >= 1, got {config.events}")
+    if not 1 <= config.step_us <= 1_000_000:
+        raise ValueError(f"step_us must be in 1..1000000, got {config.step_us}")
+    per_second = max(1, round(1_000_000 / config.step_us))
     rng = random.Random(config.seed)
     clock = ManualClock(1_000_000)
     # Readers fetch near the log's end, so 64 segments more than cover every offset the
@@ -161,7 +167,9 @@ def iter_rows(config: GeneratorConfig) -> Iterator[dict[str, Any]]:
     emitted = 0
     while emitted < config.events:
         step += 1
-        clock.advance(STEP_MS)
+        # Whole milliseconds, spread evenly: the clock is at step * step_us, rounded down.
+        advance = step * config.step_us // 1000 - (step - 1) * config.step_us // 1000
+        clock.advance(advance)
         live = [p for p in partitions if p in manager.partitions]
         for _ in range(rng.randint(0, 3)):  # acks=all produces
             chosen = rng.sample(live, k=min(len(live), rng.randint(1, 2)))
@@ -183,7 +191,7 @@ def iter_rows(config: GeneratorConfig) -> Iterator[dict[str, Any]]:
                               - rng.randint(0, 3)) for p in chosen}
             manager.fetch(CONSUMER, offsets, rng.choice([500, 2_000, 5_000]), 1 << 20,
                           rng.choice([300, 1_000]), lambda _r: None)
-        if step % 100 == 0:  # every second: heartbeats, crashes, rebalances
+        if step % per_second == 0:  # every second: heartbeats, crashes, rebalances
             for m in sorted(alive):
                 if rng.random() < 0.01:
                     alive.discard(m)  # crashed: its session will expire
@@ -216,16 +224,16 @@ def iter_rows(config: GeneratorConfig) -> Iterator[dict[str, Any]]:
                 manager.change_leader(p, 1)
                 moved[p] = 2_000
         for p in list(moved):
-            moved[p] -= STEP_MS
+            moved[p] -= advance
             if moved[p] <= 0:
                 del moved[p]
                 if p in manager.partitions:
                     manager.change_leader(p, 0)
-        if step == 3_000 and len(live) > 4:  # one partition is deleted
+        if step == 30 * per_second and len(live) > 4:  # one partition is deleted
             victim = live[-1]
             writer.partition_error(victim, "UNKNOWN_TOPIC_OR_PARTITION")
             manager.delete_partition(victim)
-        if step % 100 == 50:
+        if step % per_second == per_second // 2:
             writer._row(type="tick")
         manager.advance_clock(0)
         coordinator.advance_clock(0)
@@ -315,13 +323,90 @@ def write_event_log(config: GeneratorConfig, directory: Path,
         files += 1
         rows += len(batch)
         malformed += sum(1 for line in batch if line in _MALFORMED_SET)
-        target = directory / f"events-{files:05d}.jsonl"
-        tmp = directory / f".{target.name}.tmp"
-        try:
-            tmp.write_text("\n".join(batch) + "\n")
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        _land(directory / f"events-{files:05d}.jsonl", batch)
         if on_rows is not None:
             on_rows(len(batch))
     return {"rows": rows, "malformed": malformed, "files": files}
+
+
+#: Events per second of ``ts_ms`` made by each step per second (the produces and
+#: fetches of one step), and by the per-second work (heartbeats, rebalances), for the
+#: default models: measured at ``step_us`` 10,000 and 2,000 (docs/pipeline.md).
+_EVENTS_PER_STEP = 10.0
+_EVENTS_PER_SECOND = 222.0
+MIN_RATE = 250
+MAX_RATE = 100_000
+
+
+def step_us_for(rate: int) -> int:
+    """The ``step_us`` that makes about ``rate`` events per second of ``ts_ms``."""
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise ValueError(f"rate must be in {MIN_RATE}..{MAX_RATE} events/s, got {rate}")
+    return max(1, min(1_000_000, round(1e6 * _EVENTS_PER_STEP / (rate - _EVENTS_PER_SECOND))))
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def follow_event_log(config: GeneratorConfig, directory: Path, rate: int,
+                     stop: threading.Event, *, file_ms: int = 1_000,
+                     clock: Callable[[], int] = _wall_ms,
+                     on_file: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Write the workload as it happens, until ``stop`` is set: about ``rate`` events
+    per second with wall-clock ``ts_ms`` (epoch milliseconds; deadlines move with
+    them), in a file per ``file_ms`` of time, each written whole once its last row's
+    time has passed, then renamed into place (``events-<first ms>.jsonl``, in time
+    order). ``config.events`` is ignored; ``config.malformed_fraction`` of the rows,
+    on average, are malformed. ``on_file(rows, behind_ms)`` is told of every file:
+    how many rows, and how long after its time it was written (the models falling
+    behind the clock show there). Returns counts."""
+    if not 1 <= file_ms <= 3_600_000:
+        raise ValueError(f"file_ms must be in 1..3600000, got {file_ms}")
+    config = replace(config, events=2**62, step_us=step_us_for(rate))
+    rng = random.Random(config.seed + 1)
+    rows = iter_rows(config)
+    if config.disorder_ms > 0:
+        rows = _disordered(rows, config.disorder_ms, rng)
+    bad = config.malformed_fraction / (1 + config.malformed_fraction)
+    directory.mkdir(parents=True, exist_ok=True)
+    counts = {"rows": 0, "malformed": 0, "files": 0}
+    offset: int | None = None
+    window_end = 0
+    lines: list[str] = []
+    for row in rows:
+        if offset is None:
+            now = clock()
+            offset = now - int(row["ts_ms"])
+            window_end = now - now % file_ms + file_ms
+        ts = int(row["ts_ms"]) + offset
+        while ts >= window_end:
+            wait_ms = window_end - clock()
+            if (wait_ms > 0 and stop.wait(wait_ms / 1000)) or stop.is_set():
+                return counts
+            if lines:  # a quiet window leaves no file
+                _land(directory / f"events-{window_end - file_ms:013d}.jsonl", lines)
+                counts["files"] += 1
+                counts["rows"] += len(lines)
+            if on_file is not None:
+                on_file(len(lines), max(0, clock() - window_end))
+            lines = []
+            window_end += file_ms
+        row["ts_ms"] = ts
+        if "deadline_ms" in row:
+            row["deadline_ms"] = int(row["deadline_ms"]) + offset
+        if bad and rng.random() < bad:
+            lines.append(rng.choice(_MALFORMED))
+            counts["malformed"] += 1
+        lines.append(json.dumps(row, separators=(",", ":")))
+    return counts  # pragma: no cover - the models never run out
+
+
+def _land(target: Path, lines: list[str]) -> None:
+    """Written whole under a hidden name, then renamed: no reader sees half a file."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        tmp.write_text("".join(f"{line}\n" for line in lines))
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
