@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 try:
     import typer
@@ -55,6 +55,9 @@ from tickwheel.pipeline.limits import (
 )
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
+
+if TYPE_CHECKING:
+    from tickwheel.pipeline.spark import SparkEngine
 
 app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
                   add_completion=False)
@@ -203,18 +206,24 @@ def run(
                       "only[/red]")
         raise typer.Exit(2)
     if follow:
-        if engine is Engine.spark or not final or max_files_per_trigger is not None:
-            console.print("[red]--follow runs the local engine; with --engine spark, "
-                          "--no-final or --max-files-per-trigger it is not available[/red]")
+        if not final:
+            console.print("[red]--no-final does not apply to --follow: a service never "
+                          "ends its input[/red]")
             raise typer.Exit(2)
-        if master is not None or partitions is not None:
-            console.print("[red]--master and --partitions apply to the Spark engine "
-                          "only[/red]")
+        retention = (FOLLOW_DEDUPE_RETENTION_MS if dedupe_retention_ms is None
+                     else dedupe_retention_ms)
+        if engine is Engine.spark:
+            _run_spark(input, output, lateness_ms, retention,
+                       checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]",
+                       partitions, max_files_per_trigger, final, overwrite,
+                       follow=(trigger_ms, clock, metrics_port, metrics_host))
+            return
+        if any(option is not None for option in (master, partitions, max_files_per_trigger)):
+            console.print("[red]--master, --partitions and --max-files-per-trigger apply to "
+                          "the Spark engine only[/red]")
             raise typer.Exit(2)
-        _follow_local(input, output, checkpoint, lateness_ms,
-                      FOLLOW_DEDUPE_RETENTION_MS if dedupe_retention_ms is None
-                      else dedupe_retention_ms, trigger_ms, clock, overwrite,
-                      metrics_port, metrics_host)
+        _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
+                      overwrite, metrics_port, metrics_host)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
@@ -328,7 +337,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
 
 def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,
                checkpoint: Path, master: str, partitions: int | None,
-               max_files_per_trigger: int | None, final: bool, overwrite: bool) -> None:
+               max_files_per_trigger: int | None, final: bool, overwrite: bool,
+               follow: tuple[int, ClockKind, int | None, str] | None = None) -> None:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -351,10 +361,17 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
                                    partitions=partitions,
                                    max_files_per_trigger=max_files_per_trigger,
-                                   dedupe_retention_ms=dedupe_retention_ms)
+                                   dedupe_retention_ms=dedupe_retention_ms,
+                                   wall_clock=follow is not None and follow[1] is ClockKind.wall)
+        if follow is None and spark_engine.clock == "wall":
+            raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
+                             "with --follow --clock wall")
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
+    if follow is not None:
+        _follow_spark(spark_engine, *follow)
+        return
     with console.status(f"running the query ({spark_engine.partitions} partitions, checkpoint "
                         f"{checkpoint})"):
         result = spark_engine.run(final=final)
@@ -367,6 +384,70 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                result.seconds, result.rows_in,
                result.rows_applied, reasons, outcomes, result.pending,
                result.ignored_cancels, held=result.held)
+
+
+def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
+                  metrics_port: int | None, metrics_host: str) -> None:
+    live = _SparkCounts(spark_engine)
+    _serve_metrics(metrics_port, metrics_host, "follow", live)
+    last_print = 0.0
+
+    def progress(batch_id: int, outcomes: int, quarantined: int) -> None:
+        nonlocal last_print
+        live.refresh()
+        now = time.monotonic()
+        if outcomes or quarantined or now - last_print >= 10:
+            lag = live.lag_ms
+            behind = "" if lag is None else f", time {lag:,} ms behind the clock"
+            console.print(f"batch {batch_id}: {outcomes:,} outcomes, {quarantined:,} "
+                          f"quarantined; {live.pending:,} pending, {live.held:,} held"
+                          f"{behind}")
+            last_print = now
+
+    spark_engine.on_batch = progress
+    console.print(f"following {spark_engine.input_dir} on Spark ({spark_engine.partitions} "
+                  f"partitions, trigger {trigger_ms} ms, {clock.value} clock, checkpoint "
+                  f"{spark_engine.checkpoint_dir}); SIGINT or SIGTERM stops")
+    with _stop_on_signals() as stop:
+        result = spark_engine.follow(stop, trigger_ms=trigger_ms)
+    outcomes = sum(result.outcomes_by_outcome().values())
+    console.print(f"stopped after {result.batches} micro-batches: {result.rows_in:,} rows "
+                  f"in all, {outcomes:,} outcomes, {result.quarantined:,} quarantined; "
+                  f"{result.pending:,} pending, {result.held:,} held")
+
+
+class _SparkCounts:
+    """The Spark engine's latest counters, for the metrics export and the console:
+    read from the partitions' statuses after each micro-batch."""
+
+    def __init__(self, spark_engine: SparkEngine) -> None:
+        self.engine = spark_engine
+        self.rows_in = self.rows_applied = self.ignored_cancels = 0
+        self.pending = self.held = self.batches = 0
+        self.release_ms: int | None = None
+        self._by_reason: dict[str, int] = {}
+        self._by_outcome: dict[str, int] = {}
+
+    def refresh(self) -> None:
+        result = self.engine.result()
+        self.rows_in, self.rows_applied = result.rows_in, result.rows_applied
+        self.ignored_cancels, self.pending, self.held = (
+            result.ignored_cancels, result.pending, result.held)
+        self.batches, self.release_ms = result.batches, result.release_ms
+        self._by_reason = result.quarantined_by_reason()
+        self._by_outcome = result.outcomes_by_outcome()
+
+    @property
+    def lag_ms(self) -> int | None:
+        if self.engine.clock != "wall" or self.release_ms is None:
+            return None
+        return time.time_ns() // 1_000_000 - self.release_ms
+
+    def quarantined_by_reason(self) -> dict[str, int]:
+        return dict(self._by_reason)
+
+    def outcomes_by_outcome(self) -> dict[str, int]:
+        return dict(self._by_outcome)
 
 
 def _print_run(title: str, elapsed: float, rows_in: int, applied: int,

@@ -85,7 +85,8 @@ class _Families:
         for n, family in self.counters.items():
             family.add_metric([name], float(values[n]))
         for n, gauge in self.gauges.items():
-            gauge.add_metric([name], float(values[n]))
+            if n in values:  # some gauges only some components have
+                gauge.add_metric([name], float(values[n]))
         for n, histogram in self.histograms.items():
             snap: HistogramSnapshot = values[n]
             histogram.add_metric([name], _buckets(snap), float(snap.total))
@@ -227,8 +228,11 @@ class TickwheelCollector(Collector):
             "tickwheel_pipeline", "pipeline",
             [("rows_in", "Rows read"), ("rows_applied", "Rows applied"),
              ("ignored_cancels", "Cancels of unknown or resolved operations")],
-            [("pending", "Operations still pending at the end of the input"),
-             ("held", "Rows read but not applied yet (time has not passed them)")],
+            [("pending", "Operations still pending (at the end of the input, for a batch "
+                          "run)"),
+             ("held", "Rows read but not applied yet (time has not passed them)"),
+             ("batches", "Batches run (follow mode)"),
+             ("lag_ms", "How far time stands behind the wall clock (follow mode)")],
             [])
         quarantined = CounterMetricFamily("tickwheel_pipeline_quarantined",
                                           "Rows quarantined, by reason",
@@ -238,9 +242,14 @@ class TickwheelCollector(Collector):
                                        labels=["pipeline", "outcome"])
         for name, r in self._pipelines.items():
             held: int = getattr(r, "held", 0)  # the Spark engine's; the reference holds none
-            rows.add(name, {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
-                            "ignored_cancels": r.ignored_cancels, "pending": r.pending,
-                            "held": held})
+            values = {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
+                      "ignored_cancels": r.ignored_cancels, "pending": r.pending,
+                      "held": held}
+            for gauge in ("batches", "lag_ms"):  # a service's, in follow mode
+                value = getattr(r, gauge, None)
+                if value is not None:
+                    values[gauge] = value
+            rows.add(name, values)
             for reason, n in r.quarantined_by_reason().items():
                 quarantined.add_metric([name, reason], float(n))
             for outcome, n in r.outcomes_by_outcome().items():

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __name__ == "__main__" and sys.path and sys.path[0] and (
         Path(sys.path[0]).resolve() == Path(__file__).resolve().parent):
@@ -32,11 +35,17 @@ if __name__ == "__main__" and sys.path and sys.path[0] and (
 
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
+    DEFAULT_TRIGGER_MS,
+    FOLLOW_DEDUPE_RETENTION_MS,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
     MAX_PARTITIONS,
     MAX_RETENTION_MS,
+    MAX_TRIGGER_MS,
 )
+
+if TYPE_CHECKING:
+    from tickwheel.pipeline.spark import SparkEngine, SparkRunResult
 
 __all__ = ["main"]
 
@@ -89,11 +98,39 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--final", action=argparse.BooleanOptionalAction, default=True,
                         help="end the input when done, so every row is applied; "
                              "--no-final leaves the last lateness-ms of rows held")
+    parser.add_argument("--follow", action="store_true",
+                        help="run as a service: read files as they land, until SIGINT or "
+                             "SIGTERM (dedupe retention defaults to "
+                             f"{FOLLOW_DEDUPE_RETENTION_MS // 60_000} minutes)")
+    parser.add_argument("--trigger-ms", type=_in_range(1, MAX_TRIGGER_MS),
+                        default=DEFAULT_TRIGGER_MS,
+                        help="--follow: a micro-batch this often")
+    parser.add_argument("--clock", choices=("event", "wall"), default="event",
+                        help="--follow: time moves with the rows' ts_ms only, or also "
+                             "with the wall clock (epoch ms)")
     return parser
 
 
 def _count(n: int, one: str, many: str) -> str:
     return f"{n:,} {one if n == 1 else many}"
+
+
+def _follow(engine: SparkEngine, trigger_ms: int) -> SparkRunResult:
+    """Until SIGINT or SIGTERM, which stop it between micro-batches."""
+    stop = threading.Event()
+
+    def handle(signum: int, frame: object) -> None:
+        print(f"{signal.Signals(signum).name}: stopping after this micro-batch", flush=True)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    engine.on_batch = lambda batch_id, outcomes, quarantined: print(
+        f"batch {batch_id}: {outcomes:,} outcomes, {quarantined:,} quarantined", flush=True)
+    try:
+        return engine.follow(stop, trigger_ms=trigger_ms)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--input and --output are required")
     if not args.input.is_dir():
         parser.error(f"--input: directory {args.input} does not exist")
+    if not args.follow and (args.trigger_ms != DEFAULT_TRIGGER_MS or args.clock != "event"):
+        parser.error("--trigger-ms and --clock apply to --follow only")
+    if args.follow and not args.final:
+        parser.error("--no-final does not apply to --follow: a service never ends its input")
+    if args.follow and args.dedupe_retention_ms is None:
+        args.dedupe_retention_ms = FOLLOW_DEDUPE_RETENTION_MS
     from tickwheel.pipeline.io import DEFAULT_CHECKPOINT, InputError, check_spark_paths
 
     checkpoint = args.checkpoint or args.output / DEFAULT_CHECKPOINT
@@ -126,11 +169,16 @@ def main(argv: list[str] | None = None) -> int:
                 spark, args.input, args.output, checkpoint,
                 lateness_ms=args.lateness_ms, partitions=args.partitions,
                 dedupe_retention_ms=args.dedupe_retention_ms,
-                max_files_per_trigger=args.max_files_per_trigger, overwrite=args.overwrite)
+                max_files_per_trigger=args.max_files_per_trigger, overwrite=args.overwrite,
+                wall_clock=args.follow and args.clock == "wall")
+            if not args.follow and engine.clock == "wall":
+                raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run "
+                                 "it with --follow --clock wall")
         except (ValueError, FileNotFoundError) as exc:
             print(f"{_PROG}: error: {exc}", file=sys.stderr)
             return 2
-        result = engine.run(final=args.final)
+        result = (_follow(engine, args.trigger_ms) if args.follow
+                  else engine.run(final=args.final))
     finally:
         spark.stop()
     outcomes = result.outcomes_by_outcome()

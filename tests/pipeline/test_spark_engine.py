@@ -511,3 +511,89 @@ def test_a_checkpoint_in_an_earlier_format_is_refused_with_its_format(spark: Any
          "dedupe_retention_ms": None}))  # one stage, sharded by op id
     with pytest.raises(ValueError, match=r"format 2 .* reads format 3"):
         SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS)
+
+
+# -- follow mode --------------------------------------------------------------------------
+
+
+def _land(directory: Path, name: str, lines: list[str]) -> None:
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text("".join(f"{text}\n" for text in lines))
+    tmp.rename(directory / name)
+
+
+def _wait_until(condition: Any, what: str, runner: Any, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert runner.is_alive(), f"the service stopped waiting for {what}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s"
+        time.sleep(0.1)
+
+
+def test_follow_mode_fires_deadlines_on_the_wall_clock_and_carries_on_after_a_stop(
+        spark: Any, tmp_path: Path) -> None:
+    import threading
+
+    from tickwheel.pipeline.follow import wall_clock_ms
+
+    inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    inbox.mkdir()
+
+    def service() -> tuple[threading.Event, threading.Thread, list[Any]]:
+        engine = SparkEngine(spark, inbox, out, checkpoint, lateness_ms=200, partitions=2,
+                             dedupe_retention_ms=600_000, wall_clock=True)
+        stop = threading.Event()
+        results: list[Any] = []
+        runner = threading.Thread(target=lambda: results.append(
+            engine.follow(stop, trigger_ms=300)))
+        runner.start()
+        return stop, runner, results
+
+    def watch(ts: int, op_id: str, deadline: int) -> str:
+        return json.dumps({"ts_ms": ts, "type": "watch", "op_id": op_id, "keys": ["k"],
+                           "deadline_ms": deadline, "condition": "any_update"})
+
+    def resolved() -> dict[str, str]:
+        return {o[0]: o[1] for o in outcomes_of(out)}
+
+    stop, runner, results = service()
+    try:
+        now = wall_clock_ms()
+        # Far enough ahead that the first micro-batch (Python workers starting) is
+        # not late for them.
+        _land(inbox, "a.jsonl", [watch(now, "soon", now + 3_000),
+                                 watch(now, "later", now + 600_000)])
+        # No row comes after the deadline: the clock alone expires it.
+        _wait_until(lambda: "soon" in resolved(), "expiry", runner)
+        _land(inbox, "b.jsonl", [json.dumps({"ts_ms": wall_clock_ms(), "type": "cancel",
+                                             "op_id": "later"})])
+        _wait_until(lambda: "later" in resolved(), "cancel", runner)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert not runner.is_alive()
+    assert resolved() == {"soon": "expired", "later": "cancelled"}
+    assert results[0].pending == 0
+    stop, runner, results = service()
+    try:
+        now = wall_clock_ms()
+        _land(inbox, "c.jsonl", [watch(now, "after", now + 2_000)])
+        _wait_until(lambda: "after" in resolved(), "expiry after the restart", runner)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert not runner.is_alive()
+    ids = [o[0] for o in outcomes_of(out)]
+    assert sorted(ids) == ["after", "later", "soon"]  # nothing doubled
+    expired = next(o for o in outcomes_of(out) if o[0] == "after")
+    assert expired[2] == now + 2_000  # resolved at its deadline, in event time
+
+
+def test_a_wall_clock_checkpoint_runs_in_follow_mode_only(spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    engine = SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ck",
+                         partitions=1, wall_clock=True)
+    with pytest.raises(ValueError, match="follow mode only"):
+        engine.run()
+    with pytest.raises(ValueError, match="clock=event but the checkpoint"):
+        SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ck")

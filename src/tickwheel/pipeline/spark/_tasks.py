@@ -80,10 +80,12 @@ def _chunk_batch(chunks: list[tuple[int, int, int, bytes]]) -> pa.RecordBatch:
         names=["grp", "dest", "ts", "rows"])
 
 
-def packer(labels: list[int]) -> Any:
+def packer(labels: list[int], lateness_ms: int) -> Any:
     """Manifests (and control files) to chunks: every slice of input gives each stage 1
     partition its rows and the slice's top, and stage 2's rows ride with stage 1's
-    partition of the same number."""
+    partition of the same number. A row of the clock (a wall-clock reading, in follow
+    mode) ends the input up to that reading less the lateness bound: time moves
+    without rows."""
     partitions = len(labels)
 
     def cut(rows: list[Any]) -> list[tuple[int, int, int, bytes]]:
@@ -96,8 +98,14 @@ def packer(labels: list[int]) -> Any:
 
     def pack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
+            clocks = [ms for ms in batch.column(2).to_pylist() if ms is not None]
+            if clocks:
+                yield _chunk_batch([(labels[p], END, max(clocks) - lateness_ms, b"")
+                                    for p in range(partitions)])
             for uri, is_control in zip(batch.column(0).to_pylist(),
                                        batch.column(1).to_pylist(), strict=True):
+                if uri is None:  # a row of the clock
+                    continue
                 path = local_file(uri)
                 if is_control:
                     marker = json.loads(Path(path).read_text())

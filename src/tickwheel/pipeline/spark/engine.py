@@ -34,12 +34,14 @@ the reference engine's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,10 +58,12 @@ from tickwheel.pipeline.io import (
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
+    DEFAULT_TRIGGER_MS,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
     MAX_PARTITIONS,
     MAX_RETENTION_MS,
+    MAX_TRIGGER_MS,
 )
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
@@ -145,7 +149,8 @@ class SparkEngine:
                  dedupe_retention_ms: int | None = None,
                  max_files_per_trigger: int | None = None,
                  on_batch: Callable[[int, int, int], None] | None = None,
-                 sink: OutcomeSink | None = None, overwrite: bool = False) -> None:
+                 sink: OutcomeSink | None = None, overwrite: bool = False,
+                 wall_clock: bool = False) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress). ``sink`` gets every outcome at
         least once: each micro-batch's once its files are written, delivered while the
@@ -157,7 +162,11 @@ class SparkEngine:
         ``output_dir`` must be empty, new, or hold the outputs of this checkpoint
         (:class:`~tickwheel.pipeline.io.OutputDirError` otherwise); ``overwrite``
         clears earlier outputs, and the checkpoint too when it is inside
-        ``output_dir``."""
+        ``output_dir``.
+
+        With ``wall_clock``, time also follows the wall clock (``ts_ms`` are epoch
+        milliseconds) in :meth:`follow`: deadlines fire without new rows. A checkpoint
+        keeps the clock of its first run."""
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
@@ -179,6 +188,7 @@ class SparkEngine:
         self.lateness_ms = lateness_ms
         self.dedupe_retention_ms = dedupe_retention_ms
         self.max_files_per_trigger = max_files_per_trigger
+        self.clock = "wall" if wall_clock else "event"
         self.partitions, self.labels = self._settle_partitions(partitions)
         # The outputs beside the checkpoint are its own from now on.
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -206,8 +216,13 @@ class SparkEngine:
                 raise ValueError(f"partitions={partitions} but the checkpoint "
                                  f"{self.checkpoint_dir} was made with "
                                  f"partitions={saved['partitions']}")
-            for name in ("lateness_ms", "dedupe_retention_ms"):
-                # The partitions' state holds these: a run cannot change them.
+            if saved.get("engine", "spark") != "spark":
+                raise ValueError(f"the checkpoint {self.checkpoint_dir} belongs to the "
+                                 f"{saved['engine']} engine: give the Spark engine its own")
+            saved.setdefault("clock", "event")
+            for name in ("lateness_ms", "dedupe_retention_ms", "clock"):
+                # The partitions' state holds these, and the clock is a source of the
+                # query: a run cannot change them.
                 if saved.get(name) != getattr(self, name):
                     raise ValueError(f"{name}={getattr(self, name)} but the checkpoint "
                                      f"{self.checkpoint_dir} was made with "
@@ -220,7 +235,8 @@ class SparkEngine:
         meta.write_text(json.dumps({"format": CHECKPOINT_FORMAT, "id": uuid.uuid4().hex,
                                     "partitions": partitions, "labels": labels,
                                     "lateness_ms": self.lateness_ms,
-                                    "dedupe_retention_ms": self.dedupe_retention_ms}))
+                                    "dedupe_retention_ms": self.dedupe_retention_ms,
+                                    "clock": self.clock}))
         return partitions, labels
 
     def _labels(self, partitions: int) -> list[int]:
@@ -248,11 +264,22 @@ class SparkEngine:
                 reader = reader.option("maxFilesPerTrigger", limit)
             return reader.load(str(directory))
 
+        no_clock = F.lit(None).cast("long").alias("clock")
         rows = listed(self.checkpoint_dir / MANIFEST_DIR, self.max_files_per_trigger).select(
-            "path", F.lit(False).alias("control"))
+            "path", F.lit(False).alias("control"), no_clock)
         control = listed(self.checkpoint_dir / "control").select(
-            "path", F.lit(True).alias("control"))
-        chunks = rows.unionByName(control).mapInArrow(packer(self.labels), CHUNK_SCHEMA)
+            "path", F.lit(True).alias("control"), no_clock)
+        sources = rows.unionByName(control)
+        if self.clock == "wall":
+            # The wall clock as input: the rate source makes a row each second, and
+            # current_timestamp() is the micro-batch's time, which Spark keeps in its
+            # offset log: a batch that runs again after a crash reads the same clock.
+            ticks = (self.spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+                     .select(F.lit(None).cast("string").alias("path"),
+                             F.lit(True).alias("control"),
+                             F.unix_millis(F.current_timestamp()).alias("clock")))
+            sources = sources.unionByName(ticks)
+        chunks = sources.mapInArrow(packer(self.labels, self.lateness_ms), CHUNK_SCHEMA)
         progress = chunks.groupBy("grp").transformWithStateInPandas(
             key_processor(self.labels, self.lateness_ms), PROGRESS_SCHEMA, "Append", "None")
         return progress.groupBy("grp").transformWithStateInPandas(
@@ -274,6 +301,8 @@ class SparkEngine:
         if status.num_rows:
             _write_atomically(pa.table({"status": status["status"]}),
                               self.checkpoint_dir / "status" / name)
+            if status.num_rows == 2 * self.partitions:
+                self._forget_statuses_before(batch_id)
         if self._delivery is not None:
             self._delivery.submit(batch_id, outcomes)
         self.batches += 1
@@ -282,8 +311,15 @@ class SparkEngine:
         log.info("batch %d: %d outcomes, %d quarantined", batch_id, outcomes.num_rows,
                  quarantine.num_rows)
 
-    def _run_query(self, final: bool) -> None:
-        settings = {
+    def _forget_statuses_before(self, batch_id: int) -> None:
+        """Every partition reported in this batch: earlier statuses are superseded (a
+        service would otherwise keep a file per batch forever)."""
+        for path in (self.checkpoint_dir / "status").glob("batch-*.parquet"):
+            if int(path.stem.split("-")[1]) < batch_id:
+                path.unlink(missing_ok=True)
+
+    def _settings(self) -> dict[str, str]:
+        return {
             # One shuffle partition (and state store) per partition of each stage:
             # Spark's default of 200 costs a state-store commit each per batch. A
             # checkpoint keeps its own value.
@@ -293,15 +329,76 @@ class SparkEngine:
             # A state-store commit then writes the changes, not a new RocksDB checkpoint.
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         }
-        # The caller's session gets its own values back when the query ends, not when
-        # it starts: the file sources make their logs on the query's thread, with the
-        # session's settings of that moment.
+
+    @contextlib.contextmanager
+    def _session_settings(self) -> Iterator[None]:
+        """The engine's settings for the query's life. The caller's session gets its own
+        values back when the query ends, not when it starts: the file sources make
+        their logs on the query's thread, with the session's settings of that moment."""
+        settings = self._settings()
         previous = {name: self.spark.conf.get(name, None) for name in settings}
         for name, value in settings.items():
             self.spark.conf.set(name, value)
-        published = publish(self.input_dir, self.checkpoint_dir)
-        log.info("%d new input files", published)
         try:
+            yield
+        finally:
+            for name, old_value in previous.items():
+                if old_value is None:
+                    self.spark.conf.unset(name)
+                else:
+                    self.spark.conf.set(name, old_value)
+
+    def follow(self, stop: threading.Event, trigger_ms: int = DEFAULT_TRIGGER_MS
+               ) -> SparkRunResult:
+        """Run as a service until ``stop`` is set: a micro-batch every ``trigger_ms``
+        with the files that landed since the last (the driver publishes their
+        manifests as it finds them), and, with the wall clock, time moving with it.
+        Stops between micro-batches where it can; a batch cut short runs again on the
+        next start, so its outcomes are written once either way."""
+        check_positive_int("trigger_ms", trigger_ms, maximum=MAX_TRIGGER_MS)
+        started = time.perf_counter()
+        if self.sink is not None:
+            self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
+                                           self.checkpoint_dir / "delivered")
+        try:
+            with self._session_settings():
+                publish(self.input_dir, self.checkpoint_dir)
+                query = (self._query().writeStream
+                         .foreachBatch(self._write_batch)
+                         .option("checkpointLocation", str(self.checkpoint_dir / "query"))
+                         .trigger(processingTime=f"{trigger_ms} milliseconds")
+                         .start())
+                try:
+                    while not stop.wait(min(trigger_ms, 1000) / 1000):
+                        if not query.isActive:
+                            break
+                        published = publish(self.input_dir, self.checkpoint_dir)
+                        if published:
+                            log.info("%d new input files", published)
+                    self._stop_between_batches(query, trigger_ms)
+                finally:
+                    query.stop()
+                failure = query.exception()
+                if failure is not None:
+                    raise RuntimeError(f"the query failed: {failure}")
+        except BaseException:
+            self._close_delivery(raise_failure=False)
+            raise
+        self._close_delivery()
+        return self.result(started)
+
+    def _stop_between_batches(self, query: StreamingQuery, trigger_ms: int) -> None:
+        """Wait (a trigger at most) for the running micro-batch to finish, so that
+        ``stop`` lands in the pause before the next one."""
+        deadline = time.monotonic() + max(trigger_ms, 1000) / 1000 * 2
+        while (query.isActive and query.status.get("isTriggerActive")
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+
+    def _run_query(self, final: bool) -> None:
+        with self._session_settings():
+            published = publish(self.input_dir, self.checkpoint_dir)
+            log.info("%d new input files", published)
             writer = (self._query().writeStream
                       .foreachBatch(self._write_batch)
                       .option("checkpointLocation", str(self.checkpoint_dir / "query")))
@@ -318,12 +415,6 @@ class SparkEngine:
             else:
                 query = writer.trigger(availableNow=True).start()
                 query.awaitTermination()
-        finally:
-            for name, old_value in previous.items():
-                if old_value is None:
-                    self.spark.conf.unset(name)
-                else:
-                    self.spark.conf.set(name, old_value)
         for progress in query.recentProgress:
             log.info("batch %s: %s rows, %s", progress.batchId, progress.numInputRows,
                      progress.durationMs)
@@ -400,6 +491,9 @@ class SparkEngine:
 
     def run(self, final: bool = True) -> SparkRunResult:
         """Process what the input holds now; with ``final``, end the input too."""
+        if self.clock == "wall":
+            raise ValueError(f"the checkpoint {self.checkpoint_dir} follows the wall clock: "
+                             "it runs in follow mode only")
         started = time.perf_counter()
         if self.sink is not None:
             self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
@@ -410,6 +504,11 @@ class SparkEngine:
             self._close_delivery(raise_failure=False)  # the query's error comes first
             raise
         self._close_delivery()
+        return self.result(started)
+
+    def result(self, started: float | None = None) -> SparkRunResult:
+        """What the outputs and the state say now (``seconds`` since ``started``, a
+        ``time.perf_counter()`` reading)."""
         statuses = self.statuses()
         return SparkRunResult(
             rows_in=sum(s.rows_in for s in statuses),
@@ -421,6 +520,6 @@ class SparkEngine:
             release_ms=max((s.release_ms for s in statuses if s.release_ms is not None),
                            default=None),
             batches=self.batches,
-            seconds=time.perf_counter() - started,
+            seconds=0.0 if started is None else time.perf_counter() - started,
             partitions=statuses,
         )
