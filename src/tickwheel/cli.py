@@ -81,6 +81,7 @@ class BenchTarget(enum.Enum):
     purgatory = "purgatory"
     dispatcher = "dispatcher"
     pipeline = "pipeline"
+    follow = "follow"
 
 
 @app.command()
@@ -310,6 +311,13 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
     class _Live:  # what the metrics export reads: the latest counts, live
         def __getattr__(self, name: str) -> object:
             return getattr(follower.counts(), name)
+
+        @property
+        def lag_ms(self) -> int | None:  # now, not at the last batch: a backlog shows
+            release = follower.counts().release_ms
+            if follower.clock is None or release is None:
+                return None
+            return follower.clock() - release
 
     _serve_metrics(metrics_port, metrics_host, "follow", _Live())
     last_print = 0.0

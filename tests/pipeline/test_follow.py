@@ -123,7 +123,8 @@ def test_an_operation_with_no_later_input_expires_once_the_wall_clock_passes_it(
     follower = engine(tmp_path, clock)
     land(inbox, "a.jsonl", [watch(1_000, "op", 1_500)])
     follower.step()
-    assert follower.next_wake_ms() is None  # the watch is held: rows may still arrive
+    # Held (rows may still arrive before it), and due once time passes its deadline.
+    assert follower.next_wake_ms() == 1_500 + 100 + 1
     clock.ms = 1_101
     follower.step()
     wake = follower.next_wake_ms()
@@ -381,3 +382,22 @@ def test_a_kill_9_then_a_restart_gives_the_outcomes_of_an_uninterrupted_run(
     assert len(outcomes(tmp_path / "out")) > 100
     assert sorted(map(str, rows(tmp_path / "out" / "quarantine"))) == sorted(
         map(str, rows(uninterrupted / "out" / "quarantine")))
+
+
+def test_a_long_run_leaves_few_files_and_every_outcome(tmp_path: Path, inbox: Path) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock)
+    for i in range(150):  # an expiry in every batch
+        land(inbox, f"f{i:04d}.jsonl", [watch(1_000 + 10 * i, f"op{i}", 1_000 + 10 * i)])
+        clock.ms = 1_000 + 10 * i + 101
+        follower.step()
+    files = list((tmp_path / "out" / "outcomes").iterdir())
+    assert len(files) < 150 // 2
+    assert sorted(o[0] for o in outcomes_all(tmp_path / "out")) == sorted(
+        f"op{i}" for i in range(150))
+
+
+def outcomes_all(output: Path) -> list[tuple[Any, ...]]:
+    from tickwheel.pipeline.io import read_parquet_rows
+
+    return [(r["op_id"], r["outcome"]) for r in read_parquet_rows(output / "outcomes")]

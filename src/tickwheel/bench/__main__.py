@@ -62,6 +62,54 @@ def _counts(text: str) -> list[int]:
     return values
 
 
+def _rate(text: str) -> int:
+    from tickwheel.pipeline.generator import MAX_RATE, MIN_RATE
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not MIN_RATE <= value <= MAX_RATE:
+        raise argparse.ArgumentTypeError(f"must be {MIN_RATE}..{MAX_RATE}, got {value}")
+    return value
+
+
+def _minutes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of minutes: {text!r}") from None
+    if not 1 <= value <= 24 * 60:
+        raise argparse.ArgumentTypeError(f"must be 1..1440, got {value}")
+    return value
+
+
+def _engines(text: str) -> list[str]:
+    engines = text.split(",")
+    if not engines or any(e not in ("local", "spark") for e in engines):
+        raise argparse.ArgumentTypeError(f"engines are local and spark, got {text!r}")
+    return engines
+
+
+def _follow(args: argparse.Namespace) -> int:
+    from tickwheel.bench._follow import follow_table, run_follow
+
+    def progress(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    runs = []
+    for engine in args.engines:
+        progress(f"{engine} engine, {args.rate:,} events/s for {args.minutes} minutes")
+        runs.append(run_follow(engine, args.rate, args.minutes, args.lateness_ms,
+                               args.trigger_ms, args.master, progress))
+    print(f"follow mode at {args.rate:,} events/s for {args.minutes} minutes, --lateness-ms "
+          f"{args.lateness_ms} --trigger-ms {args.trigger_ms}, Spark on {args.master}: delay "
+          "after the deadline (expiries) or after resolved_ms (other outcomes) until the "
+          "outcome's file was written")
+    print(follow_table(runs))
+    return 0 if all(run.exit_code == 0 for run in runs) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tickwheel.bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -110,15 +158,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --partitions: also run the Spark engine and a trivial "
                          "query on local[2] at these two partition counts, on --events "
                          "events (default 2,32; 'none' skips it)")
+    fo = sub.add_parser("follow", help="each engine in follow mode on a live workload: "
+                                       "delays after deadlines, memory each minute")
+    fo.add_argument("--rate", type=_rate, default=5_000, help="events per second")
+    fo.add_argument("--minutes", type=_minutes, default=5)
+    fo.add_argument("--engines", type=_engines, default=["local", "spark"],
+                    help="comma-separated: local, spark (default: both, one after the other)")
+    fo.add_argument("--lateness-ms", type=int, default=1_000)
+    fo.add_argument("--trigger-ms", type=int, default=1_000)
+    fo.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
 
     import tickwheel
 
-    if args.what == "dispatcher":
-        return _dispatcher(args)
-
-    if args.what == "pipeline":
-        return _pipeline(args)
+    by_name = {"follow": _follow, "dispatcher": _dispatcher, "pipeline": _pipeline}
+    if args.what in by_name:
+        return by_name[args.what](args)
 
     if args.what == "asyncio":
         return _asyncio(parser, args)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tickwheel._validate import check_positive_int
+from tickwheel.pipeline.compaction import compact
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined, Wire, compact_wire, to_wire
 from tickwheel.pipeline.io import (
@@ -70,6 +71,8 @@ log = logging.getLogger(__name__)
 #: What this engine writes in its checkpoint's ``tickwheel.json``.
 LOCAL_CHECKPOINT_FORMAT = 1
 _STATE_VERSION = 1
+#: Batches that deadlines call for come no closer together than this.
+MIN_STEP_MS = 100
 
 
 def wall_clock_ms() -> int:
@@ -220,6 +223,7 @@ class LocalFollowEngine:
         self._files_logged = 0  # lines in the files log
         self._restore()
         self._delivery: BatchDelivery | None = None
+        self._compact()
         self._counts = FollowCounts()
         self._count()
 
@@ -374,6 +378,7 @@ class LocalFollowEngine:
         self._log_files(batch_id, names)
         self._commit(batch_id)
         self._seen.update(names)
+        self._compact()
         self._count()
         if clock_ms is not None:
             self._counts = replace(self._counts, clock_ms=clock_ms)
@@ -397,19 +402,35 @@ class LocalFollowEngine:
         if self._delivery is not None and outcomes:
             self._delivery.submit(batch_id, table)
 
+    def _compact(self) -> None:
+        settled = self.batch_id if self._delivery is None else min(
+            self.batch_id, self._delivery.last_settled())
+        for sub in ("outcomes", "quarantine"):
+            compact(self.output_dir / sub, settled)
+
     def next_wake_ms(self) -> int | None:
-        """The wall-clock time at which the next deadline falls due (at the earliest:
-        the purgatory's timer answers with its next bucket), or None."""
+        """The wall-clock time at which a deadline next falls due, or None: the
+        purgatory's timer's next bucket (at or before its earliest deadline), or the
+        deadline of a watch that time has not reached yet (it expires as it is
+        applied)."""
         if self.clock is None:
             return None
         due = self.ops.stage.next_due_ms()
+        for fields in self.ops.held:
+            if len(fields) != 6 and fields[1] == "watch":
+                deadline = max(fields[0], fields[5])
+                due = deadline if due is None else min(due, deadline)
         return None if due is None else due + self.lateness_ms + 1
 
     def run(self, stop: threading.Event, trigger_ms: int = 1000,
-            on_batch: Callable[[FollowBatch], None] | None = None) -> FollowResult:
-        """Run batches until ``stop`` is set: one every ``trigger_ms`` at most, and
-        one as soon as a deadline falls due. Returns at a batch boundary."""
+            on_batch: Callable[[FollowBatch], None] | None = None,
+            min_step_ms: int = MIN_STEP_MS) -> FollowResult:
+        """Run batches until ``stop`` is set: one every ``trigger_ms``, and one as
+        soon as a deadline falls due, but not within ``min_step_ms`` of the last (a
+        batch writes its state and files). Returns at a batch boundary."""
         check_positive_int("trigger_ms", trigger_ms, maximum=MAX_TRIGGER_MS)
+        check_positive_int("min_step_ms", min_step_ms, minimum=0, maximum=MAX_TRIGGER_MS)
+        min_step_ms = min(min_step_ms, trigger_ms)
         result = FollowResult()
         if self.sink is not None:
             self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
@@ -429,8 +450,8 @@ class LocalFollowEngine:
                 wake = self.next_wake_ms()
                 if wake is not None and self.clock is not None:
                     now = self.clock()
-                    if wake > now:  # a bucket already behind waits for the trigger
-                        wait_s = min(wait_s, (wake - now) / 1000)
+                    wait_s = min(wait_s, max((wake - now) / 1000, min_step_ms / 1000
+                                             - (time.monotonic() - began)))
                 if wait_s > 0:
                     stop.wait(wait_s)
         except BaseException:

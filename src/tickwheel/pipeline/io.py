@@ -50,7 +50,8 @@ REPORT_FILE = "report.png"
 DEFAULT_CHECKPOINT = "_checkpoint"
 # The files an engine writes in outcomes/ and quarantine/ (and the Spark engine's
 # temporary files on their way there): nothing else is read as output.
-_OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9})\.parquet|\.batch-\d{9}\.tmp")
+_OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.parquet"
+                          r"|\.(batch-\d{9}|batches-\d{9}-\d{9})\.tmp")
 _OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error")
 _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
 

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
+from tickwheel.pipeline.compaction import compact
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.io import (
     OWNER_FILE,
@@ -305,6 +306,12 @@ class SparkEngine:
                 self._forget_statuses_before(batch_id)
         if self._delivery is not None:
             self._delivery.submit(batch_id, outcomes)
+        # Batches before this one have committed (and, with a sink, those up to its
+        # mark are delivered): their files may merge.
+        settled = batch_id - 1 if self._delivery is None else min(
+            batch_id - 1, self._delivery.last_settled())
+        for sub in ("outcomes", "quarantine"):
+            compact(self.output_dir / sub, settled)
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, outcomes.num_rows, quarantine.num_rows)

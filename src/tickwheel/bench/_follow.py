@@ -1,0 +1,213 @@
+"""Follow-mode benchmark: the live workload (``tickwheel generate --follow``) and one
+engine at a time in follow mode on the wall clock, each in a process of its own, as a
+user runs them.
+
+For each engine, a fresh input, output and checkpoint, then ``minutes`` of running:
+
+- every outcome's delay: the wall time its batch file was written (the file's mtime)
+  less its deadline for an expiry (the scheduler's promise), or less ``resolved_ms``
+  for a completion, an error or a cancel (when the row that resolved it was stamped);
+- at each minute, from the engine's metrics endpoint (on loopback) and ``/proc``: the
+  operations pending, the rows held, how far time stands behind the wall clock, the
+  checkpoint's size on disk, and the resident memory of the engine's process and of
+  its children (Spark's JVM and Python workers);
+- the micro-batches' backlog: how far behind the wall clock the last batch's clock
+  stands at the end (a growing backlog shows as a growing lag).
+
+Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["FollowRun", "follow_table", "run_follow"]
+
+
+@dataclass
+class Minute:
+    minute: int
+    pending: float
+    held: float
+    lag_ms: float
+    state_mb: float
+    engine_rss_mb: float
+    children_rss_mb: float
+
+
+@dataclass
+class FollowRun:
+    engine: str
+    rate: int
+    expiry_ms: list[int] = field(default_factory=list)
+    completion_ms: list[int] = field(default_factory=list)
+    minutes: list[Minute] = field(default_factory=list)
+    rows: int = 0
+    exit_code: int | None = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _du_mb(directory: Path) -> float:
+    total = 0
+    for root, _, files in os.walk(directory):
+        for name in files:
+            with contextlib.suppress(OSError):  # a file replaced while we walk
+                total += (Path(root) / name).stat().st_size
+    return total / 1e6
+
+
+def _scrape(port: int) -> dict[str, float]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+            text = page.read().decode()
+    except OSError:
+        return {}
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("tickwheel_pipeline_") and "{" in line:
+            name = line[len("tickwheel_pipeline_"):line.index("{")]
+            values[name] = float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def _delays(output: Path, run: FollowRun) -> None:
+    import pyarrow.parquet as pq
+
+    for path in sorted((output / "outcomes").glob("batch-*.parquet")):
+        written_ms = path.stat().st_mtime_ns // 1_000_000
+        table = pq.read_table(path, columns=["outcome", "resolved_ms"]).to_pydict()
+        for outcome, resolved in zip(table["outcome"], table["resolved_ms"], strict=True):
+            (run.expiry_ms if outcome == "expired" else run.completion_ms).append(
+                written_ms - resolved)
+
+
+def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger_ms: int,
+               master: str, progress: Callable[[str], None]) -> FollowRun:
+    run = FollowRun(engine, rate)
+    cli = [sys.executable, "-m", "tickwheel.cli"]
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    with tempfile.TemporaryDirectory(prefix="tickwheel-bench-follow-") as tmp:
+        inbox, output = Path(tmp) / "in", Path(tmp) / "out"
+        inbox.mkdir()
+        port = _free_port()
+        command = [*cli, "run", "--follow", "--clock", "wall", "--engine", engine,
+                   "--input", str(inbox), "--output", str(output),
+                   "--lateness-ms", str(lateness_ms), "--trigger-ms", str(trigger_ms),
+                   "--metrics-port", str(port)]
+        if engine == "spark":
+            command += ["--master", master]
+        log_path = Path(tmp) / "engine.log"
+        with open(log_path, "w") as log_file:
+            service = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                       env=env)
+            # The engine first: the workload starts once it is up, so start-up is not
+            # counted as delay.
+            deadline = time.monotonic() + 300
+            while not _scrape(port) and time.monotonic() < deadline:
+                if service.poll() is not None:
+                    raise RuntimeError(f"the {engine} engine stopped: {log_path.read_text()}")
+                time.sleep(0.5)
+            generator = subprocess.Popen(
+                [*cli, "generate", "--follow", "--rate", str(rate), "--output", str(inbox),
+                 "--file-ms", str(min(1_000, lateness_ms))],
+                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
+            started = time.monotonic()
+            try:
+                for minute in range(1, int(minutes) + 1):
+                    while time.monotonic() < started + 60 * minute:
+                        if service.poll() is not None:
+                            raise RuntimeError(f"the {engine} engine stopped: "
+                                               f"{log_path.read_text()[-3000:]}")
+                        time.sleep(1)
+                    values = _scrape(port)
+                    children = _descendants(service.pid)
+                    run.minutes.append(Minute(
+                        minute, values.get("pending", float("nan")),
+                        values.get("held", float("nan")),
+                        values.get("lag_ms", float("nan")),
+                        _du_mb(output / "_checkpoint"), _rss_mb(service.pid),
+                        sum(_rss_mb(pid) for pid in children)))
+                    m = run.minutes[-1]
+                    progress(f"{engine}, minute {minute}: {m.pending:,.0f} pending, lag "
+                             f"{m.lag_ms:,.0f} ms, RSS {m.engine_rss_mb:,.0f} + "
+                             f"{m.children_rss_mb:,.0f} MB")
+                run.rows = int(_scrape(port).get("rows_in_total", 0))
+            finally:
+                generator.send_signal(signal.SIGTERM)
+                generator.wait(timeout=60)
+                service.send_signal(signal.SIGTERM)
+                try:
+                    run.exit_code = service.wait(timeout=300)
+                except subprocess.TimeoutExpired:
+                    service.kill()
+                    run.exit_code = service.wait()
+        _delays(output, run)
+    return run
+
+
+def _quantiles(values: list[int]) -> str:
+    if not values:
+        return "n/a | n/a | n/a"
+    ordered = sorted(values)
+    p50 = statistics.median(ordered)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return f"{p50:,.0f} | {p99:,.0f} | {ordered[-1]:,.0f}"
+
+
+def follow_table(runs: list[FollowRun]) -> str:
+    lines = ["| engine | expiries | p50 ms | p99 ms | max ms | completions | p50 ms | p99 ms "
+             "| max ms |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        lines.append(f"| {run.engine} | {len(run.expiry_ms):,} | {_quantiles(run.expiry_ms)} "
+                     f"| {len(run.completion_ms):,} | {_quantiles(run.completion_ms)} |")
+    lines += ["", "| engine | minute | pending | held | lag ms | checkpoint MB | engine RSS MB "
+              "| its children's RSS MB |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        for m in run.minutes:
+            lines.append(f"| {run.engine} | {m.minute} | {m.pending:,.0f} | {m.held:,.0f} "
+                         f"| {m.lag_ms:,.0f} | {m.state_mb:,.1f} | {m.engine_rss_mb:,.0f} "
+                         f"| {m.children_rss_mb:,.0f} |")
+    return "\n".join(lines)

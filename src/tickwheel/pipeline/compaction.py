@@ -1,0 +1,113 @@
+"""Compaction of a follow-mode run's outputs: a service writes a file per batch that
+has outcomes (or quarantined rows), up to several a second, and would leave millions
+after a few weeks.
+
+Once ``fan_in`` small files are settled (their batches committed, and delivered to a
+sink if there is one), they are merged into one ``batches-<first>-<last>.parquet``,
+first and last being the batch ids it covers; merged files themselves merge again
+while they are under ``max_bytes``, so the count of files grows with the logarithm of
+the batches run. The merged file is written whole and renamed into place before the
+files it covers are deleted; a crash in between leaves both, and the next compaction
+(every run starts with one) deletes the covered files first. Rows and their order
+within each batch are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+__all__ = ["compact", "covered_batches"]
+
+log = logging.getLogger(__name__)
+
+_BATCH = re.compile(r"batch-(\d{9})\.parquet")
+_MERGED = re.compile(r"batches-(\d{9})-(\d{9})\.parquet")
+
+FAN_IN = 64
+MAX_BYTES = 64 << 20
+
+
+def covered_batches(path: Path) -> tuple[int, int] | None:
+    """The first and last batch ids a file of outputs covers, or None."""
+    if m := _BATCH.fullmatch(path.name):
+        return int(m.group(1)), int(m.group(1))
+    if m := _MERGED.fullmatch(path.name):
+        return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def _level(span: tuple[int, int], fan_in: int) -> int:
+    """0 for one batch's file; a merge of ``fan_in`` files of one level spans at
+    least ``fan_in`` times more batches, and so has a higher level."""
+    level, width = 0, span[1] - span[0] + 1
+    while width >= fan_in:
+        width //= fan_in
+        level += 1
+    return level
+
+
+def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
+            max_bytes: int = MAX_BYTES) -> int:
+    """Merge runs of ``fan_in`` settled files (all of whose batches are at or before
+    ``settled``) of one level and under ``max_bytes`` in ``directory``, as long as
+    there are any; returns the files merged away. A file is rewritten once per
+    level, not once per merge."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if fan_in < 2:
+        raise ValueError(f"fan_in must be at least 2, got {fan_in}")
+    if not directory.is_dir():
+        return 0
+    files = _finish(directory)
+    merged = 0
+    while (run := _first_run(files, settled, fan_in, max_bytes)) is not None:
+        start, stop = run
+        group = files[start:stop]
+        first, last = group[0][0][0], group[-1][0][1]
+        target = directory / f"batches-{first:09d}-{last:09d}.parquet"
+        table = pa.concat_tables([pq.read_table(path) for _, path in group])
+        tmp = target.with_name(f".{target.stem}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, target)
+        for _, path in group:
+            path.unlink(missing_ok=True)
+        log.info("compacted %d files of %s into %s", len(group), directory, target.name)
+        merged += len(group) - 1
+        files[start:stop] = [((first, last), target)]
+    return merged
+
+
+def _first_run(files: list[tuple[tuple[int, int], Path]], settled: int, fan_in: int,
+               max_bytes: int) -> tuple[int, int] | None:
+    """Where the first ``fan_in`` files in a row of one level, settled and small,
+    are: a merged file covers exactly the files it replaced, never one between."""
+    start, level = 0, -1
+    for i, (span, path) in enumerate(files):
+        if span[1] > settled:
+            return None
+        here = _level(span, fan_in) if path.stat().st_size < max_bytes else -2
+        if here != level or here < 0:
+            start, level = i, here
+        if here >= 0 and i + 1 - start == fan_in:
+            return start, i + 1
+    return None
+
+
+def _finish(directory: Path) -> list[tuple[tuple[int, int], Path]]:
+    """The output files in batch order, after deleting those a merged file covers
+    (left by a crash during a compaction)."""
+    files = sorted(((span, path) for path in directory.iterdir()
+                    if (span := covered_batches(path)) is not None),
+                   key=lambda item: (item[0][0], -item[0][1]))
+    kept: list[tuple[tuple[int, int], Path]] = []
+    for span, path in files:  # the widest of those starting at a batch comes first
+        if kept and span[1] <= kept[-1][0][1]:
+            log.info("deleting %s: %s covers it", path.name, kept[-1][1].name)
+            path.unlink(missing_ok=True)
+        else:
+            kept.append((span, path))
+    return kept

@@ -1,0 +1,67 @@
+"""Compaction of a service's outputs: settled batch files merge, rows and their order
+kept, and a crash in the middle of a merge reads back without doubles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tickwheel.pipeline.compaction import compact, covered_batches
+from tickwheel.pipeline.io import read_parquet_rows
+
+
+def batch_files(directory: Path, ids: range) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in ids:
+        pq.write_table(pa.table({"batch": [i, i], "row": [0, 1]}),
+                       directory / f"batch-{i:09d}.parquet")
+
+
+def rows(directory: Path) -> list[tuple[int, int]]:
+    return [(r["batch"], r["row"]) for path in sorted(directory.iterdir())
+            for r in pq.read_table(path).to_pylist()]
+
+
+def test_settled_files_merge_in_batch_order_and_later_ones_wait(tmp_path: Path) -> None:
+    batch_files(tmp_path, range(10))
+    assert compact(tmp_path, settled=7, fan_in=4) == 6  # 0-3 and 4-7: one level
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "batch-000000008.parquet", "batch-000000009.parquet",
+        "batches-000000000-000000003.parquet", "batches-000000004-000000007.parquet"]
+    assert sorted(rows(tmp_path)) == [(i, r) for i in range(10) for r in (0, 1)]
+
+
+def test_merged_files_merge_again_while_they_are_small(tmp_path: Path) -> None:
+    batch_files(tmp_path, range(16))
+    compact(tmp_path, settled=15, fan_in=4)  # four of 4, then one of 16
+    assert [p.name for p in tmp_path.iterdir()] == ["batches-000000000-000000015.parquet"]
+    assert [b for b, _ in rows(tmp_path)] == [i for i in range(16) for _ in (0, 1)]
+    assert covered_batches(next(tmp_path.iterdir())) == (0, 15)
+
+
+def test_files_left_by_a_crash_during_a_merge_are_removed_before_reading(
+        tmp_path: Path) -> None:
+    batch_files(tmp_path / "outcomes", range(4))
+    compact(tmp_path / "outcomes", settled=3, fan_in=4)
+    batch_files(tmp_path / "outcomes", range(2))  # as if not yet deleted
+    compact(tmp_path / "outcomes", settled=3, fan_in=4)
+    assert len(rows(tmp_path / "outcomes")) == 8
+    assert [p.name for p in (tmp_path / "outcomes").iterdir()] == [
+        "batches-000000000-000000003.parquet"]
+
+
+def test_the_readers_take_merged_files(tmp_path: Path) -> None:
+    directory = tmp_path / "outcomes"
+    directory.mkdir()
+    table = pa.table({"op_id": ["a"], "outcome": ["expired"], "resolved_ms": [1],
+                      "latency_ms": [0], "keys": [["k"]], "error": [None]},
+                     schema=pa.schema([("op_id", pa.string()), ("outcome", pa.string()),
+                                       ("resolved_ms", pa.int64()), ("latency_ms", pa.int64()),
+                                       ("keys", pa.list_(pa.string())),
+                                       ("error", pa.string())]))
+    for i in range(3):
+        pq.write_table(table, directory / f"batch-{i:09d}.parquet")
+    compact(directory, settled=2, fan_in=3)
+    assert len(read_parquet_rows(directory)) == 3
