@@ -188,7 +188,7 @@ def run(
     follow: Annotated[bool, typer.Option(
         help="run as a service: read files as they land, until SIGINT or SIGTERM; a "
              "restart on the same output carries on (dedupe retention defaults to "
-             f"{FOLLOW_DEDUPE_RETENTION_MS // 60_000} minutes)")] = False,
+             f"{FOLLOW_DEDUPE_RETENTION_MS // 1000} s)")] = False,
     trigger_ms: Annotated[int, typer.Option(
         min=1, max=MAX_TRIGGER_MS, help="--follow: look for new files this often")
     ] = DEFAULT_TRIGGER_MS,

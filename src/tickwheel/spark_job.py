@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--follow", action="store_true",
                         help="run as a service: read files as they land, until SIGINT or "
                              "SIGTERM (dedupe retention defaults to "
-                             f"{FOLLOW_DEDUPE_RETENTION_MS // 60_000} minutes)")
+                             f"{FOLLOW_DEDUPE_RETENTION_MS // 1000} s)")
     parser.add_argument("--trigger-ms", type=_in_range(1, MAX_TRIGGER_MS),
                         default=DEFAULT_TRIGGER_MS,
                         help="--follow: a micro-batch this often")

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -113,15 +114,36 @@ def _scrape(port: int) -> dict[str, float]:
     return values
 
 
-def _delays(output: Path, run: FollowRun) -> None:
-    import pyarrow.parquet as pq
+class _Delays(threading.Thread):
+    """Reads each batch file of outcomes once, soon after it is written and before a
+    compaction merges it (which would lose its modification time)."""
 
-    for path in sorted((output / "outcomes").glob("batch-*.parquet")):
-        written_ms = path.stat().st_mtime_ns // 1_000_000
-        table = pq.read_table(path, columns=["outcome", "resolved_ms"]).to_pydict()
-        for outcome, resolved in zip(table["outcome"], table["resolved_ms"], strict=True):
-            (run.expiry_ms if outcome == "expired" else run.completion_ms).append(
-                written_ms - resolved)
+    def __init__(self, outcomes: Path, run: FollowRun) -> None:
+        super().__init__(name="bench-delays", daemon=True)
+        self.outcomes, self.run_ = outcomes, run
+        self.stop = threading.Event()
+        self.read: set[str] = set()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            self.poll()
+        self.poll()
+
+    def poll(self) -> None:
+        import pyarrow.parquet as pq
+
+        for path in sorted(self.outcomes.glob("batch-*.parquet")):
+            if path.name in self.read:
+                continue
+            try:
+                written_ms = path.stat().st_mtime_ns // 1_000_000
+                table = pq.read_table(path, columns=["outcome", "resolved_ms"]).to_pydict()
+            except OSError:
+                continue  # merged away meanwhile
+            self.read.add(path.name)
+            for outcome, resolved in zip(table["outcome"], table["resolved_ms"], strict=True):
+                (self.run_.expiry_ms if outcome == "expired"
+                 else self.run_.completion_ms).append(written_ms - resolved)
 
 
 def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger_ms: int,
@@ -155,6 +177,8 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
                  "--file-ms", str(min(1_000, lateness_ms))],
                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
             started = time.monotonic()
+            delays = _Delays(output / "outcomes", run)
+            delays.start()
             try:
                 for minute in range(1, int(minutes) + 1):
                     while time.monotonic() < started + 60 * minute:
@@ -184,7 +208,8 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
                 except subprocess.TimeoutExpired:
                     service.kill()
                     run.exit_code = service.wait()
-        _delays(output, run)
+                delays.stop.set()
+                delays.join()
     return run
 
 

@@ -23,6 +23,6 @@ MAX_FILES_PER_TRIGGER: Final = 2**31 - 1
 #: Follow mode: how often a batch runs when nothing falls due sooner.
 DEFAULT_TRIGGER_MS: Final = 1000
 MAX_TRIGGER_MS: Final = 86_400_000
-#: Follow mode remembers an op_id this long by default, so that memory tracks what is
-#: pending on an endless stream rather than every id ever seen.
-FOLLOW_DEDUPE_RETENTION_MS: Final = 600_000
+#: Follow mode remembers an op_id this long by default (and while it is pending), so
+#: that memory follows the rate and what is pending rather than every id ever seen.
+FOLLOW_DEDUPE_RETENTION_MS: Final = 60_000
