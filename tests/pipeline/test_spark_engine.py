@@ -597,3 +597,35 @@ def test_a_wall_clock_checkpoint_runs_in_follow_mode_only(spark: Any, tmp_path: 
         engine.run()
     with pytest.raises(ValueError, match="clock=event but the checkpoint"):
         SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ck")
+
+
+def test_follow_mode_on_both_engines_gives_equal_outcomes_for_files_fed_while_running(
+        spark: Any, tmp_path: Path) -> None:
+    import threading
+
+    from tickwheel.pipeline.follow import LocalFollowEngine
+
+    lines = random_log(21, rows=2_000)
+    parts = [lines[i:i + 400] for i in range(0, len(lines), 400)]
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    engine = SparkEngine(spark, inbox, tmp_path / "out", tmp_path / "ck",
+                         lateness_ms=LATENESS_MS, partitions=2, dedupe_retention_ms=60_000)
+    stop = threading.Event()
+    runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=200))
+    runner.start()
+    try:
+        for n, part in enumerate(parts):
+            _land(inbox, f"part-{n}.jsonl", part)
+            _wait_until(lambda: engine.result().rows_in >= sum(map(len, parts[:n + 1])),
+                        "the file's rows", runner)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert not runner.is_alive()
+    local = LocalFollowEngine(inbox, tmp_path / "local", lateness_ms=LATENESS_MS,
+                              dedupe_retention_ms=60_000)
+    local.step()
+    assert outcomes_of(tmp_path / "out") == outcomes_of(tmp_path / "local")
+    assert quarantine_of(tmp_path / "out") == quarantine_of(tmp_path / "local")
+    assert len(outcomes_of(tmp_path / "out")) > 100
