@@ -615,9 +615,11 @@ def test_follow_mode_on_both_engines_gives_equal_outcomes_for_files_fed_while_ru
     runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=200))
     runner.start()
     try:
+        landed = 0
         for n, part in enumerate(parts):
             _land(inbox, f"part-{n}.jsonl", part)
-            _wait_until(lambda: engine.result().rows_in >= sum(map(len, parts[:n + 1])),
+            landed += len(part)
+            _wait_until(lambda rows=landed: engine.result().rows_in >= rows,
                         "the file's rows", runner)
     finally:
         stop.set()
