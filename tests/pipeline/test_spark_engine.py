@@ -631,3 +631,78 @@ def test_follow_mode_on_both_engines_gives_equal_outcomes_for_files_fed_while_ru
     assert outcomes_of(tmp_path / "out") == outcomes_of(tmp_path / "local")
     assert quarantine_of(tmp_path / "out") == quarantine_of(tmp_path / "local")
     assert len(outcomes_of(tmp_path / "out")) > 100
+
+
+def test_a_follow_service_killed_hard_and_restarted_gives_the_outcomes_of_one_run(
+        tmp_path: Path) -> None:
+    """kill -9 of the whole service (driver, JVM, workers) in the middle of its
+    micro-batches, then SIGTERM after a restart: the outcomes of one uninterrupted
+    pass over the same files."""
+    from tickwheel.pipeline.follow import LocalFollowEngine
+
+    lines = random_log(31, rows=3_000)
+    parts = [lines[i:i + 300] for i in range(0, len(lines), 300)]
+    inbox, out = tmp_path / "in", tmp_path / "out"
+    inbox.mkdir()
+    command = [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--engine", "spark",
+               "--master", "local[2]", "--partitions", "2", "--input", str(inbox),
+               "--output", str(out), "--lateness-ms", str(LATENESS_MS), "--trigger-ms", "200"]
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, start_new_session=True)
+
+    def committed() -> int:
+        commits = out / "_checkpoint" / "query" / "commits"
+        return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
+
+    def wait(condition: Any, what: str, child: subprocess.Popen[str]) -> None:
+        deadline = time.monotonic() + 240
+        while not condition():
+            assert child.poll() is None, f"the service stopped waiting for {what}"
+            assert time.monotonic() < deadline, f"no {what} in 240 s"
+            time.sleep(0.1)
+
+    child = start()
+    try:
+        for n, part in enumerate(parts[:5]):
+            _land(inbox, f"part-{n}.jsonl", part)
+        wait(lambda: committed() >= 1, "a micro-batch", child)
+        for n, part in enumerate(parts[5:8], start=5):
+            _land(inbox, f"part-{n}.jsonl", part)
+        time.sleep(0.5)  # likely in the middle of a micro-batch
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate(timeout=60)
+    for n, part in enumerate(parts[8:], start=8):
+        _land(inbox, f"part-{n}.jsonl", part)
+    child = start()
+    engine_rows = len(lines)
+    try:
+        wait(lambda: _spark_rows_in(out) >= engine_rows, "every row", child)
+        child.send_signal(signal.SIGTERM)
+        output, _ = child.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode == 0, output
+    local = LocalFollowEngine(inbox, tmp_path / "local", lateness_ms=LATENESS_MS)
+    local.step()
+    assert outcomes_of(out) == outcomes_of(tmp_path / "local")
+    assert quarantine_of(out) == quarantine_of(tmp_path / "local")
+
+
+def _spark_rows_in(output: Path) -> int:
+    statuses = output / "_checkpoint" / "status"
+    if not statuses.is_dir():
+        return 0
+    latest: dict[tuple[str, int], tuple[int, int]] = {}
+    for path in sorted(statuses.glob("batch-*.parquet")):
+        with contextlib.suppress(OSError):
+            for text in pq.read_table(path)["status"].to_pylist():
+                status = json.loads(text)
+                key = (status["stage"], status["partition"])
+                if key not in latest or status["seq"] >= latest[key][0]:
+                    latest[key] = (status["seq"], status["rows_in"])
+    return sum(rows for _, rows in latest.values())
