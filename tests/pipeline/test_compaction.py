@@ -65,3 +65,16 @@ def test_the_readers_take_merged_files(tmp_path: Path) -> None:
         pq.write_table(table, directory / f"batch-{i:09d}.parquet")
     compact(directory, settled=2, fan_in=3)
     assert len(read_parquet_rows(directory)) == 3
+
+
+def test_batches_a_sink_has_not_settled_do_not_merge(tmp_path: Path) -> None:
+    from tickwheel.pipeline.compaction import settled_batch
+
+    mark = tmp_path / "delivered"
+    assert settled_batch(10, mark) == 10  # no sink ever: committed is settled
+    mark.write_text("3")
+    assert settled_batch(10, mark) == 3
+    batch_files(tmp_path / "outcomes", range(8))
+    compact(tmp_path / "outcomes", settled_batch(7, mark), fan_in=4)
+    assert sorted(p.name for p in (tmp_path / "outcomes").iterdir())[-4:] == [
+        f"batch-{i:09d}.parquet" for i in range(4, 8)]

@@ -305,7 +305,7 @@ def follow_command(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
 
 
 def wait_for(condition: Callable[[], bool], what: str, child: subprocess.Popen[str],
-             timeout_s: float = 60) -> None:
+             timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if child.poll() is not None:

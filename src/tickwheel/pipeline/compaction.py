@@ -19,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["compact", "covered_batches"]
+__all__ = ["compact", "covered_batches", "settled_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,16 @@ def covered_batches(path: Path) -> tuple[int, int] | None:
     if m := _MERGED.fullmatch(path.name):
         return int(m.group(1)), int(m.group(2))
     return None
+
+
+def settled_batch(committed: int, delivered_mark: Path) -> int:
+    """The last batch whose files may merge: committed, and, once a sink has ever
+    been used (its mark exists), delivered too; a later start delivers the files of
+    every batch after the mark, one by one."""
+    try:
+        return min(committed, int(delivered_mark.read_text()))
+    except (FileNotFoundError, ValueError):
+        return committed
 
 
 def _level(span: tuple[int, int], fan_in: int) -> int:

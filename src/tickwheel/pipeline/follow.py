@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.compaction import compact
+from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined, Wire, compact_wire, to_wire
 from tickwheel.pipeline.io import (
@@ -403,8 +403,7 @@ class LocalFollowEngine:
             self._delivery.submit(batch_id, table)
 
     def _compact(self) -> None:
-        settled = self.batch_id if self._delivery is None else min(
-            self.batch_id, self._delivery.last_settled())
+        settled = settled_batch(self.batch_id, self.checkpoint_dir / "delivered")
         for sub in ("outcomes", "quarantine"):
             compact(self.output_dir / sub, settled)
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.compaction import compact
+from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.io import (
     OWNER_FILE,
@@ -308,8 +308,7 @@ class SparkEngine:
             self._delivery.submit(batch_id, outcomes)
         # Batches before this one have committed (and, with a sink, those up to its
         # mark are delivered): their files may merge.
-        settled = batch_id - 1 if self._delivery is None else min(
-            batch_id - 1, self._delivery.last_settled())
+        settled = settled_batch(batch_id - 1, self.checkpoint_dir / "delivered")
         for sub in ("outcomes", "quarantine"):
             compact(self.output_dir / sub, settled)
         self.batches += 1
