@@ -111,6 +111,16 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
      "--max-files-per-trigger", "2147483648"],
     ["run", "--input", ".", "--output", "/tmp/x", "--dedupe-retention-ms",
      "9223372036854775808"],
+    # Follow mode's options, and only with --follow.
+    ["run", "--input", ".", "--output", "/tmp/x", "--clock", "wall"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--trigger-ms", "0"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--clock", "sundial"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--no-final"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--partitions", "2"],
+    ["run", "--input", "/no/such/dir", "--output", "/tmp/x", "--follow"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--metrics-port", "70000"],
+    ["generate", "--output", "/tmp/x", "--follow", "--rate", "10"],
+    ["generate", "--output", "/tmp/x", "--follow", "--file-ms", "0"],
 ])
 def test_bad_arguments_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, args)
