@@ -214,7 +214,7 @@ def test_a_batch_cut_short_by_a_crash_runs_again_from_its_plan(
     follower.step()
     clock.ms = 1_650
 
-    def crash(batch_id: int) -> None:
+    def crash(batch_id: int, names: list[str]) -> None:
         raise KeyboardInterrupt  # killed after the outputs, before the state
 
     monkeypatch.setattr(follower, "_commit", crash)
@@ -351,8 +351,11 @@ def test_a_kill_9_then_a_restart_gives_the_outcomes_of_an_uninterrupted_run(
     child = follow_command(tmp_path, *options)
     files_log = tmp_path / "out" / "_checkpoint" / "files.log"
 
-    def files_read() -> int:
-        return len(files_log.read_text().splitlines()) if files_log.exists() else 0
+    def files_read() -> int:  # names in the log (a batch run again logs its own again)
+        if not files_log.exists():
+            return 0
+        return len({json.loads(line)[1] for line in files_log.read_text().splitlines()
+                    if line.endswith("]")})
 
     try:
         for n, part in enumerate(parts[:6]):
@@ -433,3 +436,27 @@ def test_outcomes_reach_a_sink_as_they_resolve_and_again_after_a_crash(
         stop.set()  # one pass: the catch-up, no batch
         restarted.run(stop)
     assert sorted(set(again.seen)) == sorted(f"op{i}" for i in range(20))
+
+
+def test_seen_op_ids_survive_a_restart_through_their_log_not_the_state(
+        tmp_path: Path, inbox: Path) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock, dedupe_retention_ms=500)
+    land(inbox, "a.jsonl", [watch(1_000 + i, f"op{i}", 1_050 + i) for i in range(200)])
+    clock.ms = 1_400
+    follower.step()
+    assert len(outcomes(tmp_path / "out")) == 200
+    checkpoint = tmp_path / "out" / "_checkpoint"
+    state_bytes = (checkpoint / "state").stat().st_size
+    assert b"op199" not in (checkpoint / "state").read_bytes()  # in seen.log only
+    assert "op199" in (checkpoint / "seen.log").read_text()
+    again = engine(tmp_path, clock, dedupe_retention_ms=500)
+    land(inbox, "b.jsonl", [watch(1_350, "op0", 9_000),  # within the retention: a duplicate
+                            watch(1_700, "op1", 9_000)])  # past it: a new operation
+    clock.ms = 1_801
+    again.step()
+    quarantined = rows(tmp_path / "out" / "quarantine")
+    assert [(json.loads(q["raw"])["ts_ms"], q["reason"]) for q in quarantined] == [
+        (1_350, "duplicate_op_id")]
+    assert again.ops.stage.pending.keys() == {"op1"}
+    assert state_bytes < 20_000

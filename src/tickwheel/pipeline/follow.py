@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.compaction import compact, settled_batch
@@ -168,6 +168,50 @@ def _write_table(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
+class _BatchLog:
+    """An append-only log of records, each tagged with the batch that made it: a
+    restart takes those of committed batches only (a later batch runs again and
+    writes its own again). JSON Lines, fsync'd per append; a line torn by a crash is
+    cut off."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines = 0
+
+    def read(self, committed: int) -> list[Any]:
+        try:
+            text = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        whole = text.rfind(b"\n") + 1
+        if whole < len(text):  # torn by a crash: its batch never committed
+            with open(self.path, "r+b") as log_file:
+                log_file.truncate(whole)
+        records = []
+        lines = text[:whole].decode("utf-8").splitlines()
+        self.lines = len(lines)
+        for line in lines:
+            batch, record = json.loads(line)
+            if batch <= committed:
+                records.append(record)
+        return records
+
+    def append(self, batch_id: int, records: list[Any]) -> None:
+        if not records:
+            return
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write("".join(json.dumps([batch_id, record]) + "\n" for record in records))
+            out.flush()
+            os.fsync(out.fileno())
+        self.lines += len(records)
+
+    def rewrite(self, batch_id: int, records: list[Any]) -> None:
+        """The log as ``records`` alone (what the appended ones add up to)."""
+        text = "".join(json.dumps([batch_id, record]) + "\n" for record in records)
+        _write_atomically(text.encode("utf-8"), self.path)
+        self.lines = len(records)
+
+
 def _rows_of(path: Path) -> list[Wire]:
     """A file's rows in their wire form, read as the reference engine reads them."""
     if path.suffix == ".parquet":
@@ -219,8 +263,13 @@ class LocalFollowEngine:
         self.batch_id = -1  # the last batch committed
         self.keys = KeyPartition(0, 1, lateness_ms)
         self.ops = OpPartition(0, lateness_ms, dedupe_retention_ms)
-        self._seen: set[str] = set()
-        self._files_logged = 0  # lines in the files log
+        self._seen: set[str] = set()  # names of the input files read
+        self._files_log = _BatchLog(self.checkpoint_dir / "files.log")
+        # The op ids seen, with their first watch's ts_ms: the op stage's snapshot
+        # leaves them out (a retention bounds them by the rate, not by what is
+        # pending), and the log holds their changes, batch by batch.
+        self._seen_ts: dict[str, int] = {}
+        self._seen_log = _BatchLog(self.checkpoint_dir / "seen.log")
         self._restore()
         self._delivery: BatchDelivery | None = None
         self._compact()
@@ -261,14 +310,11 @@ class LocalFollowEngine:
     def _plan_path(self) -> Path:
         return self.checkpoint_dir / "plan.json"
 
-    @property
-    def _files_path(self) -> Path:
-        return self.checkpoint_dir / "files.log"
-
     def _restore(self) -> None:
         try:
             blob = self._state_path.read_bytes()
         except FileNotFoundError:
+            self.ops.stage.track_seen_changes()
             return
         version, batch_id, keys, ops = marshal.loads(blob)
         if version != _STATE_VERSION:
@@ -276,42 +322,23 @@ class LocalFollowEngine:
                              "supported")
         self.batch_id = batch_id
         self.keys = KeyPartition.restore(keys)
-        self.ops = OpPartition.restore(ops)
-        try:
-            text = self._files_path.read_bytes()
-        except FileNotFoundError:
-            text = b""
-        whole = text.rfind(b"\n") + 1
-        if whole < len(text):  # a line torn by a crash: its batch never committed
-            with open(self._files_path, "r+b") as log_file:
-                log_file.truncate(whole)
-        lines = text[:whole].decode("utf-8").splitlines()
-        for line in lines:
-            batch, name = json.loads(line)
-            if batch <= batch_id:  # later ones belong to a batch that will run again
-                self._seen.add(name)
-        self._files_logged = len(lines)
-
-    def _log_files(self, batch_id: int, names: list[str]) -> None:
-        if not names:
-            return
-        with open(self._files_path, "a", encoding="utf-8") as out:
-            for name in names:
-                out.write(json.dumps([batch_id, name]) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        self._files_logged += len(names)
+        self._seen = set(self._files_log.read(batch_id))
+        for op_id, ts in self._seen_log.read(batch_id):
+            if ts is None:
+                self._seen_ts.pop(op_id, None)
+            else:
+                self._seen_ts.pop(op_id, None)  # seen again after it was forgotten
+                self._seen_ts[op_id] = ts
+        self.ops = OpPartition.restore(ops, self._seen_ts)
+        self.ops.stage.track_seen_changes()
 
     def _compact_files_log(self, listed: set[str]) -> None:
         """Forget the names of files gone from the input directory: one that comes
         back under the same name is new input. Rewrites the log once it holds twice
         as many lines as names it must keep."""
         self._seen &= listed
-        if self._files_logged <= 2 * len(self._seen) + 1024:
-            return
-        lines = "".join(json.dumps([self.batch_id, name]) + "\n" for name in sorted(self._seen))
-        _write_atomically(lines.encode("utf-8"), self._files_path)
-        self._files_logged = len(self._seen)
+        if self._files_log.lines > 2 * len(self._seen) + 1024:
+            self._files_log.rewrite(self.batch_id, sorted(self._seen))
 
     def _plan(self) -> tuple[int, list[str], int | None] | None:
         """The next batch: the one planned before a crash, or a new one (None when a
@@ -342,10 +369,21 @@ class LocalFollowEngine:
         release = self.keys.release_ms
         return release is None or clock_ms - self.lateness_ms > release
 
-    def _commit(self, batch_id: int) -> None:
-        self.batch_id = batch_id
+    def _commit(self, batch_id: int, names: list[str]) -> None:
+        """The batch's logs, then its state: the state's batch id commits them."""
+        self._files_log.append(batch_id, names)
+        changes = self.ops.stage.take_seen_changes()
+        self._seen_log.append(batch_id, changes)
+        for op_id, ts in changes:
+            self._seen_ts.pop(op_id, None)
+            if ts is not None:
+                self._seen_ts[op_id] = ts
         _write_atomically(marshal.dumps((_STATE_VERSION, batch_id, self.keys.snapshot(),
-                                         self.ops.snapshot())), self._state_path)
+                                         self.ops.snapshot(with_seen=False))),
+                          self._state_path)
+        self.batch_id = batch_id
+        if self._seen_log.lines > 2 * len(self._seen_ts) + 65_536:
+            self._seen_log.rewrite(batch_id, list(self._seen_ts.items()))
 
     # -- running -------------------------------------------------------------------
 
@@ -375,8 +413,7 @@ class LocalFollowEngine:
         outcomes, duplicates = self.ops.release(point)
         quarantine += duplicates
         self._write_outputs(batch_id, outcomes, quarantine)
-        self._log_files(batch_id, names)
-        self._commit(batch_id)
+        self._commit(batch_id, names)
         self._seen.update(names)
         self._compact()
         self._count()

@@ -242,17 +242,22 @@ class OpPartition(_Partition):
         held = sum(1 for fields in self.held if len(fields) != 6)
         return self._status(len(self.stage.pending), self.stage.ignored_cancels, held)
 
-    def snapshot(self) -> bytes:
+    def snapshot(self, with_seen: bool = True) -> bytes:
+        """The partition as bytes; without ``with_seen``, less the seen op ids, which
+        the caller keeps as a log of :meth:`Resolver.take_seen_changes
+        <tickwheel.pipeline.resolver.Resolver.take_seen_changes>`."""
         import pickle
 
         return pickle.dumps((1, self.partition, self.lateness_ms,
-                             self.stage.snapshot(), marshal.dumps(self.held),
+                             self.stage.snapshot(with_seen), marshal.dumps(self.held),
                              self.release_ms, self.top_ms, self.rows_in, self.rows_applied,
                              self.quarantined, self.seq, self.quarantined_by_reason,
                              self.outcomes_by_outcome), protocol=5)
 
     @classmethod
-    def restore(cls, blob: bytes) -> OpPartition:
+    def restore(cls, blob: bytes, seen: dict[str, int] | None = None) -> OpPartition:
+        """The partition :meth:`snapshot` saved (``seen``: the seen op ids that a
+        snapshot without them leaves out, with their first watch's ``ts_ms``)."""
         import pickle
 
         (version, partition, lateness_ms, stage, held, release_ms, top_ms, rows_in, applied,
@@ -260,7 +265,7 @@ class OpPartition(_Partition):
         if version != 1:
             raise ValueError(f"op partition snapshot version {version} is not supported")
         part = cls(partition, lateness_ms)
-        restored = OpStage.restore(stage)
+        restored = OpStage.restore(stage, seen)
         assert isinstance(restored, OpStage)
         part.stage = restored
         part.held = marshal.loads(held)

@@ -183,8 +183,8 @@ class Resolver:
         self._seen_at: deque[tuple[int, str]] = deque()
         self._lingering: set[str] = set()
         # Kept only for a caller that saves the seen ids as a log of changes (see
-        # `take_seen_changes`): id -> seen (True) or forgotten (False) since it took them.
-        self._seen_changes: dict[str, bool] | None = None
+        # `take_seen_changes`): id -> its first watch's ts_ms, or None once forgotten.
+        self._seen_changes: dict[str, int | None] | None = None
         self.pending: dict[str, _LogOperation] = {}
         self.outcomes: list[OutcomeRow] = []
         self.quarantine: list[Quarantined] = []
@@ -322,50 +322,57 @@ class Resolver:
         if self._seen_changes is None:
             self._seen_changes = {}
 
-    def take_seen_changes(self) -> tuple[list[str], list[str]]:
-        """The ids seen and the ids forgotten since the last call (or since
-        :meth:`track_seen_changes`): a caller that saved the set then can save these
-        instead of the whole set again."""
+    def take_seen_changes(self) -> list[tuple[str, int | None]]:
+        """The ids seen (with the ``ts_ms`` of their first watch) and forgotten (with
+        None) since the last call or :meth:`track_seen_changes`: a caller can append
+        these to a log instead of saving the whole set again (see :meth:`snapshot`)."""
         changes = self._seen_changes
         if changes is None:
             raise RuntimeError("call track_seen_changes() first")
         self._seen_changes = {}
-        return ([op_id for op_id, seen in changes.items() if seen],
-                [op_id for op_id, seen in changes.items() if not seen])
+        return list(changes.items())
 
     def snapshot(self, with_seen: bool = True) -> tuple[Any, ...]:
         """Everything needed to go on later, as plain values (picklable, compact).
-        Without ``with_seen``, :attr:`seen_op_ids` is left out: the caller saves it
-        another way and gives it back to :meth:`restore`."""
+        Without ``with_seen``, the seen ids (which a retention bounds by the rate, not
+        by what is pending) are left out: the caller keeps them another way, as the
+        log of :meth:`take_seen_changes`, and gives them back to :meth:`restore`."""
         ops = [(_event_fields(op.event), op.seen_updates) for op in self.pending.values()]
         seen = list(self.seen_op_ids) if with_seen else None
+        seen_at = list(self._seen_at) if with_seen else None
         return (2, self.now, self.values, self.update_counts, seen, ops,
                 self.applied, self.ignored_cancels, self.dedupe_retention_ms,
-                list(self._seen_at), list(self._lingering))
+                seen_at, list(self._lingering))
 
     @classmethod
-    def restore(cls, snapshot: tuple[Any, ...], seen_op_ids: set[str] | None = None,
+    def restore(cls, snapshot: tuple[Any, ...], seen: dict[str, int] | None = None,
                 ) -> Resolver:
-        """The resolver :meth:`snapshot` saved; ``seen_op_ids`` is the set a snapshot
-        taken without it leaves out (used as is, not copied)."""
+        """The resolver :meth:`snapshot` saved; ``seen`` gives back what a snapshot
+        taken without the seen ids leaves out: each id seen, with the ``ts_ms`` of its
+        first watch (the changes of :meth:`take_seen_changes` applied in order)."""
         version = snapshot[0]
         if version == 1:  # before the dedupe retention: ids were kept forever
             snapshot = (*snapshot, None, [], [])
         elif version != 2:
             raise ValueError(f"snapshot version {version} is not supported")
-        (_, now, values, counts, seen, ops, applied, ignored, retention, seen_at,
+        (_, now, values, counts, seen_ids, ops, applied, ignored, retention, seen_at,
          lingering) = snapshot
         resolver = cls(now, retention)
         resolver.values = values
         resolver.update_counts = counts
-        if seen is not None:
+        if seen_ids is not None:
+            resolver.seen_op_ids = set(seen_ids)
+            resolver._seen_at = deque((ts, op_id) for ts, op_id in seen_at)
+        elif seen is not None:
             resolver.seen_op_ids = set(seen)
-        elif seen_op_ids is not None:
-            resolver.seen_op_ids = seen_op_ids
+            if retention is not None:
+                # The ids still to be forgotten at their time: all but those already
+                # past it and kept only while their operation is pending.
+                kept = set(lingering)
+                resolver._seen_at = deque(sorted(
+                    (ts, op_id) for op_id, ts in seen.items() if op_id not in kept))
         else:
-            raise ValueError("the snapshot was taken without its seen op ids: "
-                             "pass seen_op_ids")
-        resolver._seen_at = deque((ts, op_id) for ts, op_id in seen_at)
+            raise ValueError("the snapshot was taken without its seen op ids: pass seen")
         resolver._lingering = set(lingering)
         resolver.applied = applied
         resolver.ignored_cancels = ignored
@@ -410,7 +417,8 @@ class Resolver:
         if changes is not None:
             for op_id in counts:
                 if op_id not in seen:
-                    changes[op_id] = True
+                    changes.pop(op_id, None)  # forgotten earlier: in order, seen again
+                    changes[op_id] = ts
         seen.update(counts)
 
     def _forget_before(self, t: int) -> None:
@@ -427,7 +435,7 @@ class Resolver:
         """A watch of ``op_id`` starts a new operation from now on."""
         self.seen_op_ids.discard(op_id)
         if self._seen_changes is not None:
-            self._seen_changes[op_id] = False
+            self._seen_changes[op_id] = None
 
     def _watch(self, ev: Event) -> None:
         assert ev.op_id is not None
