@@ -324,8 +324,8 @@ class SparkEngine:
             if int(path.stem.split("-")[1]) < batch_id:
                 path.unlink(missing_ok=True)
 
-    def _settings(self) -> dict[str, str]:
-        return {
+    def _settings(self, follow: bool = False) -> dict[str, str]:
+        settings = {
             # One shuffle partition (and state store) per partition of each stage:
             # Spark's default of 200 costs a state-store commit each per batch. A
             # checkpoint keeps its own value.
@@ -335,13 +335,18 @@ class SparkEngine:
             # A state-store commit then writes the changes, not a new RocksDB checkpoint.
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         }
+        if follow:
+            # A service runs a micro-batch a second: Spark's default keeps the state of
+            # the last 100 for recovery, which only a restart from an old batch needs.
+            settings["spark.sql.streaming.minBatchesToRetain"] = "20"
+        return settings
 
     @contextlib.contextmanager
-    def _session_settings(self) -> Iterator[None]:
+    def _session_settings(self, follow: bool = False) -> Iterator[None]:
         """The engine's settings for the query's life. The caller's session gets its own
         values back when the query ends, not when it starts: the file sources make
         their logs on the query's thread, with the session's settings of that moment."""
-        settings = self._settings()
+        settings = self._settings(follow)
         previous = {name: self.spark.conf.get(name, None) for name in settings}
         for name, value in settings.items():
             self.spark.conf.set(name, value)
@@ -367,7 +372,7 @@ class SparkEngine:
             self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
                                            self.checkpoint_dir / "delivered")
         try:
-            with self._session_settings():
+            with self._session_settings(follow=True):
                 publish(self.input_dir, self.checkpoint_dir)
                 query = (self._query().writeStream
                          .foreachBatch(self._write_batch)
