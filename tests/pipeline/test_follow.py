@@ -460,3 +460,11 @@ def test_seen_op_ids_survive_a_restart_through_their_log_not_the_state(
         (1_350, "duplicate_op_id")]
     assert again.ops.stage.pending.keys() == {"op1"}
     assert state_bytes < 20_000
+
+
+def test_a_state_that_tickwheel_did_not_write_is_refused_by_name(tmp_path: Path,
+                                                                 inbox: Path) -> None:
+    engine(tmp_path, None).step()
+    (tmp_path / "out" / "_checkpoint" / "state").write_bytes(b"\x00garbage")
+    with pytest.raises(ValueError, match=r"state .* cannot be read"):
+        engine(tmp_path, None)

@@ -316,7 +316,11 @@ class LocalFollowEngine:
         except FileNotFoundError:
             self.ops.stage.track_seen_changes()
             return
-        version, batch_id, keys, ops = marshal.loads(blob)
+        try:
+            version, batch_id, keys, ops = marshal.loads(blob)
+        except (EOFError, ValueError, TypeError) as exc:
+            raise ValueError(f"the state {self._state_path} cannot be read ({exc}): it was "
+                             "not written by tickwheel; give another --checkpoint") from exc
         if version != _STATE_VERSION:
             raise ValueError(f"state version {version} in {self._state_path} is not "
                              "supported")
