@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.compaction import compact, settled_batch
@@ -48,6 +48,7 @@ from tickwheel.pipeline.io import (
     parquet_events,
     prepare_output,
     quarantine_table,
+    write_atomically,
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
@@ -60,9 +61,6 @@ from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.routing import route
 from tickwheel.pipeline.sink import OutcomeSink
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 __all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "wall_clock_ms"]
 
@@ -156,15 +154,6 @@ def _write_atomically(data: bytes, path: Path) -> None:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
-    os.replace(tmp, path)
-
-
-def _write_table(table: pa.Table, path: Path) -> None:
-    import pyarrow.parquet as pq
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp")
-    pq.write_table(table, tmp)
     os.replace(tmp, path)
 
 
@@ -437,9 +426,9 @@ class LocalFollowEngine:
         name = f"batch-{batch_id:09d}.parquet"
         table = outcomes_table(outcomes)
         if outcomes:
-            _write_table(table, self.output_dir / "outcomes" / name)
+            write_atomically(table, self.output_dir / "outcomes" / name)
         if quarantine:
-            _write_table(quarantine_table(quarantine), self.output_dir / "quarantine" / name)
+            write_atomically(quarantine_table(quarantine), self.output_dir / "quarantine" / name)
         if self._delivery is not None and outcomes:
             self._delivery.submit(batch_id, table)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["HADOOP_GLOB_CHARS", "InputError", "OutputDirError", "check_spark_paths",
            "checkpoint_id", "input_files", "json_lines", "outcomes_table",
            "output_owner", "parquet_events", "prepare_output", "quarantine_table", "read_events",
-           "read_parquet_rows", "within", "write_outcomes", "write_quarantine"]
+           "read_parquet_rows", "within", "write_atomically", "write_outcomes",
+           "write_quarantine"]
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +227,16 @@ def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:
 
 def write_quarantine(rows: list[Quarantined], directory: Path) -> Path:
     return _write(quarantine_table(rows), directory)
+
+
+def write_atomically(table: pa.Table, path: Path) -> None:
+    """A Parquet file written whole under a hidden name (which no reader takes), then
+    renamed into place: a crash leaves the old file or the new one, never half."""
+    _, pq = _pyarrow()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
 
 
 def _write(table: pa.Table, directory: Path) -> Path:

@@ -56,6 +56,7 @@ from tickwheel.pipeline.io import (
     outcomes_table,
     prepare_output,
     quarantine_table,
+    write_atomically,
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
@@ -79,7 +80,6 @@ from tickwheel.pipeline.spark._wire import (
 )
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
@@ -123,15 +123,6 @@ def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
         for name, n in one.items():
             total[name] = total.get(name, 0) + n
     return dict(sorted(total.items()))
-
-
-def _write_atomically(table: pa.Table, path: Path) -> None:
-    import pyarrow.parquet as pq
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
 
 
 class SparkEngine:
@@ -298,9 +289,9 @@ class SparkEngine:
         for sub, where in ((outcomes, self.output_dir / "outcomes"),
                            (quarantine, self.output_dir / "quarantine")):
             if sub.num_rows:
-                _write_atomically(sub, where / name)
+                write_atomically(sub, where / name)
         if status.num_rows:
-            _write_atomically(pa.table({"status": status["status"]}),
+            write_atomically(pa.table({"status": status["status"]}),
                               self.checkpoint_dir / "status" / name)
             if status.num_rows == 2 * self.partitions:
                 self._forget_statuses_before(batch_id)
