@@ -76,5 +76,6 @@ def test_batches_a_sink_has_not_settled_do_not_merge(tmp_path: Path) -> None:
     assert settled_batch(10, mark) == 3
     batch_files(tmp_path / "outcomes", range(8))
     compact(tmp_path / "outcomes", settled_batch(7, mark), fan_in=4)
-    assert sorted(p.name for p in (tmp_path / "outcomes").iterdir())[-4:] == [
-        f"batch-{i:09d}.parquet" for i in range(4, 8)]
+    assert sorted(p.name for p in (tmp_path / "outcomes").iterdir()) == [
+        *(f"batch-{i:09d}.parquet" for i in range(4, 8)),
+        "batches-000000000-000000003.parquet"]
