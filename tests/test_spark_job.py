@@ -69,6 +69,10 @@ def test_outside_spark_submit_it_refuses_and_says_what_to_run_instead(
     (["--max-files-per-trigger", "x"], "argument --max-files-per-trigger: 'x' is not an integer"),
     (["--dedupe-retention-ms", "-5"], "argument --dedupe-retention-ms: must be at least 0"),
     (["--input", "/nonexistent/events"], "--input: directory /nonexistent/events does not exist"),
+    (["--clock", "wall"], "--trigger-ms and --clock apply to --follow only"),
+    (["--follow", "--trigger-ms", "0"], "argument --trigger-ms: must be at least 1, got 0"),
+    (["--follow", "--clock", "sundial"], "argument --clock: invalid choice: 'sundial'"),
+    (["--follow", "--no-final"], "--no-final does not apply to --follow"),
 ])
 def test_bad_arguments_are_refused_before_spark_starts(
         args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
