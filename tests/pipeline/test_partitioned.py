@@ -316,3 +316,13 @@ def test_a_row_below_the_point_time_has_reached_is_late_in_the_stage_that_owns_i
     assert keys.held == [on_time]  # the watch's copy goes; stage 2 quarantines the watch
     ops.release(point)
     assert [q.reason.value for q in ops.take([late_watch], [])] == ["late"]
+
+
+def test_a_resolved_operation_can_be_forgotten_before_its_deadline() -> None:
+    stage = key_stage(watch(10, "a", ["k0", "k1"], 500, "any_update"),
+                      watch(10, "b", ["k0"], 500, "any_update"))
+    assert stage.registered == 3
+    stage.forget("a", 10, ["k0", "k1"])
+    assert stage.registered == 1 and set(stage.registrations) == {"k0"}
+    stage.forget("a", 10, ["k0"])  # twice: nothing more
+    assert stage.registered == 1

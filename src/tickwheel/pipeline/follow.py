@@ -405,6 +405,11 @@ class LocalFollowEngine:
         quarantine += self.ops.take(by_op[0], progress)
         outcomes, duplicates = self.ops.release(point)
         quarantine += duplicates
+        # Both stages are in this process: stage 1 can learn what stage 2 resolved,
+        # and keeps registrations only of operations still pending.
+        stage = self.keys.stage
+        for row in outcomes:
+            stage.forget(row.op_id, row.resolved_ms - row.latency_ms, row.keys)
         self._write_outputs(batch_id, outcomes, quarantine)
         self._commit(batch_id, names)
         self._seen.update(names)

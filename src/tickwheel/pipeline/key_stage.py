@@ -139,6 +139,17 @@ class KeyStage:
                 if not on_key:
                     del self.registrations[key]
 
+    def forget(self, op_id: str, watch_ts: int, keys: Iterable[str]) -> None:
+        """Drop the registrations of an operation already resolved: where stage 2 can
+        say so (both stages in one process), they need not wait for its deadline."""
+        registrations = self.registrations
+        for key in keys:
+            on_key = registrations.get(key)
+            if on_key is not None and on_key.pop((op_id, watch_ts), None) is not None:
+                self.registered -= 1
+                if not on_key:
+                    del registrations[key]
+
     def drain(self) -> list[Progress]:
         """The progress rows made since the last drain."""
         out, self.progress = self.progress, []
