@@ -86,16 +86,19 @@ def test_an_executor_killed_in_the_middle_of_a_run_changes_no_outcome(tmp_path: 
     base = tmp_path / "run"
     write_files(random_log(7, rows=4_000), base / "in", files=8)
     proc = _start(base, tmp_path)
-    status = base / "ckpt" / "status"
+    # Micro-batches committed (status files only keep the latest of them).
+    commits = base / "ckpt" / "query" / "commits"
     deadline = time.monotonic() + 300
-    while not (status.is_dir() and len(list(status.glob("*.parquet"))) >= 2):
+    while not (commits.is_dir()
+               and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 2):
         assert proc.poll() is None, "the run ended before an executor could be killed"
         assert time.monotonic() < deadline, "no micro-batch finished in time"
         time.sleep(0.2)
     executors = _executors(proc.pid)
     assert len(executors) == 2, executors
     os.kill(executors[0], signal.SIGKILL)
-    assert len(list(status.glob("*.parquet"))) < 9, "the kill came too late"
+    assert len([p for p in commits.iterdir() if p.name.isdigit()]) < 9, \
+        "the kill came too late"
     _, err = proc.communicate(timeout=600)
     if proc.returncode != 0:
         # The query may fail instead of rerunning the lost tasks: a restart on its

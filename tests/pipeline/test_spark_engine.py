@@ -390,15 +390,17 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
     proc = subprocess.Popen([sys.executable, "-c", script, str(killed), "final"],
                             start_new_session=True, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    status = killed / "ckpt" / "status"
+    # Micro-batches committed (status files only keep the latest of them).
+    commits = killed / "ckpt" / "query" / "commits"
     deadline = time.monotonic() + 240
-    while not (status.is_dir() and len(list(status.glob("*.parquet"))) >= 2):
+    while not (commits.is_dir()
+               and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 2):
         assert proc.poll() is None, "the run ended before it could be killed"
         assert time.monotonic() < deadline, "no micro-batch finished in time"
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
     proc.wait()
-    done = len(list(status.glob("*.parquet")))
+    done = len([p for p in commits.iterdir() if p.name.isdigit()])
     assert done < 9, "the kill came too late to interrupt anything"
 
     write_files(more, killed / "in", files=2, start=8)
