@@ -4,6 +4,7 @@ tickwheel.aio.conformance), and the harness refuses what it cannot run."""
 from __future__ import annotations
 
 import resource
+import signal
 import subprocess
 import sys
 
@@ -37,3 +38,22 @@ def test_the_harness_refuses_a_name_that_is_not_a_test_module() -> None:
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert "not a test_asyncio module name: ../etc" in result.stderr
+
+
+def _ignore_sigint_and_limit_memory() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _limit_memory()
+
+
+def test_the_harness_interrupts_the_main_thread_even_when_started_with_sigint_ignored(
+) -> None:
+    # A background job of a non-interactive shell inherits SIGINT ignored; test_runners'
+    # interrupt tests would then wait forever (on any loop), allocating as they wait.
+    result = subprocess.run(
+        [sys.executable, "-m", "tickwheel.aio.conformance", "--loop", "stock", "-v",
+         "test_runners"],
+        capture_output=True, text=True, timeout=120, check=False,
+        preexec_fn=_ignore_sigint_and_limit_memory)
+    report = result.stdout + result.stderr
+    assert result.returncode == 0, report[-8000:]
+    assert "test_interrupt_call_soon" in report and "skipped" not in report
