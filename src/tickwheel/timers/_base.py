@@ -29,6 +29,8 @@ from tickwheel.timers._driver import Driver
 from tickwheel.timers._errors import TimerClosed
 from tickwheel.timers._task import (
     CANCELLED,
+    ArgsCallbackTask,
+    CallbackTask,
     PeriodicTask,
     TaskOwner,
     TimerEntry,
@@ -165,9 +167,11 @@ class TimerBase(TaskOwner):
 
     def schedule(self, delay_ms: Millis, fn: Callable[..., object], *args: Any) -> TimerTask:
         """Run ``fn(*args)`` after ``delay_ms``; a delay <= 0 is due at once."""
-        task = callback_task(delay_ms, fn, args)
-        now = self._now()
-        self._add(task, now + task._delay_ms, now)
+        task = ArgsCallbackTask(delay_ms, fn, args) if args else CallbackTask(delay_ms, fn)
+        manual = self._manual
+        now = manual._now_ms if manual is not None else self._now()
+        # A new task is pending nowhere: no move to retry, unlike add().
+        self._add_if_free(task, now + task._delay_ms, now)
         return task
 
     def schedule_at(self, deadline_ms: Millis, fn: Callable[..., object], *args: Any) -> TimerTask:

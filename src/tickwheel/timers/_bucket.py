@@ -11,14 +11,32 @@ linked lists 0.78 s of 1.05 s went to collections, with arrays 0.57 s of 0.92 s.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from tickwheel.timers._task import TaskOwner, TimerEntry
+from tickwheel.timers._task import CANCELLED, TaskOwner, TimerEntry
 
 if TYPE_CHECKING:
     from tickwheel.timers._base import TimerBase
 
-__all__ = ["Bucket"]
+__all__ = ["Bucket", "position"]
+
+#: Positions up to this are shared int objects (see :func:`position`).
+_SHARED_POSITIONS: Final = 1 << 16
+_positions: list[int] = list(range(256))
+
+
+def position(n: int) -> int:
+    """``n`` as an int object shared by every bucket. In pure Python an int past 256
+    is an object of its own, 28 bytes per pending task for its index alone; shared,
+    the index costs a reference. Grown on demand, up to a bound (2.4 MB)."""
+    positions = _positions
+    if n < len(positions):
+        return positions[n]
+    if n < _SHARED_POSITIONS:
+        positions.extend(range(len(positions), min(2 * n + 1, _SHARED_POSITIONS)))
+        return positions[n]
+    return n
+
 
 
 class Bucket(TaskOwner):
@@ -54,7 +72,9 @@ class Bucket(TaskOwner):
     def append(self, task: TimerEntry) -> None:
         """Hold ``task``. Caller holds the timer's lock."""
         tasks = self._tasks
-        task._index = len(tasks)
+        n = len(tasks)
+        positions = _positions
+        task._index = positions[n] if n < len(positions) else position(n)
         tasks.append(task)
         task._owner = self
 
@@ -91,6 +111,16 @@ class Bucket(TaskOwner):
         with timer._lock:
             if task._owner is not self:
                 return False
-            self.unlink(task)
-            timer._on_removed(task, cancelling)
+            # unlink() and the timer's _on_removed(), inline: this is every cancel.
+            tasks = self._tasks
+            last = tasks.pop()
+            if last is not task:
+                index = task._index
+                tasks[index] = last
+                last._index = index
+            task._owner = None
+            timer._size -= 1
+            if cancelling:
+                timer._cancelled += 1
+                task._index = CANCELLED
             return True

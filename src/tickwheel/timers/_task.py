@@ -141,7 +141,13 @@ class CallbackTask(TimerTask):
     __slots__ = ("_fn",)
 
     def __init__(self, delay_ms: Millis, fn: Callable[[], object]) -> None:
-        super().__init__(delay_ms)
+        # Every slot set here rather than through the base classes' __init__: on the
+        # path of every schedule, and each call is a frame in pure Python.
+        self._expiration = 0
+        self._owner = None
+        self._index = 0
+        self._delay_ms = delay_ms if type(delay_ms) is int else check_delay_ms(
+            "delay_ms", delay_ms)
         self._fn = fn
 
     def run(self) -> None:
@@ -156,7 +162,12 @@ class ArgsCallbackTask(CallbackTask):
     __slots__ = ("_args",)
 
     def __init__(self, delay_ms: Millis, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
-        super().__init__(delay_ms, fn)
+        self._expiration = 0
+        self._owner = None
+        self._index = 0
+        self._delay_ms = delay_ms if type(delay_ms) is int else check_delay_ms(
+            "delay_ms", delay_ms)
+        self._fn = fn
         self._args = args
 
     def run(self) -> None:

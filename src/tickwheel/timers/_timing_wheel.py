@@ -94,7 +94,8 @@ class TimingWheelTimer(TimerBase):
             if not bucket.due_at(tick):
                 return
         else:
-            placed = self._wheel.next_level().place(task, tick, current)
+            wheel = self._wheel
+            placed = (wheel.overflow or wheel.next_level()).place(task, tick, current)
             if placed is None:
                 return
             bucket = placed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tickwheel.timers._bucket import Bucket
+from tickwheel.timers._bucket import Bucket, _positions, position
 
 if TYPE_CHECKING:
     from tickwheel.timers._base import TimerBase
@@ -67,10 +67,21 @@ class TimingWheel:
                 slot = tick // unit
                 bucket = wheel.buckets[slot % wheel.size]
                 flush_at = slot * unit
-            bucket.append(task)
+            # Bucket.append() and due_at(), inline: this is every schedule past the
+            # first level.
+            tasks = bucket._tasks
+            n = len(tasks)
+            positions = _positions
+            task._index = positions[n] if n < len(positions) else position(n)
+            tasks.append(task)
+            task._owner = bucket
             # A slot is reused only once its previous span is flushed, so a bucket
             # holds one expiration at a time.
-            return bucket if bucket.due_at(flush_at) else None
+            if bucket.queued and bucket.expiration == flush_at:
+                return None
+            bucket.expiration = flush_at
+            bucket.queued = True
+            return bucket
 
     @property
     def levels(self) -> int:
