@@ -7,16 +7,15 @@ times per operation, so what one lock cycle costs shows in every workload. On CP
 
 Where the package was built with a C compiler, the lock is ``tickwheel._rawlock``'s
 ``RawLock``: ``acquire()`` and ``release()`` take no arguments and go straight to a
-semaphore. Callgrind, W3 at 1M pending: a lock cycle cost 548 instructions with the
-token below and costs 235 with ``RawLock``, a quarter of a compiled schedule+cancel pair
-saved (2,570 to 1,948 instructions).
+semaphore: less than half the instructions of the token below per lock cycle
+(docs/timers.md#locking has the counts).
 
 Without one (``native`` false), the lock is a ``queue.SimpleQueue`` holding one token:
 a binary semaphore whose ``get`` and ``put`` are vectorcall methods with a fast path
 that neither parses keywords nor reads a clock; ``get`` blocks (without the GIL) while
-another thread holds the token. In a minimal compiled wheel at 10k pending it made a
-schedule+cancel pair 531 ns against 653 ns with ``threading.Lock``. A pure-Python
-caller gets a plain ``threading.Lock`` instead (``new_lock``).
+another thread holds the token, and it costs a compiled caller less than
+``threading.Lock``. A pure-Python caller gets a plain ``threading.Lock`` instead
+(``new_lock``), whose ``with`` runs in C.
 
 Either way the lock's methods are bound once, so ``with mutex:`` is two direct calls.
 ``Mutex`` has ``acquire``/``release`` with ``threading.Lock``'s signature, so

@@ -331,7 +331,7 @@ def write_event_log(config: GeneratorConfig, directory: Path,
 
 #: Events per second of ``ts_ms`` made by each step per second (the produces and
 #: fetches of one step), and by the per-second work (heartbeats, rebalances), for the
-#: default models: measured at ``step_us`` 10,000 and 2,000 (docs/pipeline.md).
+#: default models, counted at ``step_us`` 10,000 and 2,000 (docs/pipeline.md#the-generator).
 _EVENTS_PER_STEP = 10.0
 _EVENTS_PER_SECOND = 222.0
 MIN_RATE = 250
