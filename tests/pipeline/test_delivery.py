@@ -14,7 +14,7 @@ import pytest
 from tests.pipeline.test_sink import Flaky
 from tickwheel import ProcessingResult
 from tickwheel.pipeline.delivery import BatchDelivery, outcome_rows
-from tickwheel.pipeline.events import Outcome
+from tickwheel.pipeline.events import OutcomeKind
 from tickwheel.pipeline.reference import OutcomeRow
 from tickwheel.pipeline.sink import OutcomeSink
 
@@ -59,8 +59,8 @@ def run_one_batch(tmp_path: Path, batch_id: int) -> tuple[Flaky, BatchDelivery]:
 
 def test_outcome_rows_read_the_contract_columns() -> None:
     rows = outcome_rows(batch(3, size=8))
-    assert rows[0] == OutcomeRow("b3-op0", Outcome.ERROR, 3_000, 5, (), "NOT_LEADER")
-    assert rows[1] == OutcomeRow("b3-op1", Outcome.COMPLETED, 3_001, 5, ("k1", "k2"), None)
+    assert rows[0] == OutcomeRow("b3-op0", OutcomeKind.ERROR, 3_000, 5, (), "NOT_LEADER")
+    assert rows[1] == OutcomeRow("b3-op1", OutcomeKind.COMPLETED, 3_001, 5, ("k1", "k2"), None)
     assert len(rows) == 8
 
 

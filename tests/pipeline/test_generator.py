@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tickwheel.pipeline.events import Outcome
+from tickwheel.pipeline.events import OutcomeKind
 from tickwheel.pipeline.generator import GeneratorConfig, generate, iter_rows, write_event_log
 from tickwheel.pipeline.reference import ReferenceEngine
 
@@ -39,10 +39,10 @@ def test_a_workload_has_every_kind_of_operation_and_outcome(tmp_path: Path) -> N
     assert not result.quarantine
     kinds = Counter((o.op_id.rsplit("-", 1)[0], o.outcome) for o in result.outcomes)
     for kind in ("produce", "fetch", "follower-fetch", "session"):
-        assert kinds[kind, Outcome.COMPLETED] > 0, kind
-        assert kinds[kind, Outcome.EXPIRED] > 0, kind
-    assert kinds["task", Outcome.CANCELLED] > 0 and kinds["task", Outcome.EXPIRED] > 0
-    assert kinds["produce", Outcome.ERROR] > 0
+        assert kinds[kind, OutcomeKind.COMPLETED] > 0, kind
+        assert kinds[kind, OutcomeKind.EXPIRED] > 0, kind
+    assert kinds["task", OutcomeKind.CANCELLED] > 0 and kinds["task", OutcomeKind.EXPIRED] > 0
+    assert kinds["produce", OutcomeKind.ERROR] > 0
 
 
 def test_malformed_rows_and_bounded_disorder_lose_nothing(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from tickwheel.pipeline.events import (
     Condition,
     Event,
     EventType,
-    Outcome,
+    OutcomeKind,
     Quarantined,
     Reason,
     parse_line,
@@ -69,24 +69,24 @@ def update(ts: int, key: str, value: int | None = None,
 def test_the_issue_example() -> None:
     result = run(ISSUE_EXAMPLE)
     out = by_id(result)
-    assert out["fetch-3"] == OutcomeRow("fetch-3", Outcome.COMPLETED, 1010, 10,
+    assert out["fetch-3"] == OutcomeRow("fetch-3", OutcomeKind.COMPLETED, 1010, 10,
                                         ("t-0", "t-1"), None)
-    assert out["produce-17"] == OutcomeRow("produce-17", Outcome.ERROR, 1011, 11,
+    assert out["produce-17"] == OutcomeRow("produce-17", OutcomeKind.ERROR, 1011, 11,
                                            ("t-0", "t-1"), "NOT_LEADER")
-    assert out["task-9"] == OutcomeRow("task-9", Outcome.CANCELLED, 1020, 17, (), None)
+    assert out["task-9"] == OutcomeRow("task-9", OutcomeKind.CANCELLED, 1020, 17, (), None)
     assert "session-g1-m3" not in out and result.pending == 1
     assert (result.rows_in, result.rows_applied, len(result.quarantine)) == (8, 8, 0)
 
 
 def test_watches_come_before_updates_at_one_ts_whatever_the_file_order() -> None:
     result = run([update(5, "k", 1), watch(5, "w", ["k"], 100)])
-    assert by_id(result)["w"].outcome is Outcome.COMPLETED  # the update counts as later
+    assert by_id(result)["w"].outcome is OutcomeKind.COMPLETED  # the update counts as later
     assert by_id(result)["w"].resolved_ms == 5
 
 
 def test_deadlines_at_t_expire_before_the_events_at_t() -> None:
     result = run([watch(0, "w", ["k"], 50), update(50, "k", 1)])
-    assert by_id(result)["w"] == OutcomeRow("w", Outcome.EXPIRED, 50, 50, ("k",), None)
+    assert by_id(result)["w"] == OutcomeRow("w", OutcomeKind.EXPIRED, 50, 50, ("k",), None)
 
 
 def test_a_watch_already_past_its_deadline_tries_once_then_expires_at_its_ts() -> None:
@@ -94,8 +94,8 @@ def test_a_watch_already_past_its_deadline_tries_once_then_expires_at_its_ts() -
                   watch(7, "met", ["k"], 3, "all_at_least", targets={"k": 5}),
                   watch(7, "unmet", ["k"], 7, "all_at_least", targets={"k": 50})])
     out = by_id(result)
-    assert (out["met"].outcome, out["met"].resolved_ms) == (Outcome.COMPLETED, 7)
-    assert (out["unmet"].outcome, out["unmet"].resolved_ms) == (Outcome.EXPIRED, 7)
+    assert (out["met"].outcome, out["met"].resolved_ms) == (OutcomeKind.COMPLETED, 7)
+    assert (out["unmet"].outcome, out["unmet"].resolved_ms) == (OutcomeKind.EXPIRED, 7)
 
 
 def test_values_only_grow_and_sums_floor_each_key_at_zero() -> None:
@@ -106,7 +106,7 @@ def test_values_only_grow_and_sums_floor_each_key_at_zero() -> None:
                   update(4, "a", 104),
                   update(5, "a", 105)])
     assert (by_id(result)["sum"].resolved_ms, by_id(result)["sum"].outcome) == (
-        5, Outcome.COMPLETED)
+        5, OutcomeKind.COMPLETED)
 
 
 def test_all_at_least_needs_a_value_for_every_key() -> None:
@@ -125,20 +125,20 @@ def test_the_smallest_error_wins_at_one_ts() -> None:
                   update(5, "b", error="UNKNOWN_TOPIC_OR_PARTITION"),
                   update(5, "a", error="NOT_LEADER")])
     assert by_id(result)["p"].error == "NOT_LEADER"
-    assert by_id(result)["p"].outcome is Outcome.ERROR
+    assert by_id(result)["p"].outcome is OutcomeKind.ERROR
 
 
 def test_errors_come_after_values_at_one_ts() -> None:
     result = run([watch(0, "p", ["a"], 100, "all_at_least", targets={"a": 1}),
                   update(5, "a", error="NOT_LEADER"), update(5, "a", 1)])
-    assert by_id(result)["p"].outcome is Outcome.COMPLETED
+    assert by_id(result)["p"].outcome is OutcomeKind.COMPLETED
 
 
 def test_cancels_of_unknown_or_resolved_operations_are_counted_not_outcomes() -> None:
     result = run([watch(0, "w", ["k"], 100), update(1, "k", 1),
                   {"ts_ms": 2, "type": "cancel", "op_id": "w"},
                   {"ts_ms": 2, "type": "cancel", "op_id": "never"}])
-    assert [o.outcome for o in result.outcomes] == [Outcome.COMPLETED]
+    assert [o.outcome for o in result.outcomes] == [OutcomeKind.COMPLETED]
     assert result.ignored_cancels == 2
 
 
@@ -319,8 +319,8 @@ def test_latencies_at_the_edges_of_a_long_are_written(tmp_path: Path) -> None:
     result = run([watch(low, "first", ["k"], -1), watch(0, "last", ["k"], high),
                   watch(0, "none", [], high, condition="none"), update(high, "k", 1)])
     assert sorted((o.op_id, o.outcome, o.latency_ms) for o in result.outcomes) == [
-        ("first", Outcome.EXPIRED, high), ("last", Outcome.EXPIRED, high),
-        ("none", Outcome.EXPIRED, high)]
+        ("first", OutcomeKind.EXPIRED, high), ("last", OutcomeKind.EXPIRED, high),
+        ("none", OutcomeKind.EXPIRED, high)]
     write_outcomes(result.outcomes, tmp_path)
     assert len(read_parquet_rows(tmp_path)) == 3
 
@@ -328,7 +328,7 @@ def test_latencies_at_the_edges_of_a_long_are_written(tmp_path: Path) -> None:
 def test_unknown_fields_and_targets_of_other_conditions_are_ignored() -> None:
     result = run([watch(0, "w", ["k"], 100, targets={"zzz": 1}, colour="blue"),
                   update(1, "k", 1)])
-    assert by_id(result)["w"].outcome is Outcome.COMPLETED
+    assert by_id(result)["w"].outcome is OutcomeKind.COMPLETED
 
 
 def test_late_rows_are_quarantined_and_nothing_is_lost() -> None:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tickwheel import ProcessingResult
-from tickwheel.pipeline.events import Outcome
+from tickwheel.pipeline.events import OutcomeKind
 from tickwheel.pipeline.reference import OutcomeRow
 from tickwheel.pipeline.sink import OutcomeSink, deliver_outcomes
 
@@ -32,7 +32,7 @@ class Flaky:
 
 
 def test_every_outcome_is_delivered_once_despite_congestion() -> None:
-    rows = [OutcomeRow(f"op-{i}", Outcome.COMPLETED, i, 1, ("k",), None) for i in range(5_000)]
+    rows = [OutcomeRow(f"op-{i}", OutcomeKind.COMPLETED, i, 1, ("k",), None) for i in range(5_000)]
     processor = Flaky()
     delivery = deliver_outcomes(rows, processor, max_batch_size=100,
                                 congestion_retry_delay_ms=5)
@@ -45,7 +45,7 @@ def test_a_sink_holds_the_engine_back_instead_of_overflowing_the_dispatcher() ->
     # Far more outcomes than the dispatcher's buffer, against a processor that pushes
     # back a fifth of the time: the buffer must never overflow (Eureka drops the oldest
     # task when it does), so every outcome arrives.
-    rows = [OutcomeRow(f"op-{i}", Outcome.EXPIRED, i, 5, (), None) for i in range(40_000)]
+    rows = [OutcomeRow(f"op-{i}", OutcomeKind.EXPIRED, i, 5, (), None) for i in range(40_000)]
     processor = Flaky()
     with OutcomeSink(processor, max_buffer_size=2_000, max_batch_size=100,
                      congestion_retry_delay_ms=2) as sink:
@@ -58,8 +58,8 @@ def test_a_sink_holds_the_engine_back_instead_of_overflowing_the_dispatcher() ->
 
 
 def test_one_op_id_reused_for_a_later_operation_is_delivered_twice() -> None:
-    first = OutcomeRow("job", Outcome.EXPIRED, 10, 10, (), None)
-    again = OutcomeRow("job", Outcome.EXPIRED, 510, 10, (), None)  # registered at 500
+    first = OutcomeRow("job", OutcomeKind.EXPIRED, 10, 10, (), None)
+    again = OutcomeRow("job", OutcomeKind.EXPIRED, 510, 10, (), None)  # registered at 500
     processor = Flaky()
     processor.rng = random.Random(0)  # no congestion on the first draws
     assert deliver_outcomes([first, again], processor).undelivered == 0
@@ -77,7 +77,7 @@ def test_flush_returns_once_every_outcome_handed_over_is_settled() -> None:
             time.sleep(0.01)
             return super().process_batch(tasks)
 
-    rows = [OutcomeRow(f"op-{i}", Outcome.COMPLETED, i, 1, (), None) for i in range(3_000)]
+    rows = [OutcomeRow(f"op-{i}", OutcomeKind.COMPLETED, i, 1, (), None) for i in range(3_000)]
     processor = Slow()
     with OutcomeSink(processor, max_batch_size=100, congestion_retry_delay_ms=5) as sink:
         sink.deliver(rows)
@@ -97,7 +97,7 @@ def test_outcomes_a_processor_refuses_for_good_are_settled_not_waited_for() -> N
                 raise RuntimeError("downstream rejects this batch")
             return ProcessingResult.PERMANENT_ERROR
 
-    rows = [OutcomeRow(f"op-{i}", Outcome.COMPLETED, i, 1, (), None) for i in range(500)]
+    rows = [OutcomeRow(f"op-{i}", OutcomeKind.COMPLETED, i, 1, (), None) for i in range(500)]
     with OutcomeSink(Refusing(), max_batch_size=10) as sink:
         sink.deliver(rows)
         assert sink.flush(timeout_s=30)

@@ -435,11 +435,11 @@ def test_rows_come_back_as_they_were_sent_and_compressed() -> None:
 
 
 def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
-    from tickwheel.pipeline.events import Outcome
+    from tickwheel.pipeline.events import OutcomeKind
     from tickwheel.pipeline.io import outcomes_table
     from tickwheel.pipeline.resolver import OutcomeRow
 
-    rows = [OutcomeRow(f"op-{n}", Outcome.EXPIRED, 100 + n, 50, ("k",), None)
+    rows = [OutcomeRow(f"op-{n}", OutcomeKind.EXPIRED, 100 + n, 50, ("k",), None)
             for n in range(500)]
     table = outcomes_table(rows)
     blob = _wire._ipc(table)

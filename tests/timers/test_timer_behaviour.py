@@ -466,3 +466,22 @@ def test_callbacks_with_and_without_arguments_run_and_cancel_alike(
     assert sorted(calls, key=repr) == sorted([(), (1, "two"), ("at",)], key=repr)
     assert not (plain.cancelled or with_args.cancelled or at.cancelled)
     assert gone.cancelled and not gone.pending
+
+
+@pytest.mark.parametrize("cls", ["TimingWheelTimer", "HashedWheelTimer", "HeapTimer"])
+def test_a_timer_has_a_name_its_stats_carry(cls: str, clock: ManualClock) -> None:
+    import tickwheel
+
+    timer_cls = getattr(tickwheel, cls)
+    named = timer_cls(clock=clock, executor=None, name="session-expiry")
+    assert named.name == "session-expiry"
+    stats = named.stats()
+    assert (stats.name, stats.kind) == ("session-expiry", named.kind)
+    assert timer_cls(clock=clock, executor=None).stats().name == named.kind
+    with pytest.raises(ValueError, match="name must be a non-empty string"):
+        timer_cls(clock=clock, executor=None, name="")
+    with pytest.raises(TypeError):
+        timer_cls(clock=clock, executor=None, name=7)
+    named.close()
+    with pytest.raises(TimerClosed, match="'session-expiry' is closed"):
+        named.schedule(5, print)

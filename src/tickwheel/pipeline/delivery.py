@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tickwheel.pipeline.events import Outcome
+from tickwheel.pipeline.events import OutcomeKind
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.sink import OutcomeSink
 
@@ -34,8 +34,8 @@ __all__ = ["BatchDelivery", "outcome_rows"]
 log = logging.getLogger(__name__)
 
 _BATCH_FILE = re.compile(r"batch-(\d+)\.parquet")
-# A dict lookup: Outcome(value) goes through the enum's Python-level lookup.
-_OUTCOMES = {o.value: o for o in Outcome}
+# A dict lookup: OutcomeKind(value) goes through the enum's Python-level lookup.
+_OUTCOMES = {o.value: o for o in OutcomeKind}
 
 
 def outcome_rows(table: pa.Table) -> list[OutcomeRow]:

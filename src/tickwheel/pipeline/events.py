@@ -33,7 +33,7 @@ __all__ = [
     "Condition",
     "Event",
     "EventType",
-    "Outcome",
+    "OutcomeKind",
     "Quarantined",
     "Reason",
     "Wire",
@@ -85,7 +85,10 @@ class Reason(enum.Enum):
     BAD_STRING = "bad_string"
 
 
-class Outcome(enum.Enum):
+class OutcomeKind(enum.Enum):
+    """How an operation of the event log was resolved: the ``outcome`` column. The
+    purgatory's own :class:`tickwheel.Outcome` says the same of a ``DelayedOperation``."""
+
     COMPLETED = "completed"
     EXPIRED = "expired"
     CANCELLED = "cancelled"

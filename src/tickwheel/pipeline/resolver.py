@@ -41,7 +41,7 @@ from tickwheel.pipeline.events import (
     Condition,
     Event,
     EventType,
-    Outcome,
+    OutcomeKind,
     Quarantined,
     Reason,
     Wire,
@@ -49,8 +49,7 @@ from tickwheel.pipeline.events import (
     line_of,
     new_event,
 )
-from tickwheel.purgatory import DelayedOperation, Purgatory
-from tickwheel.purgatory import Outcome as OpOutcome
+from tickwheel.purgatory import DelayedOperation, Outcome, Purgatory
 from tickwheel.timers import TimingWheelTimer
 
 __all__ = ["OutcomeRow", "Resolver", "order_key", "wire_order"]
@@ -65,7 +64,7 @@ class OutcomeRow(NamedTuple):
     outcomes took a sixth of the resolver's instructions (callgrind)."""
 
     op_id: str
-    outcome: Outcome
+    outcome: OutcomeKind
     resolved_ms: int
     latency_ms: int
     keys: tuple[str, ...]
@@ -154,12 +153,12 @@ class _LogOperation(DelayedOperation):
         ev = self.event
         resolver = self.resolver
         assert resolver.now is not None
-        if self.outcome is OpOutcome.EXPIRED:
-            resolver.record(ev, Outcome.EXPIRED, ev.deadline_ms, None)
+        if self.outcome is Outcome.EXPIRED:
+            resolver.record(ev, OutcomeKind.EXPIRED, ev.deadline_ms, None)
         elif self.error is not None:
-            resolver.record(ev, Outcome.ERROR, resolver.now, self.error)
+            resolver.record(ev, OutcomeKind.ERROR, resolver.now, self.error)
         else:
-            resolver.record(ev, Outcome.COMPLETED, resolver.now, None)
+            resolver.record(ev, OutcomeKind.COMPLETED, resolver.now, None)
 
 
 class Resolver:
@@ -267,7 +266,7 @@ class Resolver:
             op = self.pending.get(ev.op_id)
             if op is not None and op.cancel():
                 del self.pending[ev.op_id]
-                self.record(op.event, Outcome.CANCELLED, ts, None)
+                self.record(op.event, OutcomeKind.CANCELLED, ts, None)
             else:
                 self.ignored_cancels += 1
 
@@ -282,7 +281,7 @@ class Resolver:
             self._clock.set(t)
         self._the_purgatory().advance_clock(0)
 
-    def record(self, ev: Event, outcome: Outcome, resolved_ms: int, error: str | None) -> None:
+    def record(self, ev: Event, outcome: OutcomeKind, resolved_ms: int, error: str | None) -> None:
         assert ev.op_id is not None
         self.pending.pop(ev.op_id, None)
         if self._lingering and ev.op_id in self._lingering:
@@ -442,7 +441,7 @@ class Resolver:
         if ev.deadline_ms <= ev.ts_ms:
             op = self._new_operation(ev, 0, None)
             if not op.safe_try_complete() and op.cancel():
-                self.record(ev, Outcome.EXPIRED, ev.ts_ms, None)
+                self.record(ev, OutcomeKind.EXPIRED, ev.ts_ms, None)
             return
         self._register(ev, None)
 

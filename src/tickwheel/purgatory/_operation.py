@@ -80,6 +80,8 @@ class DelayedOperation(TimerTask):
 
     @property
     def is_completed(self) -> bool:
+        """True once the operation is resolved: completed, expired or cancelled
+        (Kafka's ``isCompleted``). ``outcome`` says which."""
         return self._outcome is not None
 
     @property

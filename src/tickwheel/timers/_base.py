@@ -56,8 +56,10 @@ _running_tasks = threading.local()
 
 @dataclass(frozen=True, slots=True)
 class TimerStats:
-    """A snapshot of a timer's counters."""
+    """A snapshot of a timer's counters. ``name`` is the timer's own, as every
+    component's stats carry it; ``kind`` is which timer it is."""
 
+    name: str
     kind: str
     pending: int
     scheduled: int
@@ -77,7 +79,13 @@ class TimerBase(TaskOwner):
         self,
         clock: Clock | None,
         executor: Executor | _DefaultExecutor | None,
+        name: str | None = None,
     ) -> None:
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a non-empty string, got {type(name).__name__}")
+        if name == "":
+            raise ValueError("name must be a non-empty string, got ''")
+        self._name: str = self.kind if name is None else name
         self._clock: Clock = SystemClock() if clock is None else clock
         # The two clocks tickwheel ships are compiled classes: reading them directly
         # spares every schedule a generic method call through the Clock protocol.
@@ -104,7 +112,7 @@ class TimerBase(TaskOwner):
         self._executor: Executor | None
         if isinstance(executor, _DefaultExecutor):
             self._executor = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"tickwheel-{self.kind}"
+                max_workers=1, thread_name_prefix=f"tickwheel-{self._name}"
             )
         else:
             self._executor = executor
@@ -130,6 +138,11 @@ class TimerBase(TaskOwner):
         raise NotImplementedError
 
     # -- the public API ---------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The timer's name: its stats, logs and threads carry it (default: its kind)."""
+        return self._name
 
     @property
     def clock(self) -> Clock:
@@ -271,10 +284,10 @@ class TimerBase(TaskOwner):
         """Start a daemon thread that advances the clock in real time."""
         with self._lock:
             if self._closed:
-                raise TimerClosed(f"{self.kind} timer is closed")
+                raise TimerClosed(f"timer {self._name!r} is closed")
             if self._driver is not None:
                 return
-            self._driver = Driver(f"tickwheel-{self.kind}-driver", self, self._clock.realtime)
+            self._driver = Driver(f"tickwheel-{self._name}-driver", self, self._clock.realtime)
         self._driver.start()
 
     def close(self) -> int:
@@ -302,7 +315,7 @@ class TimerBase(TaskOwner):
             except Exception:
                 self._task_failed(task)
         if dropped:
-            log.info("%s timer closed, cancelled %d pending tasks", self.kind, dropped)
+            log.info("timer %r closed, cancelled %d pending tasks", self._name, dropped)
         if self._driver is not None:
             self._driver.stop()
         if self._owns_executor and self._executor is not None:
@@ -320,6 +333,7 @@ class TimerBase(TaskOwner):
 
     def stats(self) -> TimerStats:
         return TimerStats(
+            name=self._name,
             kind=self.kind,
             pending=self._size,
             scheduled=self._scheduled,
@@ -345,7 +359,7 @@ class TimerBase(TaskOwner):
     def _add_if_free(self, task: TimerEntry, expiration: int, now_ms: int) -> bool:
         with self._lock:
             if self._closed:
-                raise TimerClosed(f"cannot add {task!r}: the {self.kind} timer is closed")
+                raise TimerClosed(f"cannot add {task!r}: timer {self._name!r} is closed")
             if task._owner is not None:
                 return False  # another thread added it meanwhile; move it again
             task._index = 0  # no longer marked cancelled; a bucket sets its own index
@@ -386,8 +400,8 @@ class TimerBase(TaskOwner):
                     executor.submit(self._run_one, task)
         except RuntimeError:
             # The executor was shut down while these were being handed over.
-            log.warning("%s timer: executor refused %d due tasks; running them inline",
-                        self.kind, len(due))
+            log.warning("timer %r: executor refused %d due tasks; running them inline",
+                        self._name, len(due))
             self._run_all(due)
 
     def _run_all(self, due: list[TimerEntry]) -> None:
@@ -410,4 +424,4 @@ class TimerBase(TaskOwner):
     def _task_failed(self, task: TimerEntry) -> None:
         with self._errors_lock:
             self._errors += 1
-        log.exception("%s timer: task %r raised", self.kind, task)
+        log.exception("timer %r: task %r raised", self._name, task)

@@ -49,6 +49,7 @@ class HashedWheelTimer(TimerBase):
         max_pending: int | None = None,
         clock: Clock | None = None,
         executor: Executor | _DefaultExecutor | None = DEFAULT_EXECUTOR,
+        name: str | None = None,
     ) -> None:
         self._tick_ms = check_positive_int("tick_ms", tick_ms)
         wanted = check_positive_int("ticks_per_wheel", ticks_per_wheel)
@@ -59,7 +60,7 @@ class HashedWheelTimer(TimerBase):
         self._max_pending = (
             None if max_pending is None else check_positive_int("max_pending", max_pending)
         )
-        super().__init__(clock, executor)
+        super().__init__(clock, executor, name)
         n = 1
         while n < wanted:
             n <<= 1

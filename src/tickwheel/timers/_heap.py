@@ -31,8 +31,9 @@ class HeapTimer(TimerBase):
         self,
         clock: Clock | None = None,
         executor: Executor | _DefaultExecutor | None = DEFAULT_EXECUTOR,
+        name: str | None = None,
     ) -> None:
-        super().__init__(clock, executor)
+        super().__init__(clock, executor, name)
         self._heap: list[tuple[int, int, TimerEntry]] = []
         self._seq = itertools.count()
         self.compactions = 0

@@ -43,12 +43,13 @@ class TimingWheelTimer(TimerBase):
         wheel_size: int = DEFAULT_WHEEL_SIZE,
         clock: Clock | None = None,
         executor: Executor | _DefaultExecutor | None = DEFAULT_EXECUTOR,
+        name: str | None = None,
     ) -> None:
         self._tick_ms = check_positive_int("tick_ms", tick_ms)
         # A one-slot level would cover no more than its own tick: every level above it
         # would too, and a far task could never be placed.
         self._wheel_size = check_positive_int("wheel_size", wheel_size, minimum=2)
-        super().__init__(clock, executor)
+        super().__init__(clock, executor, name)
         self._current = self._clock.now_ms() // self._tick_ms
         self._wheel = TimingWheel(self, 1, self._wheel_size)
         self._buckets0 = self._wheel.buckets
