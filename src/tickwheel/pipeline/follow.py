@@ -60,6 +60,7 @@ from tickwheel.pipeline.limits import (
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.routing import route
+from tickwheel.pipeline.seen_ids import SeenIds
 from tickwheel.pipeline.sink import OutcomeSink
 
 __all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "wall_clock_ms"]
@@ -257,7 +258,7 @@ class LocalFollowEngine:
         # The op ids seen, with their first watch's ts_ms: the op stage's snapshot
         # leaves them out (a retention bounds them by the rate, not by what is
         # pending), and the log holds their changes, batch by batch.
-        self._seen_ts: dict[str, int] = {}
+        self._seen_ids = SeenIds()
         self._seen_log = _BatchLog(self.checkpoint_dir / "seen.log")
         self._restore()
         self._delivery: BatchDelivery | None = None
@@ -316,13 +317,8 @@ class LocalFollowEngine:
         self.batch_id = batch_id
         self.keys = KeyPartition.restore(keys)
         self._seen = set(self._files_log.read(batch_id))
-        for op_id, ts in self._seen_log.read(batch_id):
-            if ts is None:
-                self._seen_ts.pop(op_id, None)
-            else:
-                self._seen_ts.pop(op_id, None)  # seen again after it was forgotten
-                self._seen_ts[op_id] = ts
-        self.ops = OpPartition.restore(ops, self._seen_ts)
+        self._seen_ids.apply(self._seen_log.read(batch_id))
+        self.ops = OpPartition.restore(ops, self._seen_ids.ids)
         self.ops.stage.track_seen_changes()
 
     def _compact_files_log(self, listed: set[str]) -> None:
@@ -367,16 +363,13 @@ class LocalFollowEngine:
         self._files_log.append(batch_id, names)
         changes = self.ops.stage.take_seen_changes()
         self._seen_log.append(batch_id, changes)
-        for op_id, ts in changes:
-            self._seen_ts.pop(op_id, None)
-            if ts is not None:
-                self._seen_ts[op_id] = ts
+        self._seen_ids.apply(changes)
         _write_atomically(marshal.dumps((_STATE_VERSION, batch_id, self.keys.snapshot(),
                                          self.ops.snapshot(with_seen=False))),
                           self._state_path)
         self.batch_id = batch_id
-        if self._seen_log.lines > 2 * len(self._seen_ts) + 65_536:
-            self._seen_log.rewrite(batch_id, list(self._seen_ts.items()))
+        if self._seen_ids.needs_rewrite():
+            self._seen_log.rewrite(batch_id, self._seen_ids.rewrite())
 
     # -- running -------------------------------------------------------------------
 

@@ -4,7 +4,11 @@ the two stages' stateful processors.
 
 Each partition's state is one blob in the state store (a :class:`ValueState`), loaded
 at the start of a call and saved at its end: a micro-batch that fails and runs again
-finds the state of the last committed one.
+finds the state of the last committed one. An op partition keeps the op ids it has
+seen apart, as a log of changes in a :class:`ListState`: one element per batch that
+changed them, rewritten whole only once it holds twice what it must keep
+(:class:`~tickwheel.pipeline.seen_ids.SeenIds`), so a running service does not write
+every id it remembers on every batch.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import marshal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +25,7 @@ from tickwheel.pipeline.events import compact_wire, to_wire
 from tickwheel.pipeline.io import json_lines, parquet_events
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.routing import partition_of, route
+from tickwheel.pipeline.seen_ids import SeenIds
 from tickwheel.pipeline.spark._manifest import read_manifest
 from tickwheel.pipeline.spark._wire import (
     END,
@@ -139,6 +145,10 @@ def _snapshot_state(handle: StatefulProcessorHandle) -> Any:
     return handle.getValueState("snapshot", "snapshot binary")
 
 
+def _seen_log(handle: StatefulProcessorHandle) -> Any:
+    return handle.getListState("seen", "changes binary")
+
+
 def key_processor(labels: list[int], lateness_ms: int) -> Any:
     """Stage 1's processor, grouped by the label of a key partition."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -227,13 +237,20 @@ def op_processor(labels: list[int], lateness_ms: int,
     class OpProcessor(StatefulProcessor):
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.state = _snapshot_state(handle)
+            self.seen_log = _seen_log(handle)
 
         def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],  # noqa: N802
                             timerValues: TimerValues) -> Iterator[pd.DataFrame]:  # noqa: N803
             with collector_paused():
                 q = partition_of_label[int(key[0])]
-                part = (OpPartition.restore(self.state.get()[0]) if self.state.exists()
-                        else OpPartition(q, lateness_ms, dedupe_retention_ms))
+                seen = SeenIds()
+                if self.state.exists():
+                    for (chunk,) in self.seen_log.get():
+                        seen.apply(marshal.loads(chunk))
+                    part = OpPartition.restore(self.state.get()[0], seen.ids)
+                else:
+                    part = OpPartition(q, lateness_ms, dedupe_retention_ms)
+                part.stage.track_seen_changes()
                 point: int | None = None
                 quarantine = []
                 passed: list[tuple[bytes | None, str]] = []
@@ -254,7 +271,14 @@ def op_processor(labels: list[int], lateness_ms: int,
                 part.take([], progress)
                 outcomes, duplicates = part.release(point)
                 status = part.status()  # counts the call: before saving
-                self.state.update((part.snapshot(),))
+                changes = part.stage.take_seen_changes()
+                if changes:
+                    seen.apply(changes)
+                    if seen.needs_rewrite():
+                        self.seen_log.put([(marshal.dumps(seen.rewrite()),)])
+                    else:
+                        self.seen_log.appendList([(marshal.dumps(changes),)])
+                self.state.update((part.snapshot(with_seen=False),))
                 out = output_frame(outcomes, quarantine + duplicates, [status], passed)
             yield out
 

@@ -87,9 +87,10 @@ __all__ = ["CHECKPOINT_FORMAT", "SparkEngine", "SparkRunResult"]
 
 log = logging.getLogger(__name__)
 
-#: The checkpoint's layout and state, as this engine writes them. 3: two stages, by
-#: key partition and by op-id partition. Earlier formats are refused by name.
-CHECKPOINT_FORMAT = 3
+#: The checkpoint's layout and state, as this engine writes them. 4: two stages, by
+#: key partition and by op-id partition, the op ids seen in a log of their own. Earlier
+#: formats are refused by name.
+CHECKPOINT_FORMAT = 4
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
 _END_OF_INPUT_TRIES = 10
