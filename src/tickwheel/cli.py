@@ -55,8 +55,11 @@ from tickwheel.pipeline.limits import (
 )
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
+from tickwheel.pipeline.resolver import OutcomeRow
+from tickwheel.pipeline.sink import Delivery, OutcomeSink, deliver_outcomes
 
 if TYPE_CHECKING:
+    from tickwheel.dispatch import TaskProcessor
     from tickwheel.pipeline.spark import SparkEngine
 
 app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
@@ -199,8 +202,13 @@ def run(
         min=0, max=65535, help="--follow: serve Prometheus metrics on this port")] = None,
     metrics_host: Annotated[str, typer.Option(
         help="--follow: the address the metrics endpoint binds to")] = "127.0.0.1",
+    processor: Annotated[str | None, typer.Option(
+        help="deliver every outcome to this processor, MODULE:NAME (a TaskProcessor, or a "
+             "class or function that makes one), through the batching dispatcher: at "
+             "least once, retried after congestion")] = None,
 ) -> None:
     """Resolve an event log: every operation's outcome, and every bad row quarantined."""
+    user_processor = None if processor is None else _load_processor(processor)
     if not follow and (trigger_ms != DEFAULT_TRIGGER_MS or clock is not ClockKind.event
                        or metrics_port is not None):
         console.print("[red]--trigger-ms, --clock and --metrics-port apply to --follow "
@@ -217,19 +225,20 @@ def run(
             _run_spark(input, output, lateness_ms, retention,
                        checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]",
                        partitions, max_files_per_trigger, final, overwrite,
-                       follow=(trigger_ms, clock, metrics_port, metrics_host))
+                       follow=(trigger_ms, clock, metrics_port, metrics_host),
+                       processor=user_processor)
             return
         if any(option is not None for option in (master, partitions, max_files_per_trigger)):
             console.print("[red]--master, --partitions and --max-files-per-trigger apply to "
                           "the Spark engine only[/red]")
             raise typer.Exit(2)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
-                      overwrite, metrics_port, metrics_host)
+                      overwrite, metrics_port, metrics_host, user_processor)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
                    checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]", partitions,
-                   max_files_per_trigger, final, overwrite)
+                   max_files_per_trigger, final, overwrite, processor=user_processor)
         return
     spark_only = (checkpoint, master, partitions, max_files_per_trigger)
     if any(option is not None for option in spark_only) or not final:
@@ -256,6 +265,46 @@ def run(
     _print_run("local engine", elapsed, result.rows_in, result.rows_applied,
                result.quarantined_by_reason(), len(result.outcomes), result.pending,
                result.ignored_cancels, held=0)
+    if user_processor is not None:
+        with console.status(f"delivering {len(result.outcomes):,} outcomes to {processor}"):
+            _print_delivery(deliver_outcomes(result.outcomes, user_processor))
+
+
+def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:
+    """The user's processor named by ``MODULE:NAME``, made before any work starts; a
+    name that cannot be loaded is refused (exit 2)."""
+    import importlib
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        console.print(f"[red]--processor must be MODULE:NAME, got {spec!r}[/red]")
+        raise typer.Exit(2)
+    try:
+        found: object = importlib.import_module(module_name)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        console.print(f"[red]--processor {spec}: {exc}[/red]")
+        raise typer.Exit(2) from exc
+    made = found
+    if isinstance(found, type) or (callable(found) and not hasattr(found, "process_batch")):
+        try:
+            made = found()
+        except Exception as exc:
+            console.print(f"[red]--processor {spec}: making it raised {exc!r}[/red]")
+            raise typer.Exit(2) from exc
+    if not callable(getattr(made, "process_batch", None)):
+        console.print(f"[red]--processor {spec}: {made!r} has no process_batch(outcomes) "
+                      "method[/red]")
+        raise typer.Exit(2)
+    return made  # type: ignore[return-value]
+
+
+def _print_delivery(delivery: Delivery) -> None:
+    stats = delivery.stats
+    console.print(f"delivered {stats.tasks.get('success', 0):,} outcomes in "
+                  f"{stats.batches.get('success', 0):,} batches; {stats.dropped:,} refused "
+                  f"by the processor, {delivery.undelivered:,} not delivered in time")
 
 
 @contextlib.contextmanager
@@ -296,14 +345,17 @@ def _serve_metrics(port: int | None, host: str, name: str, counts: object) -> No
 
 def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_ms: int,
                   dedupe_retention_ms: int, trigger_ms: int, clock: ClockKind,
-                  overwrite: bool, metrics_port: int | None, metrics_host: str) -> None:
+                  overwrite: bool, metrics_port: int | None, metrics_host: str,
+                  processor: TaskProcessor[OutcomeRow] | None) -> None:
     from tickwheel.pipeline.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
+    sink = None if processor is None else OutcomeSink(processor)
     try:
         follower = LocalFollowEngine(
             input, output, checkpoint_dir=checkpoint, lateness_ms=lateness_ms,
             dedupe_retention_ms=dedupe_retention_ms,
-            clock=wall_clock_ms if clock is ClockKind.wall else None, overwrite=overwrite)
+            clock=wall_clock_ms if clock is ClockKind.wall else None, overwrite=overwrite,
+            sink=sink)
     except (FileNotFoundError, InputError, OutputDirError, ValueError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
@@ -341,12 +393,15 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
     console.print(f"stopped after {result.batches} batches: {result.rows_in:,} rows, "
                   f"{result.outcomes:,} outcomes, {result.quarantined:,} quarantined; "
                   f"{counts.pending:,} pending, {counts.held:,} held")
+    if sink is not None:
+        _print_delivery(sink.close())
 
 
 def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,
                checkpoint: Path, master: str, partitions: int | None,
                max_files_per_trigger: int | None, final: bool, overwrite: bool,
-               follow: tuple[int, ClockKind, int | None, str] | None = None) -> None:
+               follow: tuple[int, ClockKind, int | None, str] | None = None,
+               processor: TaskProcessor[OutcomeRow] | None = None) -> None:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -365,12 +420,14 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         raise typer.Exit(2) from exc
     console.print(f"starting Spark ({master})")
     spark = spark_session(master)
+    sink = None if processor is None else OutcomeSink(processor)
     try:
         spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
                                    partitions=partitions,
                                    max_files_per_trigger=max_files_per_trigger,
                                    dedupe_retention_ms=dedupe_retention_ms,
-                                   wall_clock=follow is not None and follow[1] is ClockKind.wall)
+                                   wall_clock=follow is not None and follow[1] is ClockKind.wall,
+                                   sink=sink)
         if follow is None and spark_engine.clock == "wall":
             raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
                              "with --follow --clock wall")
@@ -379,6 +436,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         raise typer.Exit(2) from exc
     if follow is not None:
         _follow_spark(spark_engine, *follow)
+        if sink is not None:
+            _print_delivery(sink.close())
         return
     with console.status(f"running the query ({spark_engine.partitions} partitions, checkpoint "
                         f"{checkpoint})"):
@@ -392,6 +451,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                result.seconds, result.rows_in,
                result.rows_applied, reasons, outcomes, result.pending,
                result.ignored_cancels, held=result.held)
+    if sink is not None:
+        _print_delivery(sink.close())
 
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,

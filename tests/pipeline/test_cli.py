@@ -121,6 +121,12 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
     ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--metrics-port", "70000"],
     ["generate", "--output", "/tmp/x", "--follow", "--rate", "10"],
     ["generate", "--output", "/tmp/x", "--follow", "--file-ms", "0"],
+    # A processor that cannot be loaded or is not one: refused before any work.
+    ["run", "--input", ".", "--output", "/tmp/x", "--processor", "no_colon"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--processor", "no_such_module_xyz:P"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--processor", "tickwheel:NoSuchName"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--processor", "builtins:int"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--processor", ":"],
 ])
 def test_bad_arguments_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, args)
@@ -436,3 +442,18 @@ def test_the_scaling_benchmark_reports_each_partition_count(
     assert "| 1.00x |" in rows[0]
     assert bench_main(["pipeline", "--partitions", "1", "--spark-counts", "2,4,8"]) == 2
     assert "--spark-counts" in capsys.readouterr().err
+
+
+def test_a_processor_named_on_the_command_line_gets_every_outcome(tmp_path: Path) -> None:
+    from tests.pipeline import processors
+
+    processors.COLLECTED.clear()
+    source, out = _generated(tmp_path), tmp_path / "out"
+    result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out),
+                                 "--processor", "tests.pipeline.processors:Collect"])
+    assert result.exit_code == 0, result.output
+    written = read_parquet_rows(out / "outcomes")
+    assert written and len(processors.COLLECTED) == len(written)
+    assert ({(o.op_id, o.outcome.value) for o in processors.COLLECTED}
+            == {(r["op_id"], r["outcome"]) for r in written})
+    assert f"delivered {len(written):,} outcomes" in result.output

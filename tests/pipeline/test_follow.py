@@ -330,7 +330,10 @@ def test_the_command_fires_on_the_wall_clock_stops_on_sigterm_and_carries_on(
         child.kill()
     assert child.returncode == 0, output
     assert "SIGTERM: stopping after this batch" in output
-    child = follow_command(tmp_path, *options)
+    # The restart delivers to a processor too: every batch not yet delivered, the first
+    # run's included, at least once.
+    child = follow_command(tmp_path, *options, "--processor",
+                           "tests.pipeline.processors:Collect")
     try:
         land(inbox, "b.jsonl", [cancel(wall_clock_ms(), "later")])
         wait_for(lambda: len(outcomes(tmp_path / "out")) == 2, "cancel", child)
@@ -341,6 +344,7 @@ def test_the_command_fires_on_the_wall_clock_stops_on_sigterm_and_carries_on(
     assert child.returncode == 0, output
     assert [o[:2] for o in outcomes(tmp_path / "out")] == [("later", "cancelled"),
                                                            ("soon", "expired")]
+    assert "delivered 2 outcomes" in output, output
 
 
 def test_a_kill_9_then_a_restart_gives_the_outcomes_of_an_uninterrupted_run(
