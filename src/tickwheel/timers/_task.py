@@ -161,12 +161,7 @@ class ArgsCallbackTask(CallbackTask):
     __slots__ = ("_args",)
 
     def __init__(self, delay_ms: Millis, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
-        self._expiration = 0
-        self._owner = None
-        self._index = 0
-        self._delay_ms = delay_ms if type(delay_ms) is int else check_delay_ms(
-            "delay_ms", delay_ms)
-        self._fn = fn
+        super().__init__(delay_ms, fn)
         self._args = args
 
     def run(self) -> None:
