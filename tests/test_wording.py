@@ -1,6 +1,6 @@
 """The repository speaks of tickwheel, not of how it was developed: no numbered work
-sessions, no "the issue", no seed articles as a document. Heartbeat sessions,
-``SparkSession`` and ``--seed`` are the domain's own words and stay."""
+sessions, no tracker tickets, no source articles named as a document. Heartbeat
+sessions, ``SparkSession`` and ``--seed`` are the domain's own words and stay."""
 
 from __future__ import annotations
 
