@@ -326,3 +326,17 @@ def test_a_resolved_operation_can_be_forgotten_before_its_deadline() -> None:
     assert stage.registered == 1 and set(stage.registrations) == {"k0"}
     stage.forget("a", 10, ["k0"])  # twice: nothing more
     assert stage.registered == 1
+
+
+def test_forgotten_registrations_leave_the_deadlines_and_the_snapshot() -> None:
+    stage = key_stage(*(watch(10, f"op-{i}", ["k0"], 10_000 + i, "any_update")
+                        for i in range(3_000)))
+    assert len(stage.deadlines_list()) == 3_000
+    for i in range(2_990):
+        stage.forget(f"op-{i}", 10, ["k0"])
+    assert stage.registered == 10
+    assert [entry[2] for entry in sorted(stage.deadlines_list())] == [
+        f"op-{i}" for i in range(2_990, 3_000)]
+    assert len(stage._deadlines) <= 2 * 10 + 1024  # the heap was rebuilt, not just read
+    stage.advance_to(20_000)  # the live ones still go at their deadlines
+    assert stage.registered == 0 and not stage.registrations

@@ -149,6 +149,12 @@ class KeyStage:
                 self.registered -= 1
                 if not on_key:
                     del registrations[key]
+        # A forgotten registration's deadline stays in the heap until it passes; once
+        # most entries are such, the heap is rebuilt from the live ones, so that it
+        # (and every snapshot) follows what is registered, not what has passed.
+        if len(self._deadlines) > 2 * self.registered + 1024:
+            self._deadlines = self.deadlines_list()
+            heapq.heapify(self._deadlines)
 
     def drain(self) -> list[Progress]:
         """The progress rows made since the last drain."""
@@ -156,8 +162,15 @@ class KeyStage:
         return out
 
     def deadlines_list(self) -> list[tuple[int, str, str, int]]:
-        """When each registration goes, as :meth:`restore_state` takes it back."""
-        return list(self._deadlines)
+        """When each registration goes, as :meth:`restore_state` takes it back: live
+        ones only."""
+        registrations = self.registrations
+        live = []
+        for entry in self._deadlines:
+            on_key = registrations.get(entry[1])
+            if on_key is not None and (entry[2], entry[3]) in on_key:
+                live.append(entry)
+        return live
 
     def restore_state(self, values: dict[str, int],
                       registrations: list[tuple[str, str, int, int, str, int, int, int, bool]],
