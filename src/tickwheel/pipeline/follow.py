@@ -68,7 +68,7 @@ __all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "
 log = logging.getLogger(__name__)
 
 #: What this engine writes in its checkpoint's ``tickwheel.json``.
-LOCAL_CHECKPOINT_FORMAT = 1
+LOCAL_CHECKPOINT_FORMAT = 2
 _STATE_VERSION = 1
 #: Batches that deadlines call for come no closer together than this.
 MIN_STEP_MS = 100
@@ -159,14 +159,15 @@ def _write_atomically(data: bytes, path: Path) -> None:
 
 
 class _BatchLog:
-    """An append-only log of records, each tagged with the batch that made it: a
-    restart takes those of committed batches only (a later batch runs again and
-    writes its own again). JSON Lines, fsync'd per append; a line torn by a crash is
-    cut off."""
+    """An append-only log of records in batches: one JSON line per batch, ``[batch_id,
+    [record, ...]]``. A restart takes the records of committed batches only (a later
+    batch runs again and writes its own again). fsync'd per append; a line torn by a
+    crash is cut off. A line per batch, not per record, so that the standard library's
+    encoder writes a whole batch, or a rewrite of the whole log, in one call."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.lines = 0
+        self.records = 0
 
     def read(self, committed: int) -> list[Any]:
         try:
@@ -177,29 +178,30 @@ class _BatchLog:
         if whole < len(text):  # torn by a crash: its batch never committed
             with open(self.path, "r+b") as log_file:
                 log_file.truncate(whole)
-        records = []
-        lines = text[:whole].decode("utf-8").splitlines()
-        self.lines = len(lines)
-        for line in lines:
-            batch, record = json.loads(line)
+        records: list[Any] = []
+        count = 0
+        for line in text[:whole].decode("utf-8").splitlines():
+            batch, batch_records = json.loads(line)
+            count += len(batch_records)
             if batch <= committed:
-                records.append(record)
+                records += batch_records
+        self.records = count
         return records
 
     def append(self, batch_id: int, records: list[Any]) -> None:
         if not records:
             return
         with open(self.path, "a", encoding="utf-8") as out:
-            out.write("".join(json.dumps([batch_id, record]) + "\n" for record in records))
+            out.write(json.dumps([batch_id, records]) + "\n")
             out.flush()
             os.fsync(out.fileno())
-        self.lines += len(records)
+        self.records += len(records)
 
     def rewrite(self, batch_id: int, records: list[Any]) -> None:
         """The log as ``records`` alone (what the appended ones add up to)."""
-        text = "".join(json.dumps([batch_id, record]) + "\n" for record in records)
-        _write_atomically(text.encode("utf-8"), self.path)
-        self.lines = len(records)
+        _write_atomically((json.dumps([batch_id, records]) + "\n").encode("utf-8"),
+                          self.path)
+        self.records = len(records)
 
 
 def _rows_of(path: Path) -> list[Wire]:
@@ -326,7 +328,7 @@ class LocalFollowEngine:
         back under the same name is new input. Rewrites the log once it holds twice
         as many lines as names it must keep."""
         self._seen &= listed
-        if self._files_log.lines > 2 * len(self._seen) + 1024:
+        if self._files_log.records > 2 * len(self._seen) + 1024:
             self._files_log.rewrite(self.batch_id, sorted(self._seen))
 
     def _plan(self) -> tuple[int, list[str], int | None] | None:
