@@ -53,7 +53,10 @@ class FollowRun:
     engine: str
     rate: int
     expiry_ms: list[int] = field(default_factory=list)
+    #: When each expiry's file was written (wall ms), beside its delay: delays by minute.
+    expiry_written_ms: list[int] = field(default_factory=list)
     completion_ms: list[int] = field(default_factory=list)
+    started_ms: int = 0  # when the workload started (wall ms)
     minutes: list[Minute] = field(default_factory=list)
     rows: int = 0
     exit_code: int | None = None
@@ -142,8 +145,11 @@ class _Delays(threading.Thread):
                 continue  # merged away meanwhile
             self.read.add(path.name)
             for outcome, resolved in zip(table["outcome"], table["resolved_ms"], strict=True):
-                (self.run_.expiry_ms if outcome == "expired"
-                 else self.run_.completion_ms).append(written_ms - resolved)
+                if outcome == "expired":
+                    self.run_.expiry_ms.append(written_ms - resolved)
+                    self.run_.expiry_written_ms.append(written_ms)
+                else:
+                    self.run_.completion_ms.append(written_ms - resolved)
 
 
 def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger_ms: int,
@@ -177,6 +183,7 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
                  "--file-ms", str(min(1_000, lateness_ms))],
                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
             started = time.monotonic()
+            run.started_ms = time.time_ns() // 1_000_000
             delays = _Delays(output / "outcomes", run)
             delays.start()
             try:
@@ -228,11 +235,24 @@ def follow_table(runs: list[FollowRun]) -> str:
     for run in runs:
         lines.append(f"| {run.engine} | {len(run.expiry_ms):,} | {_quantiles(run.expiry_ms)} "
                      f"| {len(run.completion_ms):,} | {_quantiles(run.completion_ms)} |")
-    lines += ["", "| engine | minute | pending | held | lag ms | checkpoint MB | engine RSS MB "
-              "| its children's RSS MB |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", "| engine | minute | expiries | their p99 ms | pending | held | lag ms "
+              "| checkpoint MB | engine RSS MB | its children's RSS MB |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         for m in run.minutes:
-            lines.append(f"| {run.engine} | {m.minute} | {m.pending:,.0f} | {m.held:,.0f} "
+            within = _expiries_in_minute(run, m.minute)
+            p99 = _quantiles(within).split(" | ")[1]
+            lines.append(f"| {run.engine} | {m.minute} | {len(within):,} | {p99} "
+                         f"| {m.pending:,.0f} | {m.held:,.0f} "
                          f"| {m.lag_ms:,.0f} | {m.state_mb:,.1f} | {m.engine_rss_mb:,.0f} "
                          f"| {m.children_rss_mb:,.0f} |")
     return "\n".join(lines)
+
+
+def _expiries_in_minute(run: FollowRun, minute: int) -> list[int]:
+    """The delays of the expiries whose files were written in that minute of the run
+    (the first is 1): whether the tail is start-up's or the steady state's."""
+    start = run.started_ms + (minute - 1) * 60_000
+    return [delay for delay, written in zip(run.expiry_ms, run.expiry_written_ms,
+                                            strict=True)
+            if start <= written < start + 60_000]
