@@ -168,3 +168,27 @@ def test_a_task_due_at_any_tick_runs_negative_ones_included(tick_ms: int, deadli
     timer.advance_clock(0)
     assert ran == [10_000]
     assert len(timer) == 0
+
+
+def test_shared_bucket_positions_stay_exact_when_threads_grow_them_at_once() -> None:
+    import random
+    import threading
+
+    from tickwheel.timers import _bucket
+
+    seen: list[tuple[int, int]] = []
+
+    def grow(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(2_000):
+            n = rng.randrange(1 << 17)
+            seen.append((n, _bucket.position(n)))
+
+    threads = [threading.Thread(target=grow, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(n == got for n, got in seen)
+    assert all(_bucket.position(n) == n for n in range(0, 1 << 17, 97))
+    assert len(_bucket._positions) <= 1 << 16  # bounded; past it, plain ints

@@ -28,11 +28,15 @@ def position(n: int) -> int:
     """``n`` as an int object shared by every bucket. In pure Python an int past 256
     is an object of its own, 28 bytes per pending task for its index alone; shared,
     the index costs a reference. Grown on demand, up to a bound (2.4 MB)."""
+    global _positions
     positions = _positions
     if n < len(positions):
         return positions[n]
     if n < _SHARED_POSITIONS:
-        positions.extend(range(len(positions), min(2 * n + 1, _SHARED_POSITIONS)))
+        # A new list, bound in one step: timers on other threads may be reading the
+        # old one (still right, only shorter), and two threads growing it at once
+        # must not append the same range twice.
+        positions = _positions = list(range(min(2 * n + 1, _SHARED_POSITIONS)))
         return positions[n]
     return n
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tickwheel.timers._bucket import Bucket, _positions, position
+from tickwheel.timers import _bucket
+from tickwheel.timers._bucket import Bucket, position
 
 if TYPE_CHECKING:
     from tickwheel.timers._base import TimerBase
@@ -71,7 +72,7 @@ class TimingWheel:
             # first level.
             tasks = bucket._tasks
             n = len(tasks)
-            positions = _positions
+            positions = _bucket._positions  # rebound as it grows: read it afresh
             task._index = positions[n] if n < len(positions) else position(n)
             tasks.append(task)
             task._owner = bucket
