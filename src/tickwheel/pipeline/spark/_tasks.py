@@ -9,6 +9,14 @@ seen apart, as a log of changes in a :class:`ListState`: one element per batch t
 changed them, rewritten whole only once it holds twice what it must keep
 (:class:`~tickwheel.pipeline.seen_ids.SeenIds`), so a running service does not write
 every id it remembers on every batch.
+
+A worker keeps the partitions it last ran in memory, each with the random token it
+wrote beside the partition's state (:func:`_kept_partition`): when the same partition
+comes back to it and the state holds the same token, the worker goes on from the
+object it kept instead of reading and decoding the state, so the cost of a batch
+follows its rows, not what the partition remembers. A token that differs (another
+worker ran the partition since, or the batch that wrote it never committed) sends it
+back to the state.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import contextlib
 import gc
 import json
 import marshal
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -145,12 +154,43 @@ def _snapshot_state(handle: StatefulProcessorHandle) -> Any:
     return handle.getValueState("snapshot", "snapshot binary")
 
 
+def _token_state(handle: StatefulProcessorHandle) -> Any:
+    return handle.getValueState("token", "token binary")
+
+
+#: Partitions a worker process keeps from its last calls, by (checkpoint, stage,
+#: partition): (the token written with their state, the objects). A worker that runs
+#: several partitions in turn keeps the latest few.
+_kept: dict[tuple[str, str, int], tuple[bytes, Any]] = {}
+_KEPT_MAX = 2
+
+
+def _kept_partition(where: tuple[str, str, int], token: Any) -> Any | None:
+    """The objects kept for ``where`` if the state's token (a ``ValueState``) is the
+    one they were kept with. Taken out either way: a call that fails part way leaves
+    nothing behind that the state does not match."""
+    entry = _kept.pop(where, None)
+    if entry is None or not token.exists() or token.get()[0] != entry[0]:
+        return None
+    return entry[1]
+
+
+def _keep_partition(where: tuple[str, str, int], token: Any, objects: Any) -> None:
+    """Write a new token beside the state just written, and keep ``objects`` with it."""
+    mark = os.urandom(16)
+    token.update((mark,))
+    _kept[where] = (mark, objects)
+    while len(_kept) > _KEPT_MAX:
+        del _kept[next(iter(_kept))]
+
+
 def _seen_log(handle: StatefulProcessorHandle) -> Any:
     return handle.getListState("seen", "changes binary")
 
 
-def key_processor(labels: list[int], lateness_ms: int) -> Any:
-    """Stage 1's processor, grouped by the label of a key partition."""
+def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
+    """Stage 1's processor, grouped by the label of a key partition (``checkpoint``:
+    the checkpoint's id, which the worker's kept partitions are filed under)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     partitions = len(labels)
@@ -159,6 +199,7 @@ def key_processor(labels: list[int], lateness_ms: int) -> Any:
     class KeyProcessor(StatefulProcessor):
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.state = _snapshot_state(handle)
+            self.token = _token_state(handle)
 
         # Spark's method and argument names.
         def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],  # noqa: N802
@@ -167,8 +208,11 @@ def key_processor(labels: list[int], lateness_ms: int) -> Any:
 
             with collector_paused():
                 p = partition_of_label[int(key[0])]
-                part = (KeyPartition.restore(self.state.get()[0]) if self.state.exists()
-                        else KeyPartition(p, partitions, lateness_ms))
+                where = (checkpoint, "key", p)
+                part: KeyPartition | None = _kept_partition(where, self.token)
+                if part is None:
+                    part = (KeyPartition.restore(self.state.get()[0]) if self.state.exists()
+                            else KeyPartition(p, partitions, lateness_ms))
                 forwarded: list[tuple[int, bytes]] = []
                 quarantine = []
                 end: int | None = None
@@ -208,6 +252,7 @@ def key_processor(labels: list[int], lateness_ms: int) -> Any:
                         made.append(encoded(rows_for_q))
                 status = status_json(part.status())  # counts the call: before saving
                 self.state.update((part.snapshot(),))
+                _keep_partition(where, self.token, part)
                 n = len(groups)
                 frame = pd.DataFrame({
                     "grp": pd.Series([*groups, labels[p]], dtype="int32"),
@@ -227,8 +272,8 @@ def key_processor(labels: list[int], lateness_ms: int) -> Any:
     return KeyProcessor()
 
 
-def op_processor(labels: list[int], lateness_ms: int,
-                 dedupe_retention_ms: int | None) -> Any:
+def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int | None,
+                 checkpoint: str) -> Any:
     """Stage 2's processor, grouped by the label of an op-id partition."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -238,19 +283,26 @@ def op_processor(labels: list[int], lateness_ms: int,
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.state = _snapshot_state(handle)
             self.seen_log = _seen_log(handle)
+            self.token = _token_state(handle)
 
         def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],  # noqa: N802
                             timerValues: TimerValues) -> Iterator[pd.DataFrame]:  # noqa: N803
             with collector_paused():
                 q = partition_of_label[int(key[0])]
-                seen = SeenIds()
-                if self.state.exists():
-                    for (chunk,) in self.seen_log.get():
-                        seen.apply(marshal.loads(chunk))
-                    part = OpPartition.restore(self.state.get()[0], seen.ids)
+                where = (checkpoint, "op", q)
+                kept: tuple[OpPartition, SeenIds] | None = _kept_partition(where,
+                                                                           self.token)
+                if kept is not None:
+                    part, seen = kept
                 else:
-                    part = OpPartition(q, lateness_ms, dedupe_retention_ms)
-                part.stage.track_seen_changes()
+                    seen = SeenIds()
+                    if self.state.exists():
+                        for (chunk,) in self.seen_log.get():
+                            seen.apply(marshal.loads(chunk))
+                        part = OpPartition.restore(self.state.get()[0], seen.ids)
+                    else:
+                        part = OpPartition(q, lateness_ms, dedupe_retention_ms)
+                    part.stage.track_seen_changes()
                 point: int | None = None
                 quarantine = []
                 passed: list[tuple[bytes | None, str]] = []
@@ -279,6 +331,7 @@ def op_processor(labels: list[int], lateness_ms: int,
                     else:
                         self.seen_log.appendList([(marshal.dumps(changes),)])
                 self.state.update((part.snapshot(with_seen=False),))
+                _keep_partition(where, self.token, (part, seen))
                 out = output_frame(outcomes, quarantine + duplicates, [status], passed)
             yield out
 

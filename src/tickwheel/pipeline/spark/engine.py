@@ -69,7 +69,7 @@ from tickwheel.pipeline.limits import (
 )
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
-from tickwheel.pipeline.spark._manifest import MANIFEST_DIR, publish
+from tickwheel.pipeline.spark._manifest import MANIFEST_DIR, Publisher
 from tickwheel.pipeline.spark._tasks import key_processor, op_processor, packer
 from tickwheel.pipeline.spark._wire import (
     CHUNK_SCHEMA,
@@ -87,10 +87,11 @@ __all__ = ["CHECKPOINT_FORMAT", "SparkEngine", "SparkRunResult"]
 
 log = logging.getLogger(__name__)
 
-#: The checkpoint's layout and state, as this engine writes them. 4: two stages, by
-#: key partition and by op-id partition, the op ids seen in a log of their own. Earlier
+#: The checkpoint's layout and state, as this engine writes them. 5: two stages, by
+#: key partition and by op-id partition, the op ids seen in a log of their own, and a
+#: token beside each partition's state for the workers that keep it in memory. Earlier
 #: formats are refused by name.
-CHECKPOINT_FORMAT = 4
+CHECKPOINT_FORMAT = 5
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
 _END_OF_INPUT_TRIES = 10
@@ -183,6 +184,8 @@ class SparkEngine:
         self.max_files_per_trigger = max_files_per_trigger
         self.clock = "wall" if wall_clock else "event"
         self.partitions, self.labels = self._settle_partitions(partitions)
+        self.checkpoint_id = str(checkpoint_id(checkpoint_dir))
+        self._publisher = Publisher(input_dir, checkpoint_dir)
         # The outputs beside the checkpoint are its own from now on.
         output_dir.mkdir(parents=True, exist_ok=True)
         # Atomically: a torn marker after kill -9 would disown the outputs.
@@ -251,14 +254,20 @@ class SparkEngine:
     def _query(self) -> DataFrame:
         from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
 
-        def listed(directory: Path, limit: int | None = None) -> DataFrame:
+        def listed(directory: Path, limit: int | None = None,
+                   delete_taken: bool = False) -> DataFrame:
             reader = self.spark.readStream.format("binaryFile").schema(FILE_SCHEMA)
             if limit is not None:
                 reader = reader.option("maxFilesPerTrigger", limit)
+            if delete_taken:
+                # Spark's own clean-up: a file is deleted once the micro-batch that
+                # took it has committed.
+                reader = reader.option("cleanSource", "delete")
             return reader.load(str(directory))
 
         no_clock = F.lit(None).cast("long").alias("clock")
-        rows = listed(self.checkpoint_dir / MANIFEST_DIR, self.max_files_per_trigger).select(
+        rows = listed(self.checkpoint_dir / MANIFEST_DIR, self.max_files_per_trigger,
+                      delete_taken=True).select(
             "path", F.lit(False).alias("control"), no_clock)
         control = listed(self.checkpoint_dir / "control").select(
             "path", F.lit(True).alias("control"), no_clock)
@@ -267,16 +276,21 @@ class SparkEngine:
             # The wall clock as input: the rate source makes a row each second, and
             # current_timestamp() is the micro-batch's time, which Spark keeps in its
             # offset log: a batch that runs again after a crash reads the same clock.
-            ticks = (self.spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+            # One partition: the source's default of one per core makes a task each per
+            # micro-batch for its one row.
+            ticks = (self.spark.readStream.format("rate").option("rowsPerSecond", 1)
+                     .option("numPartitions", 1).load()
                      .select(F.lit(None).cast("string").alias("path"),
                              F.lit(True).alias("control"),
                              F.unix_millis(F.current_timestamp()).alias("clock")))
             sources = sources.unionByName(ticks)
         chunks = sources.mapInArrow(packer(self.labels, self.lateness_ms), CHUNK_SCHEMA)
         progress = chunks.groupBy("grp").transformWithStateInPandas(
-            key_processor(self.labels, self.lateness_ms), PROGRESS_SCHEMA, "Append", "None")
+            key_processor(self.labels, self.lateness_ms, self.checkpoint_id),
+            PROGRESS_SCHEMA, "Append", "None")
         return progress.groupBy("grp").transformWithStateInPandas(
-            op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms),
+            op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms,
+                         self.checkpoint_id),
             OUTPUT_SCHEMA, "Append", "None")
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
@@ -365,7 +379,7 @@ class SparkEngine:
                                            self.checkpoint_dir / "delivered")
         try:
             with self._session_settings(follow=True):
-                publish(self.input_dir, self.checkpoint_dir)
+                self._publisher.publish()
                 query = (self._query().writeStream
                          .foreachBatch(self._write_batch)
                          .option("checkpointLocation", str(self.checkpoint_dir / "query"))
@@ -375,7 +389,7 @@ class SparkEngine:
                     while not stop.wait(min(trigger_ms, 1000) / 1000):
                         if not query.isActive:
                             break
-                        published = publish(self.input_dir, self.checkpoint_dir)
+                        published = self._publisher.publish()
                         if published:
                             log.info("%d new input files", published)
                     self._stop_between_batches(query, trigger_ms)
@@ -400,7 +414,7 @@ class SparkEngine:
 
     def _run_query(self, final: bool) -> None:
         with self._session_settings():
-            published = publish(self.input_dir, self.checkpoint_dir)
+            published = self._publisher.publish()
             log.info("%d new input files", published)
             writer = (self._query().writeStream
                       .foreachBatch(self._write_batch)

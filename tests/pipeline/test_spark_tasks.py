@@ -1,0 +1,167 @@
+"""The Spark engine's worker code on its own, driven through a stand-in for Spark's state
+handle: a worker goes on from the partition it kept only while the state holds the
+token it wrote, and otherwise reads the state."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tickwheel.pipeline import partition as partition_module
+from tickwheel.pipeline.events import compact_wire
+from tickwheel.pipeline.io import outcomes_table
+from tickwheel.pipeline.spark import _tasks, _wire
+
+
+class _Value:
+    def __init__(self) -> None:
+        self.value: tuple[Any, ...] | None = None
+
+    def exists(self) -> bool:
+        return self.value is not None
+
+    def get(self) -> tuple[Any, ...]:
+        assert self.value is not None
+        return self.value
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+
+
+class _List:
+    def __init__(self) -> None:
+        self.items: list[tuple[Any, ...]] = []
+
+    def get(self) -> Iterator[tuple[Any, ...]]:
+        return iter(list(self.items))
+
+    def appendList(self, items: list[tuple[Any, ...]]) -> None:
+        self.items += items
+
+    def put(self, items: list[tuple[Any, ...]]) -> None:
+        self.items = list(items)
+
+
+class _Handle:
+    """The state of one grouping key, as Spark's state store commits it."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, _Value] = {}
+        self.lists: dict[str, _List] = {}
+
+    def getValueState(self, name: str, schema: str) -> _Value:
+        return self.values.setdefault(name, _Value())
+
+    def getListState(self, name: str, schema: str) -> _List:
+        return self.lists.setdefault(name, _List())
+
+    def committed(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return ({n: v.value for n, v in self.values.items()},
+                {n: list(v.items) for n, v in self.lists.items()})
+
+    def roll_back(self, to: tuple[dict[str, Any], dict[str, Any]]) -> None:
+        """As if the batches since ``to`` never committed."""
+        for name, value in to[0].items():
+            self.values[name].value = value
+        for name, items in to[1].items():
+            self.lists[name].items = list(items)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept() -> Iterator[None]:
+    _tasks._kept.clear()
+    yield
+    _tasks._kept.clear()
+
+
+def _op_frame(rows: list[str], point: int) -> pd.DataFrame:
+    """Stage 2's input for one call: forwarded rows, then stage 1's release point."""
+    blob = _wire.encoded([compact_wire(line) for line in rows])
+    return pd.DataFrame({"ts": pd.Series([_wire.NONE, point], dtype="int64"),
+                         "rows": pd.Series([blob, b""], dtype=object),
+                         "progress": pd.Series([b"", b""], dtype=object),
+                         "quarantine": pd.Series([None, None], dtype=object),
+                         "status": pd.Series([None, "{}"], dtype=object)})
+
+
+def _run(processor: Any, frame: pd.DataFrame) -> list[tuple[str, str]]:
+    (out,) = processor.handleInputRows((0,), iter([frame]), None)
+    table = _wire.from_ipc(out["outcomes"].tolist(), outcomes_table([]))
+    return sorted(zip(table["op_id"].to_pylist(), table["outcome"].to_pylist(), strict=True))
+
+
+def _processor(handle: _Handle, checkpoint: str = "c1") -> Any:
+    processor = _tasks.op_processor([0], 10, None, checkpoint)
+    processor.init(handle)
+    return processor
+
+
+WATCH = json.dumps({"ts_ms": 1_000, "type": "watch", "op_id": "a", "keys": [],
+                    "deadline_ms": 1_100, "condition": "none"}, separators=(",", ":"))
+
+
+def test_a_worker_goes_on_from_the_partition_it_kept_without_reading_the_state(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    handle = _Handle()
+    processor = _processor(handle)
+    assert _run(processor, _op_frame([WATCH], 1_001)) == []
+
+    def no_restore(*args: Any) -> None:
+        raise AssertionError("the state was read")
+
+    monkeypatch.setattr(partition_module.OpPartition, "restore", no_restore)
+    assert _run(processor, _op_frame([], 2_000)) == [("a", "expired")]
+
+
+def test_a_batch_that_did_not_commit_sends_the_worker_back_to_the_state() -> None:
+    handle = _Handle()
+    processor = _processor(handle)
+    _run(processor, _op_frame([WATCH], 1_001))
+    committed = handle.committed()
+    assert _run(processor, _op_frame([], 2_000)) == [("a", "expired")]
+    # The batch runs again on the state before it: the kept partition, which has
+    # already expired "a", must not be used.
+    handle.roll_back(committed)
+    assert _run(processor, _op_frame([], 2_000)) == [("a", "expired")]
+
+
+def test_a_partition_another_worker_ran_since_is_read_from_the_state() -> None:
+    handle = _Handle()
+    here, there = _processor(handle), _processor(handle)
+    _run(here, _op_frame([WATCH], 1_001))
+    kept = copy.copy(_tasks._kept)
+    _tasks._kept.clear()  # the other worker's own memory
+    assert _run(there, _op_frame([], 2_000)) == [("a", "expired")]
+    _tasks._kept.clear()
+    _tasks._kept.update(kept)  # back in the first worker, with its older partition
+    assert _run(here, _op_frame([], 2_100)) == []  # "a" expired once, not twice
+
+
+def test_a_call_that_fails_part_way_keeps_nothing() -> None:
+    handle = _Handle()
+    processor = _processor(handle)
+    _run(processor, _op_frame([WATCH], 1_001))
+    assert len(_tasks._kept) == 1
+    broken = _op_frame([], 2_000).drop(columns=["progress"])
+    with pytest.raises(KeyError):
+        next(processor.handleInputRows((0,), iter([broken]), None))
+    assert not _tasks._kept
+    assert _run(processor, _op_frame([], 2_000)) == [("a", "expired")]
+
+
+def test_partitions_of_different_checkpoints_are_kept_apart() -> None:
+    first, second = _Handle(), _Handle()
+    _run(_processor(first, "c1"), _op_frame([WATCH], 1_001))
+    assert _run(_processor(second, "c2"), _op_frame([], 2_000)) == []
+    assert _run(_processor(first, "c1"), _op_frame([], 2_000)) == [("a", "expired")]
+
+
+def test_a_worker_keeps_a_few_partitions_at_most() -> None:
+    for n in range(5):
+        _run(_processor(_Handle(), f"c{n}"), _op_frame([WATCH], 1_001))
+    assert len(_tasks._kept) == _tasks._KEPT_MAX
