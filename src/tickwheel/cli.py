@@ -419,7 +419,11 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
     console.print(f"starting Spark ({master})")
-    spark = spark_session(master)
+    try:
+        spark = spark_session(master)
+    except RuntimeError as exc:  # no JVM, or one that stopped at once
+        console.print(f"[red]could not start Spark: {exc}[/red]")
+        raise typer.Exit(1) from exc
     sink = None if processor is None else OutcomeSink(processor)
     try:
         spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -366,6 +368,20 @@ def test_the_spark_engine_takes_only_its_own_checkpoints_outputs(spark: object,
     assert result.exit_code == 0, result.output
     assert _rows(out / "outcomes") == first
     assert not (out / "outcomes" / "mine.parquet").exists()
+
+
+def test_a_jvm_that_cannot_start_is_reported_with_what_it_printed(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    source = _generated(tmp_path)
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java"), "SPARK_LOCAL_IP": "127.0.0.1"}
+    result = subprocess.run([sys.executable, "-m", "tickwheel.cli", "run", "--engine", "spark",
+                             "--input", str(source), "--output", str(tmp_path / "out")],
+                            capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    printed = " ".join((result.stdout + result.stderr).split())
+    assert "could not start Spark" in printed
+    assert "no-java/bin/java" in printed  # the JVM's own words, from the log's last lines
+    assert "Traceback" not in printed
 
 
 # -- input paths: both engines read the same files, or refuse the same ones ----------------

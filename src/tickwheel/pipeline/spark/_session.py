@@ -1,22 +1,37 @@
 """A Spark session with what the engine needs, through Spark's documented settings
 only: the RocksDB state store (``transformWithState`` requires it), the Python that
 runs the workers, and, for a master on this machine, a driver that listens on
-loopback only."""
+loopback only.
+
+A session this module starts launches its JVM with its standard output and error
+going to the log instead of the terminal: Spark's errors at ERROR, its warnings at
+INFO, anything else (the lines PySpark's ``transformWithStateInPandas`` driver worker
+prints whenever a query starts, the JVM's start-up notes) at DEBUG. A command's own
+output is then not interleaved with Spark's, and ``logging`` decides what is shown."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import sys
+import threading
+from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["ROCKSDB", "spark_session"]
 
+log = logging.getLogger(__name__)
+
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+#: Whether this process has launched its JVM here: PySpark keeps one JVM per process,
+#: and a session started after one was stopped runs on the same.
+_launched = False
 
 
 def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
@@ -32,28 +47,89 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
     from pyspark.sql import SparkSession
 
     is_local = master is not None and master.startswith("local")
-    builder = SparkSession.builder
+    settings: dict[str, str] = {}
     if master is not None:  # an embedded session; spark-submit's user chooses these
-        builder = (builder.master(master).appName(app_name)
-                   .config("spark.driver.memory", driver_memory)
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false"))
+        settings.update({"spark.master": master, "spark.app.name": app_name,
+                         "spark.driver.memory": driver_memory,
+                         "spark.ui.enabled": "false",
+                         "spark.ui.showConsoleProgress": "false"})
     if is_local:
         # Everything of a local master is on this machine: its driver listens on
         # loopback only, not on whatever address the host name resolves to.
-        builder = (builder.config("spark.driver.bindAddress", "127.0.0.1")
-                   .config("spark.driver.host", "127.0.0.1"))
+        settings.update({"spark.driver.bindAddress": "127.0.0.1",
+                         "spark.driver.host": "127.0.0.1"})
     if python is None and master is not None and master.startswith(("local", "spark://")):
         python = os.environ.get("PYSPARK_PYTHON", sys.executable)
     if python is not None:
-        builder = builder.config("spark.pyspark.python", python)
-    builder = (builder
-               .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000"))
+        settings["spark.pyspark.python"] = python
+    settings.update({"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+                     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000"})
+    builder = SparkSession.builder
+    for name, value in settings.items():
+        builder = builder.config(name, value)
     with _workers_python(python):
+        if (master is not None and not _launched
+                and SparkSession.getActiveSession() is None):
+            _start_context(settings)
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _start_context(settings: dict[str, str]) -> None:
+    """Start the session's context on a JVM whose output is read into the log,
+    through PySpark's own ``launch_gateway(popen_kwargs=...)`` and
+    ``SparkContext(gateway=...)``; the builder then finds the context running."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    global _launched
+    conf = SparkConf().setAll(list(settings.items()))
+    read_end, write_end = os.pipe()
+    reader = _JvmOutput(os.fdopen(read_end, "rb"))
+    try:
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]
+            conf, popen_kwargs={"stdout": write_end, "stderr": write_end})
+    except BaseException as failure:
+        os.close(write_end)
+        reader.join(timeout=5)
+        raise RuntimeError("Spark's JVM did not start:\n" + "\n".join(reader.last)) \
+            from failure
+    os.close(write_end)
+    _launched = True
+    SparkContext(conf=conf, gateway=gateway)
+
+
+#: A line log4j starts (Spark's default layout: date, time, level).
+_LOG4J = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (ERROR|WARN|INFO|DEBUG|TRACE) ")
+_LEVELS = {"ERROR": logging.ERROR, "WARN": logging.INFO}
+
+
+class _JvmOutput(threading.Thread):
+    """Reads the JVM's output as it comes (a full pipe would block it) into the log.
+    A log4j line sets the level of the lines that follow it (a stack trace); any other
+    line is DEBUG. Keeps the last lines for an error that must show them."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        super().__init__(name="tickwheel-spark-jvm-output", daemon=True)
+        self.stream = stream
+        self.last: deque[str] = deque(maxlen=20)
+        self.start()
+
+    def run(self) -> None:
+        level = logging.DEBUG
+        with self.stream:
+            for line in self.stream:
+                text = line.decode("utf-8", "replace").rstrip()
+                if not text:
+                    continue
+                self.last.append(text)
+                header = _LOG4J.match(text)
+                if header is not None:
+                    level = _LEVELS.get(header.group(1), logging.DEBUG)
+                elif not text[:1].isspace():
+                    level = logging.DEBUG
+                log.log(level, "spark: %s", text)
 
 
 @contextlib.contextmanager
