@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_spark_engine import (
+    _spark_rows_in,
     expected_outcomes,
     expected_quarantine,
     outcomes_of,
@@ -107,3 +112,61 @@ def test_spark_submit_runs_it_on_its_master_with_the_reference_engines_outcomes(
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
     assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
     assert f"{len(lines):,} rows in" in done.stdout
+
+
+def _python_driver(session: int) -> int | None:
+    """The Python process that spark-submit started for the job, in its session."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if (os.getsid(int(entry.name)) == session and "python" in Path(argv[0].decode()).name
+                    and any(arg.endswith(b"spark_job.py") for arg in argv)):
+                return int(entry.name)
+    return None
+
+
+@pytest.mark.spark
+def test_spark_submit_follows_until_sigterm_and_stops_between_micro_batches(
+        tmp_path: Path) -> None:
+    import pyspark
+
+    from tickwheel.pipeline.follow import LocalFollowEngine
+
+    lines = random_log(12, rows=900)
+    inbox, out = tmp_path / "in", tmp_path / "out"
+    write_files(lines[:600], inbox, files=2)
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    child = subprocess.Popen(
+        [str(spark_submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+         spark_job.__file__, "--follow", "--trigger-ms", "300", "--input", str(inbox),
+         "--output", str(out), "--lateness-ms", str(LATENESS_MS)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+
+    def wait(condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 240
+        while not condition():
+            assert child.poll() is None, f"the job stopped waiting for {what}"
+            assert time.monotonic() < deadline, f"no {what} in 240 s"
+            time.sleep(0.2)
+
+    try:
+        wait(lambda: _spark_rows_in(out) >= 600, "the first files")
+        write_files(lines[600:], inbox, files=1, start=2)  # a file lands while it runs
+        wait(lambda: _spark_rows_in(out) >= len(lines), "the file that landed")
+        driver = _python_driver(child.pid)
+        assert driver is not None
+        os.kill(driver, signal.SIGTERM)
+        output, errors = child.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode == 0, errors[-3000:]
+    assert "SIGTERM: stopping after this micro-batch" in output, output
+    local = LocalFollowEngine(inbox, tmp_path / "local", lateness_ms=LATENESS_MS)
+    local.step()
+    assert outcomes_of(out) == outcomes_of(tmp_path / "local")
+    assert quarantine_of(out) == quarantine_of(tmp_path / "local")

@@ -162,7 +162,7 @@ def _token_state(handle: StatefulProcessorHandle) -> Any:
 #: partition): (the token written with their state, the objects). A worker that runs
 #: several partitions in turn keeps the latest few.
 _kept: dict[tuple[str, str, int], tuple[bytes, Any]] = {}
-_KEPT_MAX = 2
+_KEPT_MAX = 4
 
 
 def _kept_partition(where: tuple[str, str, int], token: Any) -> Any | None:
