@@ -115,7 +115,7 @@ class Publisher:
             for number, text, tmp in new:
                 os.replace(tmp, self.manifests / f"{number:09d}.json")
                 self.published[text] = number
-        self._forget_gone({str(path.absolute()) for path in listed})
+        self._forget_gone(listed)
         return len(new)
 
     def _line(self, entries: list[list[Any]]) -> bytes:
@@ -127,12 +127,13 @@ class Publisher:
             out.flush()
             os.fsync(out.fileno())
 
-    def _forget_gone(self, listed: set[str]) -> None:
+    def _forget_gone(self, listed: list[Path]) -> None:
         """Forget the files gone from the input directory (one that comes back under
         the same name is new input) once they are most of what the log holds."""
         if len(self.published) <= 2 * len(listed) + _SLACK:
             return
-        self.published = {path: n for path, n in self.published.items() if path in listed}
+        present = {str(path.absolute()) for path in listed}
+        self.published = {path: n for path, n in self.published.items() if path in present}
         tmp = self.log_path.with_name(f".{self.log_path.name}.tmp")
         with open(tmp, "wb") as out:
             out.write(self._line([[n, path] for path, n in self.published.items()]))
