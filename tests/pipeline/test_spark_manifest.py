@@ -76,10 +76,10 @@ def test_a_crash_before_the_log_line_publishes_the_file_again_under_a_new_number
     _land(inbox, "a.jsonl")
     publisher = Publisher(inbox, checkpoint)
 
-    def crash(entries: object) -> None:
+    def crash(batch_id: int, records: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(publisher, "_append", crash)
+    monkeypatch.setattr(publisher._log, "append", crash)
     with pytest.raises(KeyboardInterrupt):
         publisher.publish()
     assert [p.name for p in (checkpoint / MANIFEST_DIR).iterdir()] == [".000000000.json.tmp"]
@@ -117,13 +117,13 @@ def test_a_log_line_torn_by_a_crash_is_cut_off(tmp_path: Path) -> None:
     _land(inbox, "a.jsonl")
     Publisher(inbox, checkpoint).publish()
     with open(checkpoint / PUBLISHED_LOG, "ab") as out:
-        out.write(b'[5, 0, [[4, "/x')
+        out.write(b'[5, [[4, "/x')
     _land(inbox, "b.jsonl")
     restarted = Publisher(inbox, checkpoint)
     assert restarted.publish() == 1
     lines = (checkpoint / PUBLISHED_LOG).read_text().splitlines()
-    assert [json.loads(line)[2] for line in lines] == [[[0, str(inbox / "a.jsonl")]],
-                                                       [[1, str(inbox / "b.jsonl")]]]
+    assert [[record[:2] for record in json.loads(line)[1]] for line in lines] == [
+        [[0, str(inbox / "a.jsonl")]], [[1, str(inbox / "b.jsonl")]]]
 
 
 def test_files_gone_from_the_input_are_forgotten_once_they_are_most_of_the_log(

@@ -15,13 +15,13 @@ named by batch id (``batch-<id>``).
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tickwheel.pipeline.batch_log import write_bytes_atomically
 from tickwheel.pipeline.events import OutcomeKind
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.sink import OutcomeSink
@@ -127,6 +127,4 @@ class BatchDelivery:
         if not self.sink.flush():
             raise RuntimeError(f"the sink closed before batch {batch_id} was settled")
         if batch_id > self.last_settled():  # a batch run again after a crash
-            tmp = self.mark.with_name(f".{self.mark.name}.tmp")
-            tmp.write_text(str(batch_id))
-            os.replace(tmp, self.mark)
+            write_bytes_atomically(str(batch_id).encode(), self.mark)

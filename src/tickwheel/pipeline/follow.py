@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import marshal
-import os
 import threading
 import time
 import uuid
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tickwheel._validate import check_positive_int
+from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
 from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined, Wire, compact_wire, to_wire
@@ -149,61 +149,6 @@ class FollowResult:
     quarantined_by_reason: dict[str, int] = field(default_factory=dict)
 
 
-def _write_atomically(data: bytes, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-
-
-class _BatchLog:
-    """An append-only log of records in batches: one JSON line per batch, ``[batch_id,
-    [record, ...]]``. A restart takes the records of committed batches only (a later
-    batch runs again and writes its own again). fsync'd per append; a line torn by a
-    crash is cut off. A line per batch, not per record, so that the standard library's
-    encoder writes a whole batch, or a rewrite of the whole log, in one call."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.records = 0
-
-    def read(self, committed: int) -> list[Any]:
-        try:
-            text = self.path.read_bytes()
-        except FileNotFoundError:
-            return []
-        whole = text.rfind(b"\n") + 1
-        if whole < len(text):  # torn by a crash: its batch never committed
-            with open(self.path, "r+b") as log_file:
-                log_file.truncate(whole)
-        records: list[Any] = []
-        count = 0
-        for line in text[:whole].decode("utf-8").splitlines():
-            batch, batch_records = json.loads(line)
-            count += len(batch_records)
-            if batch <= committed:
-                records += batch_records
-        self.records = count
-        return records
-
-    def append(self, batch_id: int, records: list[Any]) -> None:
-        if not records:
-            return
-        with open(self.path, "a", encoding="utf-8") as out:
-            out.write(json.dumps([batch_id, records]) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        self.records += len(records)
-
-    def rewrite(self, batch_id: int, records: list[Any]) -> None:
-        """The log as ``records`` alone (what the appended ones add up to)."""
-        _write_atomically((json.dumps([batch_id, records]) + "\n").encode("utf-8"),
-                          self.path)
-        self.records = len(records)
-
-
 def _rows_of(path: Path) -> list[Wire]:
     """A file's rows in their wire form, read as the reference engine reads them."""
     if path.suffix == ".parquet":
@@ -250,18 +195,18 @@ class LocalFollowEngine:
         self.sink = sink
         self._settle_checkpoint()
         output_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(json.dumps({"checkpoint": checkpoint_id(checkpoint)}).encode(),
-                          output_dir / OWNER_FILE)
+        write_bytes_atomically(json.dumps({"checkpoint": checkpoint_id(checkpoint)}).encode(),
+                               output_dir / OWNER_FILE)
         self.batch_id = -1  # the last batch committed
         self.keys = KeyPartition(0, 1, lateness_ms)
         self.ops = OpPartition(0, lateness_ms, dedupe_retention_ms)
         self._seen: set[str] = set()  # names of the input files read
-        self._files_log = _BatchLog(self.checkpoint_dir / "files.log")
+        self._files_log = BatchLog(self.checkpoint_dir / "files.log")
         # The op ids seen, with their first watch's ts_ms: the op stage's snapshot
         # leaves them out (a retention bounds them by the rate, not by what is
         # pending), and the log holds their changes, batch by batch.
         self._seen_ids = SeenIds()
-        self._seen_log = _BatchLog(self.checkpoint_dir / "seen.log")
+        self._seen_log = BatchLog(self.checkpoint_dir / "seen.log")
         self._restore()
         self._delivery: BatchDelivery | None = None
         self._compact()
@@ -291,8 +236,8 @@ class LocalFollowEngine:
                                      f"{name}={saved.get(name)}")
             return
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(json.dumps({"engine": "local", "format": LOCAL_CHECKPOINT_FORMAT,
-                                      "id": uuid.uuid4().hex, **wanted}).encode(), meta)
+        write_bytes_atomically(json.dumps({"engine": "local", "format": LOCAL_CHECKPOINT_FORMAT,
+                                           "id": uuid.uuid4().hex, **wanted}).encode(), meta)
 
     @property
     def _state_path(self) -> Path:
@@ -350,8 +295,8 @@ class LocalFollowEngine:
         names = sorted(listed - self._seen)
         if not names and not self._clock_moves(clock_ms):
             return None
-        _write_atomically(json.dumps({"batch": batch_id, "files": names,
-                                      "clock_ms": clock_ms}).encode(), self._plan_path)
+        write_bytes_atomically(json.dumps({"batch": batch_id, "files": names,
+                                           "clock_ms": clock_ms}).encode(), self._plan_path)
         return batch_id, names, clock_ms
 
     def _clock_moves(self, clock_ms: int | None) -> bool:
@@ -366,9 +311,9 @@ class LocalFollowEngine:
         changes = self.ops.stage.take_seen_changes()
         self._seen_log.append(batch_id, changes)
         self._seen_ids.apply(changes)
-        _write_atomically(marshal.dumps((_STATE_VERSION, batch_id, self.keys.snapshot(),
-                                         self.ops.snapshot(with_seen=False))),
-                          self._state_path)
+        write_bytes_atomically(marshal.dumps((_STATE_VERSION, batch_id, self.keys.snapshot(),
+                                              self.ops.snapshot(with_seen=False))),
+                               self._state_path)
         self.batch_id = batch_id
         if self._seen_ids.needs_rewrite():
             self._seen_log.rewrite(batch_id, self._seen_ids.rewrite())

@@ -14,7 +14,8 @@ a dot), so a source never lists half of one. The file source deletes a manifest 
 the micro-batch that took it has committed (its ``cleanSource`` option), so a service
 that gets a file a second does not keep a manifest per second, and Spark lists only
 the manifests not yet taken. What was published is remembered in memory and in
-``CHECKPOINT/published.log`` (:class:`Publisher`): a file already published is not
+``CHECKPOINT/published.log`` (:class:`Publisher`, a
+:class:`~tickwheel.pipeline.batch_log.BatchLog`): a file already published is not
 published again, after a crash either, and a manifest's number is never reused.
 """
 
@@ -26,8 +27,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
-
+from tickwheel.pipeline.batch_log import BatchLog
 from tickwheel.pipeline.io import input_files
 
 __all__ = ["MANIFEST_DIR", "PUBLISHED_LOG", "Publisher", "read_manifest"]
@@ -46,38 +46,29 @@ class Publisher:
     """Publishes the input files of ``input_dir`` for one checkpoint, each once.
 
     A call of :meth:`publish` writes its new manifests under dotted names, appends
-    them to the log as one line (``[next number, latest mtime ms, [[number, path],
-    ...]]``, fsync'd), and only then renames them into place: after a crash, a manifest
-    the log names is put in place, and one it does not is removed (its file is
-    published again, under a new number). The log forgets the files gone from the
-    input directory once they are most of what it holds."""
+    them to the log as one batch (its id is the next manifest number, each record
+    ``[number, path, mtime ms]``), and only then renames them into place: after a
+    crash, a manifest the log names is put in place, and one it does not is removed
+    (its file is published again, under a new number). The log forgets the files gone
+    from the input directory once they are most of what it holds."""
 
     def __init__(self, input_dir: Path, checkpoint_dir: Path) -> None:
         self.input_dir = input_dir
         self.manifests = checkpoint_dir / MANIFEST_DIR
-        self.log_path = checkpoint_dir / PUBLISHED_LOG
         self.manifests.mkdir(parents=True, exist_ok=True)
-        self.published: dict[str, int] = {}  # input path -> its manifest's number
+        self._log = BatchLog(checkpoint_dir / PUBLISHED_LOG)
+        # input path -> its manifest's number and modification time (ms)
+        self.published: dict[str, tuple[int, int]] = {}
         self.next_number = 0
         self.latest_ms = 0
         self._recover()
 
     def _recover(self) -> None:
-        try:
-            text = self.log_path.read_bytes()
-        except FileNotFoundError:
-            text = b""
-        whole = text.rfind(b"\n") + 1
-        if whole < len(text):  # torn by a crash: its manifests were never renamed
-            with open(self.log_path, "r+b") as log_file:
-                log_file.truncate(whole)
-        for line in text[:whole].decode("ascii").splitlines():
-            next_number, latest_ms, entries = json.loads(line)
-            self.next_number = max(self.next_number, next_number)
-            self.latest_ms = max(self.latest_ms, latest_ms)
-            for number, path in entries:
-                self.published[path] = number
-        numbers = set(self.published.values())
+        for number, path, mtime_ms in self._log.read():
+            self.published[path] = (number, mtime_ms)
+            self.latest_ms = max(self.latest_ms, mtime_ms)
+        self.next_number = max(self._log.last_batch, 0)
+        numbers = {number for number, _ in self.published.values()}
         for entry in self.manifests.iterdir():
             pending = _PENDING.fullmatch(entry.name)
             if pending is not None:
@@ -93,7 +84,7 @@ class Publisher:
         """Publish every input file not yet published, in name order; returns how many
         were new."""
         listed = input_files(self.input_dir)
-        new: list[tuple[int, str, Path]] = []
+        new: list[tuple[int, str, int, Path]] = []
         for path in listed:
             text = str(path.absolute())
             if text in self.published:
@@ -108,38 +99,27 @@ class Publisher:
             # reference engine reads them: each manifest is 1 ms younger than the last.
             self.latest_ms = max(time.time_ns() // 1_000_000, self.latest_ms + 1)
             os.utime(tmp, ns=(self.latest_ms * 1_000_000, self.latest_ms * 1_000_000))
-            new.append((number, text, tmp))
+            new.append((number, text, self.latest_ms, tmp))
         if new:
             self.next_number += len(new)
-            self._append([[number, text] for number, text, _ in new])
-            for number, text, tmp in new:
+            self._log.append(self.next_number,
+                             [[number, text, ms] for number, text, ms, _ in new])
+            for number, text, ms, tmp in new:
                 os.replace(tmp, self.manifests / f"{number:09d}.json")
-                self.published[text] = number
+                self.published[text] = (number, ms)
         self._forget_gone(listed)
         return len(new)
-
-    def _line(self, entries: list[list[Any]]) -> bytes:
-        return (json.dumps([self.next_number, self.latest_ms, entries]) + "\n").encode("ascii")
-
-    def _append(self, entries: list[list[Any]]) -> None:
-        with open(self.log_path, "ab") as out:
-            out.write(self._line(entries))
-            out.flush()
-            os.fsync(out.fileno())
 
     def _forget_gone(self, listed: list[Path]) -> None:
         """Forget the files gone from the input directory (one that comes back under
         the same name is new input) once they are most of what the log holds."""
-        if len(self.published) <= 2 * len(listed) + _SLACK:
+        if self._log.records <= 2 * len(listed) + _SLACK:
             return
         present = {str(path.absolute()) for path in listed}
-        self.published = {path: n for path, n in self.published.items() if path in present}
-        tmp = self.log_path.with_name(f".{self.log_path.name}.tmp")
-        with open(tmp, "wb") as out:
-            out.write(self._line([[n, path] for path, n in self.published.items()]))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.log_path)
+        self.published = {path: entry for path, entry in self.published.items()
+                          if path in present}
+        self._log.rewrite(self.next_number, [[number, path, ms] for path, (number, ms)
+                                             in self.published.items()])
         log.info("published log rewritten: %d input files kept", len(self.published))
 
 

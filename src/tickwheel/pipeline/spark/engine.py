@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
+from tickwheel.pipeline.batch_log import write_bytes_atomically
 from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.io import (
@@ -87,11 +87,11 @@ __all__ = ["CHECKPOINT_FORMAT", "SparkEngine", "SparkRunResult"]
 
 log = logging.getLogger(__name__)
 
-#: The checkpoint's layout and state, as this engine writes them. 5: two stages, by
-#: key partition and by op-id partition, the op ids seen in a log of their own, and a
-#: token beside each partition's state for the workers that keep it in memory. Earlier
-#: formats are refused by name.
-CHECKPOINT_FORMAT = 5
+#: The checkpoint's layout and state, as this engine writes them. 6: two stages, by
+#: key partition and by op-id partition, the op ids seen in a log of their own, a
+#: token beside each partition's state for the workers that keep it in memory, and the
+#: manifests published as a batch log. Earlier formats are refused by name.
+CHECKPOINT_FORMAT = 6
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
 _END_OF_INPUT_TRIES = 10
@@ -189,10 +189,8 @@ class SparkEngine:
         # The outputs beside the checkpoint are its own from now on.
         output_dir.mkdir(parents=True, exist_ok=True)
         # Atomically: a torn marker after kill -9 would disown the outputs.
-        owner = output_dir / OWNER_FILE
-        tmp = owner.with_name(f".{owner.name}.tmp")
-        tmp.write_text(json.dumps({"checkpoint": checkpoint_id(checkpoint_dir)}))
-        os.replace(tmp, owner)
+        write_bytes_atomically(json.dumps({"checkpoint": checkpoint_id(checkpoint_dir)}).encode(),
+                               output_dir / OWNER_FILE)
         self.on_batch = on_batch
         self.sink = sink
         self._delivery: BatchDelivery | None = None
@@ -202,6 +200,9 @@ class SparkEngine:
         meta = self.checkpoint_dir / "tickwheel.json"
         if meta.exists():
             saved = json.loads(meta.read_text())
+            if saved.get("engine", "spark") != "spark":
+                raise ValueError(f"the checkpoint {self.checkpoint_dir} belongs to the "
+                                 f"{saved['engine']} engine: give the Spark engine its own")
             made = saved.get("format", 1)
             if made != CHECKPOINT_FORMAT:
                 raise ValueError(f"the checkpoint {self.checkpoint_dir} was written in format "
@@ -212,9 +213,6 @@ class SparkEngine:
                 raise ValueError(f"partitions={partitions} but the checkpoint "
                                  f"{self.checkpoint_dir} was made with "
                                  f"partitions={saved['partitions']}")
-            if saved.get("engine", "spark") != "spark":
-                raise ValueError(f"the checkpoint {self.checkpoint_dir} belongs to the "
-                                 f"{saved['engine']} engine: give the Spark engine its own")
             saved.setdefault("clock", "event")
             for name in ("lateness_ms", "dedupe_retention_ms", "clock"):
                 # The partitions' state holds these, and the clock is a source of the
@@ -228,11 +226,11 @@ class SparkEngine:
             partitions = max(1, self.spark.sparkContext.defaultParallelism)
         labels = self._labels(partitions)
         (self.checkpoint_dir / "control").mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps({"format": CHECKPOINT_FORMAT, "id": uuid.uuid4().hex,
-                                    "partitions": partitions, "labels": labels,
-                                    "lateness_ms": self.lateness_ms,
-                                    "dedupe_retention_ms": self.dedupe_retention_ms,
-                                    "clock": self.clock}))
+        write_bytes_atomically(json.dumps({
+            "format": CHECKPOINT_FORMAT, "id": uuid.uuid4().hex,
+            "partitions": partitions, "labels": labels, "lateness_ms": self.lateness_ms,
+            "dedupe_retention_ms": self.dedupe_retention_ms, "clock": self.clock}).encode(),
+            meta)
         return partitions, labels
 
     def _labels(self, partitions: int) -> list[int]:
@@ -501,10 +499,8 @@ class SparkEngine:
         return end
 
     def _write_marker(self, marker: dict[str, Any]) -> None:
-        path = self.checkpoint_dir / "control" / f"end-{uuid.uuid4().hex}.jsonl"
-        tmp = path.with_name(f".{path.name}")
-        tmp.write_text(json.dumps(marker) + "\n")
-        os.replace(tmp, path)
+        write_bytes_atomically((json.dumps(marker) + "\n").encode(),
+                               self.checkpoint_dir / "control" / f"end-{uuid.uuid4().hex}.jsonl")
 
     def run(self, final: bool = True) -> SparkRunResult:
         """Process what the input holds now; with ``final``, end the input too."""

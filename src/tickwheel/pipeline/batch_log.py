@@ -1,0 +1,82 @@
+"""BatchLog: an append-only log of records in batches, for what a checkpoint must keep
+besides its state (the input files read, the op ids seen, the manifests published).
+
+One JSON line per batch, ``[batch_id, [record, ...]]``, fsync'd per append. A line per
+batch, not per record, so that the standard library's encoder writes a whole batch, or
+a rewrite of the whole log, in one call. A line torn by a crash is cut off on reading:
+its batch never committed, and runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BatchLog", "write_bytes_atomically"]
+
+
+def write_bytes_atomically(data: bytes, path: Path) -> None:
+    """``data`` written whole and fsync'd under a hidden name (which no reader takes),
+    then renamed into place: a crash leaves the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+class BatchLog:
+    """The log at ``path``. ``records`` counts the records it holds (committed or
+    not), so that its owner knows when a rewrite pays; ``last_batch`` is the largest
+    batch id read (-1 for none)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records = 0
+        self.last_batch = -1
+
+    def read(self, committed: int | None = None) -> list[Any]:
+        """The records of the batches up to ``committed`` (all, for None), in order. A
+        restart takes the records of committed batches only: a later batch runs again
+        and writes its own again."""
+        try:
+            text = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        whole = text.rfind(b"\n") + 1
+        if whole < len(text):  # torn by a crash: its batch never committed
+            with open(self.path, "r+b") as log_file:
+                log_file.truncate(whole)
+        records: list[Any] = []
+        count = 0
+        for line in text[:whole].decode("utf-8").splitlines():
+            batch, batch_records = json.loads(line)
+            count += len(batch_records)
+            self.last_batch = max(self.last_batch, batch)
+            if committed is None or batch <= committed:
+                records += batch_records
+        self.records = count
+        return records
+
+    def append(self, batch_id: int, records: list[Any]) -> None:
+        """Add a batch's records (none: nothing is written)."""
+        if not records:
+            return
+        # ensure_ascii (the default): a path's undecodable bytes, which Python holds as
+        # lone surrogates, are written as escapes and come back as they were.
+        with open(self.path, "ab") as out:
+            out.write((json.dumps([batch_id, records]) + "\n").encode("ascii"))
+            out.flush()
+            os.fsync(out.fileno())
+        self.records += len(records)
+        self.last_batch = max(self.last_batch, batch_id)
+
+    def rewrite(self, batch_id: int, records: list[Any]) -> None:
+        """The log as ``records`` alone (what the appended ones add up to)."""
+        write_bytes_atomically((json.dumps([batch_id, records]) + "\n").encode("ascii"),
+                               self.path)
+        self.records = len(records)
+        self.last_batch = max(self.last_batch, batch_id)
