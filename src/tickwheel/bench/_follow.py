@@ -9,8 +9,8 @@ For each engine, a fresh input, output and checkpoint, then ``minutes`` of runni
   for a completion, an error or a cancel (when the row that resolved it was stamped);
 - at each minute, from the engine's metrics endpoint (on loopback) and ``/proc``: the
   operations pending, the rows held, how far time stands behind the wall clock, the
-  checkpoint's size on disk, and the resident memory of the engine's process and of
-  its children (Spark's JVM and Python workers);
+  checkpoint's size on disk, and the resident memory of the engine's process, of
+  Spark's JVM and of Spark's Python workers (the engine's other descendants);
 - the micro-batches' backlog: how far behind the wall clock the last batch's clock
   stands at the end (a growing backlog shows as a growing lag).
 
@@ -45,7 +45,8 @@ class Minute:
     lag_ms: float
     state_mb: float
     engine_rss_mb: float
-    children_rss_mb: float
+    jvm_rss_mb: float
+    workers_rss_mb: float
 
 
 @dataclass
@@ -77,6 +78,13 @@ def _rss_mb(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def _is_jvm(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+    except OSError:
+        return False
 
 
 def _descendants(pid: int) -> list[int]:
@@ -195,16 +203,18 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
                         time.sleep(1)
                     values = _scrape(port)
                     children = _descendants(service.pid)
+                    jvms = [pid for pid in children if _is_jvm(pid)]
                     run.minutes.append(Minute(
                         minute, values.get("pending", float("nan")),
                         values.get("held", float("nan")),
                         values.get("lag_ms", float("nan")),
                         _du_mb(output / "_checkpoint"), _rss_mb(service.pid),
-                        sum(_rss_mb(pid) for pid in children)))
+                        sum(_rss_mb(pid) for pid in jvms),
+                        sum(_rss_mb(pid) for pid in children if pid not in jvms)))
                     m = run.minutes[-1]
                     progress(f"{engine}, minute {minute}: {m.pending:,.0f} pending, lag "
-                             f"{m.lag_ms:,.0f} ms, RSS {m.engine_rss_mb:,.0f} + "
-                             f"{m.children_rss_mb:,.0f} MB")
+                             f"{m.lag_ms:,.0f} ms, RSS {m.engine_rss_mb:,.0f} MB, JVM "
+                             f"{m.jvm_rss_mb:,.0f} MB, workers {m.workers_rss_mb:,.0f} MB")
                 run.rows = int(_scrape(port).get("rows_in_total", 0))
             finally:
                 generator.send_signal(signal.SIGTERM)
@@ -236,8 +246,8 @@ def follow_table(runs: list[FollowRun]) -> str:
         lines.append(f"| {run.engine} | {len(run.expiry_ms):,} | {_quantiles(run.expiry_ms)} "
                      f"| {len(run.completion_ms):,} | {_quantiles(run.completion_ms)} |")
     lines += ["", "| engine | minute | expiries | their p99 ms | pending | held | lag ms "
-              "| checkpoint MB | engine RSS MB | its children's RSS MB |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| checkpoint MB | engine RSS MB | JVM RSS MB | workers' RSS MB |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         for m in run.minutes:
             within = _expiries_in_minute(run, m.minute)
@@ -245,7 +255,7 @@ def follow_table(runs: list[FollowRun]) -> str:
             lines.append(f"| {run.engine} | {m.minute} | {len(within):,} | {p99} "
                          f"| {m.pending:,.0f} | {m.held:,.0f} "
                          f"| {m.lag_ms:,.0f} | {m.state_mb:,.1f} | {m.engine_rss_mb:,.0f} "
-                         f"| {m.children_rss_mb:,.0f} |")
+                         f"| {m.jvm_rss_mb:,.0f} | {m.workers_rss_mb:,.0f} |")
     return "\n".join(lines)
 
 

@@ -31,7 +31,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically

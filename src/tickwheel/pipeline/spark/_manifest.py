@@ -27,6 +27,7 @@ import os
 import re
 import time
 from pathlib import Path
+
 from tickwheel.pipeline.batch_log import BatchLog
 from tickwheel.pipeline.io import input_files
 
