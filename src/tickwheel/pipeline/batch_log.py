@@ -1,5 +1,5 @@
 """BatchLog: an append-only log of records in batches, for what a checkpoint must keep
-besides its state (the input files read, the op ids seen, the manifests published).
+besides its state (the input files read, the op ids seen, the input files numbered).
 
 One JSON line per batch, ``[batch_id, [record, ...]]``, fsync'd per append. A line per
 batch, not per record, so that the standard library's encoder writes a whole batch, or

@@ -60,7 +60,7 @@ _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
 
 #: Characters Hadoop takes as a glob pattern in a path, both where Spark's file source
 #: lists a directory and where it reads each file listed. The Spark engine lists the
-#: input itself (see ``_spark_manifest``); only its checkpoint, where its sources
+#: input itself (see ``spark._input_log``); only its checkpoint, where its sources
 #: list tickwheel's own files, must be free of them.
 HADOOP_GLOB_CHARS = frozenset("{}[]*?\\")
 

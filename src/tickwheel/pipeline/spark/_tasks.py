@@ -1,6 +1,6 @@
 """The engine's code that runs in Spark's Python workers: the packers, which read the
-input files that the manifests name and cut their rows into chunks per partition, and
-the two stages' stateful processors.
+input files and cut their rows into chunks per partition, and the two stages'
+stateful processors.
 
 Each partition's state is one blob in the state store (a :class:`ValueState`), loaded
 at the start of a call and saved at its end: a micro-batch that fails and runs again
@@ -35,7 +35,6 @@ from tickwheel.pipeline.io import json_lines, parquet_events
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.routing import partition_of, route
 from tickwheel.pipeline.seen_ids import SeenIds
-from tickwheel.pipeline.spark._manifest import read_manifest
 from tickwheel.pipeline.spark._wire import (
     END,
     FORWARD,
@@ -77,8 +76,8 @@ def local_file(uri: str) -> str:
     Hadoop's paths print: not percent-encoded)."""
     if not uri.startswith("file:"):
         raise ValueError(f"{uri!r} is not on a local filesystem: the packers read the "
-                         "checkpoint's manifests and the input files they name themselves "
-                         "(on a cluster, directories mounted at the same path everywhere)")
+                         "checkpoint's markers and the input files themselves (on a "
+                         "cluster, directories mounted at the same path everywhere)")
     path = uri[len("file:"):]
     if path.startswith("//"):  # file://authority/path
         path = path[path.index("/", 2):] if "/" in path[2:] else "/"
@@ -96,11 +95,11 @@ def _chunk_batch(chunks: list[tuple[int, int, int, bytes]]) -> pa.RecordBatch:
 
 
 def packer(labels: list[int], lateness_ms: int) -> Any:
-    """Manifests (and control files) to chunks: every slice of input gives each stage 1
-    partition its rows and the slice's top, and stage 2's rows ride with stage 1's
-    partition of the same number. A row of the clock (a wall-clock reading, in follow
-    mode) ends the input up to that reading less the lateness bound: time moves
-    without rows."""
+    """Input files (and end-of-input markers, and wall-clock readings) to chunks:
+    every slice of input gives each stage 1 partition its rows and the slice's top,
+    and stage 2's rows ride with stage 1's partition of the same number. A row of the
+    clock (a wall-clock reading, in follow mode) ends the input up to that reading
+    less the lateness bound: time moves without rows."""
     partitions = len(labels)
 
     def cut(rows: list[Any]) -> list[tuple[int, int, int, bytes]]:
@@ -117,20 +116,18 @@ def packer(labels: list[int], lateness_ms: int) -> Any:
             if clocks:
                 yield _chunk_batch([(labels[p], END, max(clocks) - lateness_ms, b"")
                                     for p in range(partitions)])
-            for uri, is_control in zip(batch.column(0).to_pylist(),
-                                       batch.column(1).to_pylist(), strict=True):
-                if uri is None:  # a row of the clock
-                    continue
-                path = local_file(uri)
-                if is_control:
-                    marker = json.loads(Path(path).read_text())
+            for uri, file in zip(batch.column(0).to_pylist(),
+                                 batch.column(1).to_pylist(), strict=True):
+                if uri is not None:  # an end-of-input marker
+                    marker = json.loads(Path(local_file(uri)).read_text())
                     end = int(marker.get("end_ms", NONE))
                     yield _chunk_batch([(labels[p], END, end, b"")
                                         for p in range(partitions)])
                     continue
-                with open(path, "rb") as stream:
-                    target, kind = read_manifest(stream.read())
-                if kind == "parquet":
+                if file is None:  # a row of the clock
+                    continue
+                target = os.fsdecode(file)
+                if target.endswith(".parquet"):
                     where = Path(target)
                     with collector_paused():
                         rows = [to_wire(row) for row in

@@ -2,11 +2,13 @@
 stateful stages, partitioned so that the work per event does not grow with the
 partition count.
 
-1. Two file sources, listing only: ``CHECKPOINT/manifest/``, where the driver
-   publishes one manifest per input file (it lists the input directory itself, as the
-   reference engine does: Hadoop would take glob characters in a name as a pattern),
-   and ``CHECKPOINT/control/``, which holds end-of-input markers.
-2. ``mapInArrow``: the packers read the files the manifests name (JSON Lines split
+1. Two sources: the input files, numbered once in the order they are listed, as a
+   Python streaming data source whose offsets are those numbers
+   (:mod:`tickwheel.pipeline.spark._source`; the input directory is listed as the
+   reference engine lists it: Hadoop would take glob characters in a name as a
+   pattern), and a file source, listing only, of ``CHECKPOINT/control/``, which holds
+   end-of-input markers.
+2. ``mapInArrow``: the packers read the input files (JSON Lines split
    into lines as the reference engine reads them, Parquet by its reader), parse each
    row once and cut every slice into chunks (see :mod:`tickwheel.pipeline.routing`):
    updates and watches for the partitions of their keys, watches, cancels, ticks and
@@ -69,7 +71,6 @@ from tickwheel.pipeline.limits import (
 )
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
-from tickwheel.pipeline.spark._manifest import MANIFEST_DIR, Publisher
 from tickwheel.pipeline.spark._tasks import key_processor, op_processor, packer
 from tickwheel.pipeline.spark._wire import (
     CHUNK_SCHEMA,
@@ -90,7 +91,8 @@ log = logging.getLogger(__name__)
 #: The checkpoint's layout and state, as this engine writes them. 6: two stages, by
 #: key partition and by op-id partition, the op ids seen in a log of their own, a
 #: token beside each partition's state for the workers that keep it in memory, and the
-#: manifests published as a batch log. Earlier formats are refused by name.
+#: input read through a streaming source whose offsets are the input files' numbers.
+#: Earlier formats are refused by name.
 CHECKPOINT_FORMAT = 6
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
@@ -131,8 +133,8 @@ class SparkEngine:
     """Runs the query over ``input_dir`` until the input read so far is processed.
 
     ``output_dir`` gets ``outcomes/`` and ``quarantine/`` (the contract's columns);
-    ``checkpoint_dir`` holds Spark's checkpoint, the manifests, the partitions'
-    counters and the control input. Run it again on the same directories to go on
+    ``checkpoint_dir`` holds Spark's checkpoint, the input files' numbers, the
+    partitions' counters and the control input. Run it again on the same directories to go on
     where it stopped, after a crash too. ``partitions`` (of each stage) is fixed by
     the first run of a checkpoint.
     """
@@ -185,7 +187,6 @@ class SparkEngine:
         self.clock = "wall" if wall_clock else "event"
         self.partitions, self.labels = self._settle_partitions(partitions)
         self.checkpoint_id = str(checkpoint_id(checkpoint_dir))
-        self._publisher = Publisher(input_dir, checkpoint_dir)
         # The outputs beside the checkpoint are its own from now on.
         output_dir.mkdir(parents=True, exist_ok=True)
         # Atomically: a torn marker after kill -9 would disown the outputs.
@@ -249,26 +250,23 @@ class SparkEngine:
             raise RuntimeError(f"no distinct labels for {partitions} partitions")
         return [labels[p] for p in range(partitions)]
 
-    def _query(self) -> DataFrame:
+    def _query(self, follow: bool = False) -> DataFrame:
         from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
 
-        def listed(directory: Path, limit: int | None = None,
-                   delete_taken: bool = False) -> DataFrame:
-            reader = self.spark.readStream.format("binaryFile").schema(FILE_SCHEMA)
-            if limit is not None:
-                reader = reader.option("maxFilesPerTrigger", limit)
-            if delete_taken:
-                # Spark's own clean-up: a file is deleted once the micro-batch that
-                # took it has committed.
-                reader = reader.option("cleanSource", "delete")
-            return reader.load(str(directory))
+        from tickwheel.pipeline.spark._source import INPUT_FORMAT, InputSource, input_options
 
+        no_path = F.lit(None).cast("string").alias("path")
+        no_file = F.lit(None).cast("binary").alias("file")
         no_clock = F.lit(None).cast("long").alias("clock")
-        rows = listed(self.checkpoint_dir / MANIFEST_DIR, self.max_files_per_trigger,
-                      delete_taken=True).select(
-            "path", F.lit(False).alias("control"), no_clock)
-        control = listed(self.checkpoint_dir / "control").select(
-            "path", F.lit(True).alias("control"), no_clock)
+        self.spark.dataSource.register(InputSource)
+        rows = (self.spark.readStream.format(INPUT_FORMAT)
+                .options(**input_options(self.input_dir, self.checkpoint_dir,
+                                         self.max_files_per_trigger, self.partitions,
+                                         follow=follow))
+                .load().select(no_path, "file", no_clock))
+        control = (self.spark.readStream.format("binaryFile").schema(FILE_SCHEMA)
+                   .load(str(self.checkpoint_dir / "control"))
+                   .select("path", no_file, no_clock))
         sources = rows.unionByName(control)
         if self.clock == "wall":
             # The wall clock as input: the rate source makes a row each second, and
@@ -278,8 +276,7 @@ class SparkEngine:
             # micro-batch for its one row.
             ticks = (self.spark.readStream.format("rate").option("rowsPerSecond", 1)
                      .option("numPartitions", 1).load()
-                     .select(F.lit(None).cast("string").alias("path"),
-                             F.lit(True).alias("control"),
+                     .select(no_path, no_file,
                              F.unix_millis(F.current_timestamp()).alias("clock")))
             sources = sources.unionByName(ticks)
         chunks = sources.mapInArrow(packer(self.labels, self.lateness_ms), CHUNK_SCHEMA)
@@ -366,8 +363,8 @@ class SparkEngine:
     def follow(self, stop: threading.Event, trigger_ms: int = DEFAULT_TRIGGER_MS
                ) -> SparkRunResult:
         """Run as a service until ``stop`` is set: a micro-batch every ``trigger_ms``
-        with the files that landed since the last (the driver publishes their
-        manifests as it finds them), and, with the wall clock, time moving with it.
+        with the files that landed since the last (the source lists the input
+        directory at each trigger), and, with the wall clock, time moving with it.
         Stops between micro-batches where it can; a batch cut short runs again on the
         next start, so its outcomes are written once either way."""
         check_positive_int("trigger_ms", trigger_ms, maximum=MAX_TRIGGER_MS)
@@ -377,8 +374,7 @@ class SparkEngine:
                                            self.checkpoint_dir / "delivered")
         try:
             with self._session_settings(follow=True):
-                self._publisher.publish()
-                query = (self._query().writeStream
+                query = (self._query(follow=True).writeStream
                          .foreachBatch(self._write_batch)
                          .option("checkpointLocation", str(self.checkpoint_dir / "query"))
                          .trigger(processingTime=f"{trigger_ms} milliseconds")
@@ -387,9 +383,6 @@ class SparkEngine:
                     while not stop.wait(min(trigger_ms, 1000) / 1000):
                         if not query.isActive:
                             break
-                        published = self._publisher.publish()
-                        if published:
-                            log.info("%d new input files", published)
                     self._stop_between_batches(query, trigger_ms)
                 finally:
                     query.stop()
@@ -412,8 +405,6 @@ class SparkEngine:
 
     def _run_query(self, final: bool) -> None:
         with self._session_settings():
-            published = self._publisher.publish()
-            log.info("%d new input files", published)
             writer = (self._query().writeStream
                       .foreachBatch(self._write_batch)
                       .option("checkpointLocation", str(self.checkpoint_dir / "query")))

@@ -1,0 +1,101 @@
+"""InputLog: the Spark engine's input files, each given a number once, for its
+streaming source (:mod:`tickwheel.pipeline.spark._source`) to read by number.
+
+The source's offsets are these numbers: a micro-batch reads the files numbered from
+its start offset up to its end offset, and Spark's offset log holds just the two
+numbers. So what Spark keeps per micro-batch does not grow with the files read so
+far, and Spark lists no directory: the input is listed here, with
+:func:`~tickwheel.pipeline.io.input_files` as the local engine lists it (Hadoop would
+take ``{}[]*?\\`` in a name as a pattern).
+
+The numbers are kept in ``CHECKPOINT/published.log``, a
+:class:`~tickwheel.pipeline.batch_log.BatchLog` whose batch id is the next number
+and whose records are ``[number, path]``, fsync'd before the offset that covers them
+is handed to Spark: a micro-batch run again after a crash reads the same files, and
+a file is numbered once. The log forgets the files gone from the input directory once
+they are most of what it holds, except those not yet committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from tickwheel.pipeline.batch_log import BatchLog
+from tickwheel.pipeline.io import input_files
+
+__all__ = ["PUBLISHED_LOG", "InputLog"]
+
+log = logging.getLogger(__name__)
+
+PUBLISHED_LOG = "published.log"
+#: Entries the log may hold beyond twice those it must keep before it is rewritten.
+_SLACK = 1024
+
+
+class InputLog:
+    """The numbered input files of ``input_dir`` for one checkpoint."""
+
+    def __init__(self, input_dir: Path, checkpoint_dir: Path) -> None:
+        self.input_dir = input_dir
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self._log = BatchLog(checkpoint_dir / PUBLISHED_LOG)
+        self.numbers: dict[str, int] = {}  # input path -> its number
+        # Numbers Spark has not committed yet -> their paths: a micro-batch may ask
+        # for them again after a crash.
+        self.uncommitted: dict[int, str] = {}
+        self.committed = 0  # every number below this was committed
+        for number, path in self._log.read():
+            self.numbers[path] = number
+            self.uncommitted[number] = path
+        self.next_number = max(self._log.last_batch, 0)
+
+    def publish(self) -> int:
+        """Number every input file not numbered yet, in name order; returns how many
+        were new. They are in the log when this returns."""
+        listed = input_files(self.input_dir)
+        new: list[tuple[int, str]] = []
+        for path in listed:
+            text = str(path.absolute())
+            if text not in self.numbers:
+                new.append((self.next_number + len(new), text))
+        if new:
+            self.next_number += len(new)
+            self._log.append(self.next_number, [[number, text] for number, text in new])
+            for number, text in new:
+                self.numbers[text] = number
+                self.uncommitted[number] = text
+            log.info("%d new input files (%d in all)", len(new), self.next_number)
+        self._forget_gone(listed)
+        return len(new)
+
+    def files(self, start: int, end: int) -> list[str]:
+        """The paths of the files numbered ``start`` up to ``end`` (not included)."""
+        try:
+            return [self.uncommitted[number] for number in range(start, end)]
+        except KeyError as exc:
+            raise RuntimeError(f"input file number {exc.args[0]} is not in "
+                               f"{self._log.path}: the checkpoint was changed by hand"
+                               ) from None
+
+    def commit(self, end: int) -> None:
+        """Spark committed every number below ``end``: they will not be asked for."""
+        if end > self.committed:
+            self.uncommitted = {number: path for number, path in self.uncommitted.items()
+                                if number >= end}
+            self.committed = end
+
+    def _forget_gone(self, listed: list[Path]) -> None:
+        """Forget the committed files gone from the input directory (one that comes
+        back under the same name is new input) once they are most of the log."""
+        if self._log.records <= 2 * len(listed) + _SLACK:
+            return
+        present = {str(path.absolute()) for path in listed}
+        kept = {path: number for path, number in self.numbers.items()
+                if path in present or number >= self.committed}
+        if len(kept) == self._log.records:
+            return  # nothing to forget yet: what is gone is not committed
+        self.numbers = kept
+        self._log.rewrite(self.next_number,
+                          [[number, path] for path, number in self.numbers.items()])
+        log.info("published log rewritten: %d input files kept", len(self.numbers))

@@ -1,0 +1,123 @@
+"""The Spark engine's input as a Python streaming data source (PySpark's documented
+``DataSource`` API): offsets are the numbers an
+:class:`~tickwheel.pipeline.spark._input_log.InputLog` gives the input files.
+
+Spark calls the reader's offset methods in one Python process beside the driver, for
+the query's life, and :meth:`InputReader.read` in the executors' Python workers. A
+micro-batch's offsets are ``{"next": n}``, so Spark's offset log holds two numbers per
+micro-batch whatever the input has held, and its commits let the log forget. Each row
+is an input file's path as bytes (``os.fsencode``), so a name with undecodable bytes
+reaches the packers as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
+
+from tickwheel.pipeline.spark._input_log import InputLog
+
+__all__ = ["INPUT_FORMAT", "InputSource", "input_options"]
+
+#: The name the source is registered under.
+INPUT_FORMAT = "tickwheel_input"
+#: The source's one column: an input file's path.
+INPUT_SCHEMA = "file binary"
+
+
+def input_options(input_dir: Path, checkpoint_dir: Path, max_files: int | None,
+                  partitions: int, follow: bool = False) -> dict[str, str]:
+    """The source's options. Paths go as JSON (ASCII): an option crosses the JVM as
+    a Java string, where a lone surrogate (an undecodable byte) would not survive.
+    ``follow``: list the input at every trigger; otherwise once, at the first, so that
+    a run reads the files the directory held when it started."""
+    options = {"input": json.dumps(str(input_dir.absolute())),
+               "checkpoint": json.dumps(str(checkpoint_dir.absolute())),
+               "partitions": str(partitions), "follow": json.dumps(follow)}
+    if max_files is not None:
+        options["maxFilesPerTrigger"] = str(max_files)
+    return options
+
+
+class FilesPartition(InputPartition):
+    """Some of a micro-batch's files, read by one task."""
+
+    def __init__(self, files: list[bytes]) -> None:
+        super().__init__(files)
+        self.files = files
+
+
+class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The offsets, from the input log; see the module."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.log = InputLog(Path(json.loads(options["input"])),
+                            Path(json.loads(options["checkpoint"])))
+        self.partitions_wanted = int(options["partitions"])
+        limit = options.get("maxFilesPerTrigger")
+        self.max_files = None if limit is None else int(limit)
+        self.follow = bool(json.loads(options.get("follow", "false")))
+        self.until: int | None = None  # the last offset of the run, once listed for good
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 (the API's names)
+        return {"next": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        return ReadAllAvailable() if self.max_files is None else ReadMaxFiles(self.max_files)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self.log.publish()
+        self.until = self.log.next_number
+
+    def latestOffset(self, start: dict[str, int],  # noqa: N802
+                     limit: ReadLimit) -> dict[str, int]:
+        if self.until is None:
+            self.log.publish()
+            if not self.follow:
+                self.until = self.log.next_number
+        end = self.log.next_number if self.until is None else self.until
+        if isinstance(limit, ReadMaxFiles):
+            end = min(end, start["next"] + limit.max_files)
+        return {"next": max(end, start["next"])}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[FilesPartition]:
+        files = [os.fsencode(path) for path in self.log.files(start["next"], end["next"])]
+        if not files:
+            return []
+        # Contiguous runs, in file order: the packers read each file whole.
+        count = min(len(files), self.partitions_wanted)
+        size = -(-len(files) // count)
+        return [FilesPartition(files[i:i + size]) for i in range(0, len(files), size)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[bytes]]:
+        assert isinstance(partition, FilesPartition)
+        for file in partition.files:
+            yield (file,)
+
+    def commit(self, end: dict[str, int]) -> None:
+        self.log.commit(end["next"])
+
+
+class InputSource(DataSource):
+    """The data source Spark instantiates from the options of :func:`input_options`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return INPUT_FORMAT
+
+    def schema(self) -> str:
+        return INPUT_SCHEMA
+
+    def streamReader(self, schema: Any) -> InputReader:  # noqa: N802
+        return InputReader(self.options)

@@ -1,0 +1,199 @@
+"""The Spark engine's input, by number: each input file is numbered once, across
+restarts and crashes; a micro-batch run again reads the files it read the first time;
+the offsets Spark keeps are two numbers per micro-batch. The source's reader is driven
+here as Spark drives it, without Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+
+from tickwheel.pipeline.spark import _input_log
+from tickwheel.pipeline.spark._input_log import PUBLISHED_LOG, InputLog
+from tickwheel.pipeline.spark._source import FilesPartition, InputReader, input_options
+
+
+def _land(directory: Path, *names: str) -> None:
+    directory.mkdir(exist_ok=True)
+    for name in names:
+        (directory / name).write_text('{"ts_ms":1,"type":"tick"}\n')
+
+
+def _reader(inbox: Path, checkpoint: Path, max_files: int | None = None,
+            partitions: int = 2, follow: bool = True) -> InputReader:
+    return InputReader(input_options(inbox, checkpoint, max_files, partitions, follow))
+
+
+def _read(reader: InputReader, start: int, end: int) -> list[str]:
+    parts = reader.partitions({"next": start}, {"next": end})
+    return [os.fsdecode(row[0]) for part in parts for row in reader.read(part)]
+
+
+def test_each_input_file_is_numbered_once_in_name_order(tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "b.jsonl", "a.jsonl")
+    inputs = InputLog(inbox, checkpoint)
+    assert inputs.publish() == 2
+    assert inputs.files(0, 2) == [str(inbox / "a.jsonl"), str(inbox / "b.jsonl")]
+    assert inputs.publish() == 0
+    _land(inbox, "c.jsonl")
+    assert inputs.publish() == 1
+    assert inputs.files(2, 3) == [str(inbox / "c.jsonl")]
+
+
+def test_a_restart_numbers_nothing_again_and_never_reuses_a_number(tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl", "b.jsonl")
+    InputLog(inbox, checkpoint).publish()
+    _land(inbox, "c.jsonl")
+    restarted = InputLog(inbox, checkpoint)
+    assert restarted.publish() == 1
+    assert restarted.files(0, 3) == [str(inbox / n) for n in ("a.jsonl", "b.jsonl", "c.jsonl")]
+
+
+def test_a_crash_before_the_log_line_numbers_the_file_again_from_the_same_number(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl")
+    inputs = InputLog(inbox, checkpoint)
+
+    def crash(batch_id: int, records: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inputs._log, "append", crash)
+    with pytest.raises(KeyboardInterrupt):
+        inputs.publish()
+    # No offset covered it: Spark never saw the number, so it is free.
+    restarted = InputLog(inbox, checkpoint)
+    assert restarted.publish() == 1
+    assert restarted.files(0, 1) == [str(inbox / "a.jsonl")]
+
+
+def test_a_log_line_torn_by_a_crash_is_cut_off(tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl")
+    InputLog(inbox, checkpoint).publish()
+    with open(checkpoint / PUBLISHED_LOG, "ab") as out:
+        out.write(b'[5, [[4, "/x')
+    _land(inbox, "b.jsonl")
+    restarted = InputLog(inbox, checkpoint)
+    assert restarted.publish() == 1
+    lines = (checkpoint / PUBLISHED_LOG).read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [[1, [[0, str(inbox / "a.jsonl")]]],
+                                                    [2, [[1, str(inbox / "b.jsonl")]]]]
+
+
+def test_files_gone_from_the_input_are_forgotten_once_committed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_input_log, "_SLACK", 2)
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    inbox.mkdir()
+    inputs = InputLog(inbox, checkpoint)
+    for n in range(10):
+        _land(inbox, f"{n:02d}.jsonl")
+        inputs.publish()
+        inputs.commit(n + 1)
+        if n < 9:
+            (inbox / f"{n:02d}.jsonl").unlink()  # the user's retention
+    assert len(inputs.numbers) <= 2 * 1 + 2
+    assert len((checkpoint / PUBLISHED_LOG).read_text().splitlines()) < 10
+    restarted = InputLog(inbox, checkpoint)
+    assert restarted.publish() == 0
+    assert restarted.next_number == 10
+    _land(inbox, "00.jsonl")  # back under an old name: new input
+    assert restarted.publish() == 1
+    assert restarted.files(10, 11) == [str(inbox / "00.jsonl")]
+
+
+def test_a_file_gone_before_its_batch_committed_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_input_log, "_SLACK", 0)
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl", "b.jsonl", "c.jsonl")
+    inputs = InputLog(inbox, checkpoint)
+    inputs.publish()
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl"):
+        (inbox / name).unlink()
+    _land(inbox, "d.jsonl")
+    inputs.publish()  # rewrites the log: 4 records, 1 file listed
+    assert InputLog(inbox, checkpoint).files(0, 4) == [
+        str(inbox / n) for n in ("a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl")]
+
+
+def test_odd_file_names_survive_the_log_and_the_source(tmp_path: Path) -> None:
+    # Undecodable bytes in a directory's name come as lone surrogates.
+    inbox, checkpoint = tmp_path / "in \udcff[x]", tmp_path / "ckpt"
+    _land(inbox, "é[1]{a,b}*?.jsonl")
+    reader = _reader(inbox, checkpoint)
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert _read(reader, 0, end["next"]) == [str(inbox / "é[1]{a,b}*?.jsonl")]
+    assert InputLog(inbox, checkpoint).publish() == 0
+
+
+def test_the_reader_offsets_are_file_numbers_and_respect_the_file_limit(
+        tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, *(f"{n}.jsonl" for n in range(5)))
+    reader = _reader(inbox, checkpoint, max_files=2)
+    assert reader.getDefaultReadLimit() == ReadMaxFiles(2)
+    start = reader.initialOffset()
+    assert start == {"next": 0}
+    end = reader.latestOffset(start, ReadMaxFiles(2))
+    assert end == {"next": 2}
+    assert _read(reader, 0, 2) == [str(inbox / "0.jsonl"), str(inbox / "1.jsonl")]
+    reader.commit(end)
+    # Spark may ask for everything regardless of the option (a trigger's own rule).
+    assert reader.latestOffset(end, ReadAllAvailable()) == {"next": 5}
+    # No new file: the same offset, which tells Spark there is nothing to do.
+    assert reader.latestOffset({"next": 5}, ReadAllAvailable()) == {"next": 5}
+
+
+def test_a_batch_run_again_after_a_restart_reads_the_same_files(tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl", "b.jsonl", "c.jsonl")
+    reader = _reader(inbox, checkpoint, partitions=2)
+    end = reader.latestOffset({"next": 0}, ReadAllAvailable())
+    first = _read(reader, 0, end["next"])
+    _land(inbox, "0.jsonl")  # lands while the driver is down; sorts first
+    restarted = _reader(inbox, checkpoint, partitions=2)
+    assert _read(restarted, 0, end["next"]) == first
+    assert restarted.latestOffset(end, ReadAllAvailable()) == {"next": 4}
+    assert _read(restarted, 3, 4) == [str(inbox / "0.jsonl")]
+
+
+def test_a_batch_splits_its_files_into_runs_for_the_tasks(tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, *(f"{n}.jsonl" for n in range(5)))
+    reader = _reader(inbox, checkpoint, partitions=2)
+    reader.latestOffset({"next": 0}, ReadAllAvailable())
+    parts = reader.partitions({"next": 0}, {"next": 5})
+    assert [len(p.files) for p in parts if isinstance(p, FilesPartition)] == [3, 2]
+    assert reader.partitions({"next": 5}, {"next": 5}) == []
+
+
+def test_trigger_available_now_stops_at_what_was_there_when_it_began(
+        tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl")
+    reader = _reader(inbox, checkpoint)
+    reader.prepareForTriggerAvailableNow()
+    _land(inbox, "b.jsonl")
+    assert reader.latestOffset({"next": 0}, ReadAllAvailable()) == {"next": 1}
+
+
+def test_a_run_that_does_not_follow_reads_what_the_directory_held_at_its_start(
+        tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl", "b.jsonl", "c.jsonl")
+    reader = _reader(inbox, checkpoint, max_files=2, follow=False)
+    assert reader.latestOffset({"next": 0}, ReadMaxFiles(2)) == {"next": 2}
+    _land(inbox, "d.jsonl")
+    assert reader.latestOffset({"next": 2}, ReadMaxFiles(2)) == {"next": 3}
+    assert reader.latestOffset({"next": 3}, ReadMaxFiles(2)) == {"next": 3}
+    # The next run reads it.
+    assert _reader(inbox, checkpoint, follow=False).latestOffset(
+        {"next": 3}, ReadAllAvailable()) == {"next": 4}
