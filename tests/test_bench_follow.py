@@ -3,7 +3,12 @@ minute, so that start-up and the steady state can be told apart."""
 
 from __future__ import annotations
 
-from tickwheel.bench._follow import FollowRun, Minute, follow_table
+import os
+import subprocess
+import sys
+import threading
+
+from tickwheel.bench._follow import FollowRun, Minute, _descendants, follow_table
 
 
 def test_the_report_splits_the_expiries_tail_by_the_minute_their_files_were_written(
@@ -21,3 +26,17 @@ def test_the_report_splits_the_expiries_tail_by_the_minute_their_files_were_writ
     assert "| spark | 1 | 100 | 20,000 | 300 |" in table
     assert "| spark | 2 | 100 | 1,200 | 290 |" in table
     assert table.endswith("| 9.0 | 210 | 900 | 400 |")  # the engine, its JVM, its workers
+
+
+def test_children_started_by_any_thread_count_as_the_engines() -> None:
+    # The JVM starts its Python workers from threads other than its main one.
+    started: list[subprocess.Popen[bytes]] = []
+    thread = threading.Thread(target=lambda: started.append(subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"])))
+    thread.start()
+    thread.join()
+    try:
+        assert started[0].pid in _descendants(os.getpid())
+    finally:
+        started[0].kill()
+        started[0].wait()

@@ -92,11 +92,14 @@ def _descendants(pid: int) -> list[int]:
     todo = [pid]
     while todo:
         parent = todo.pop()
-        try:
-            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
+        # A process's children are listed by the thread that started each: the JVM
+        # starts its Python workers from threads other than its main one.
+        children: list[int] = []
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{parent}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    children += map(int, (task / "children").read_text().split())
+        for child in children:
             found.append(child)
             todo.append(child)
     return found
