@@ -21,9 +21,12 @@ import pytest
 
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_sink import Flaky
-from tickwheel.pipeline.events import compact_wire
+from tickwheel.pipeline.events import Event, compact_wire
+from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
 from tickwheel.pipeline.io import read_events, read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
+from tickwheel.pipeline.routing import partition_of
+from tickwheel.pipeline.seen_ids import SeenIds
 from tickwheel.pipeline.sink import OutcomeSink
 from tickwheel.pipeline.spark import SparkEngine, _tasks, _wire
 
@@ -716,3 +719,43 @@ def _spark_rows_in(output: Path) -> int:
                 if key not in latest or status["seq"] >= latest[key][0]:
                     latest[key] = (status["seq"], status["rows_in"])
     return sum(rows for _, rows in latest.values())
+
+
+def test_the_seen_op_id_log_is_rewritten_in_spark_state_and_reads_back_whole(
+        spark: Any, tmp_path: Path) -> None:
+    """Past 65,536 entries beyond twice the ids it must keep, an op partition's log of
+    seen ids is rewritten with ``ListState.put``: here about 41k ids per partition
+    are seen and then forgotten, an entry each time, so every partition rewrites its
+    log, and what Spark's state holds afterwards reads back as the ids kept."""
+    log, retention = tmp_path / "in", 1_000
+    write_event_log(GeneratorConfig(events=150_000, seed=11, rows_per_file=50_000), log)
+    expected = reference(log, retention)
+    engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                         lateness_ms=LATENESS_MS, partitions=2, max_files_per_trigger=1,
+                         dedupe_retention_ms=retention)
+    result = engine.run()
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
+    assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
+    assert result.pending == expected.pending
+
+    watched: list[set[str]] = [set(), set()]
+    for event in read_events(log):
+        if isinstance(event, Event) and event.type.value == "watch" and event.op_id:
+            watched[partition_of(event.op_id, 2)].add(event.op_id)
+    # Spark's own state reader. Spark numbers the stateful operators from the output
+    # down, so stage 2, the last, is operator 0.
+    elements = (spark.read.format("statestore").option("operatorId", 0)
+                .option("stateVarName", "seen").load(str(tmp_path / "ckpt" / "query"))
+                .collect())
+    logs: dict[int, SeenIds] = {}
+    for row in elements:
+        label = row["key"][0]
+        seen = logs.setdefault(engine.labels.index(label), SeenIds())
+        seen.apply(marshal.loads(row["list_element"][0]))
+    assert sorted(logs) == [0, 1]
+    for p, seen in logs.items():
+        # Without a rewrite, the log would hold an entry for every id seen and one
+        # for every id forgotten since: more than a rewrite allows.
+        assert 2 * len(watched[p]) - len(seen.ids) > 2 * len(seen.ids) + 65_536
+        assert not seen.needs_rewrite()
+        assert seen.ids and set(seen.ids) <= watched[p]
