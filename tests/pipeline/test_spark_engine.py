@@ -522,6 +522,26 @@ def test_a_checkpoint_in_an_earlier_format_is_refused_with_its_format(spark: Any
                         lateness_ms=LATENESS_MS)
 
 
+def test_a_checkpoint_of_the_other_engine_is_refused_by_its_engine(spark: Any,
+                                                                    tmp_path: Path) -> None:
+    from tickwheel.pipeline.follow import LocalFollowEngine
+
+    log = tmp_path / "in"
+    write_files(random_log(1), log, files=1)
+    local = LocalFollowEngine(log, tmp_path / "local-out", checkpoint_dir=tmp_path / "local",
+                              lateness_ms=LATENESS_MS)
+    local.step()
+    # Its format is not the Spark engine's either, so this names the engine, not a format.
+    with pytest.raises(ValueError, match=r"belongs to the local engine"):
+        SparkEngine(spark, log, tmp_path / "out", tmp_path / "local", lateness_ms=LATENESS_MS)
+    SparkEngine(spark, log, tmp_path / "spark-out", tmp_path / "spark",
+                lateness_ms=LATENESS_MS).run()
+    with pytest.raises(ValueError, match=r"not written by this version of the local "
+                                         r"engine's follow mode \(engine spark, format 6\)"):
+        LocalFollowEngine(log, tmp_path / "local-out2", checkpoint_dir=tmp_path / "spark",
+                          lateness_ms=LATENESS_MS)
+
+
 # -- follow mode --------------------------------------------------------------------------
 
 

@@ -182,10 +182,11 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
         with open(log_path, "w") as log_file:
             service = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
                                        env=env)
-            # The engine first: the workload starts once it is up, so start-up is not
-            # counted as delay.
+            # The engine first: the workload starts once it has run its first batch (a
+            # service's readiness), so start-up is not counted as delay.
             deadline = time.monotonic() + 300
-            while not _scrape(port) and time.monotonic() < deadline:
+            while (_scrape(port).get("batches", 0) < 1
+                   and time.monotonic() < deadline):
                 if service.poll() is not None:
                     raise RuntimeError(f"the {engine} engine stopped: {log_path.read_text()}")
                 time.sleep(0.5)
