@@ -2,7 +2,8 @@
 engine at a time in follow mode on the wall clock, each in a process of its own, as a
 user runs them.
 
-For each engine, a fresh input, output and checkpoint, then ``minutes`` of running:
+For each engine, a fresh input, output and checkpoint; the workload starts once the
+engine has run its first batch, then ``minutes`` of running:
 
 - every outcome's delay: the wall time its batch file was written (the file's mtime)
   less its deadline for an expiry (the scheduler's promise), or less ``resolved_ms``
