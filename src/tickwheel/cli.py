@@ -44,6 +44,7 @@ from tickwheel.pipeline.io import (
     write_quarantine,
 )
 from tickwheel.pipeline.limits import (
+    DEFAULT_DRIVER_MEMORY,
     DEFAULT_LATENESS_MS,
     DEFAULT_TRIGGER_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
@@ -52,6 +53,7 @@ from tickwheel.pipeline.limits import (
     MAX_PARTITIONS,
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
+    check_driver_memory,
 )
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
@@ -77,6 +79,15 @@ class Engine(enum.Enum):
 class ClockKind(enum.Enum):
     event = "event"
     wall = "wall"
+
+
+def _check_driver_memory(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_driver_memory(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 class BenchTarget(enum.Enum):
@@ -180,6 +191,11 @@ def run(
     max_files_per_trigger: Annotated[int | None, typer.Option(
         min=1, max=MAX_FILES_PER_TRIGGER,
         help="Spark: input files per micro-batch (default: all new files)")] = None,
+    driver_memory: Annotated[str | None, typer.Option(
+        callback=_check_driver_memory,
+        help="Spark: the memory of the driver's JVM that this command starts, as Spark "
+             "writes it (512m, 2g; default: 4g). Under spark-submit, its own "
+             "--driver-memory")] = None,
     overwrite: Annotated[bool, typer.Option(
         help="clear earlier outputs in OUTPUT first (and OUTPUT/_checkpoint); without it "
              "OUTPUT must be empty or new, or, for Spark, hold its checkpoint's own "
@@ -226,11 +242,12 @@ def run(
                        checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]",
                        partitions, max_files_per_trigger, final, overwrite,
                        follow=(trigger_ms, clock, metrics_port, metrics_host),
-                       processor=user_processor)
+                       processor=user_processor, driver_memory=driver_memory)
             return
-        if any(option is not None for option in (master, partitions, max_files_per_trigger)):
-            console.print("[red]--master, --partitions and --max-files-per-trigger apply to "
-                          "the Spark engine only[/red]")
+        if any(option is not None
+               for option in (master, partitions, max_files_per_trigger, driver_memory)):
+            console.print("[red]--master, --partitions, --max-files-per-trigger and "
+                          "--driver-memory apply to the Spark engine only[/red]")
             raise typer.Exit(2)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
                       overwrite, metrics_port, metrics_host, user_processor)
@@ -238,12 +255,13 @@ def run(
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
                    checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]", partitions,
-                   max_files_per_trigger, final, overwrite, processor=user_processor)
+                   max_files_per_trigger, final, overwrite, processor=user_processor,
+                   driver_memory=driver_memory)
         return
-    spark_only = (checkpoint, master, partitions, max_files_per_trigger)
+    spark_only = (checkpoint, master, partitions, max_files_per_trigger, driver_memory)
     if any(option is not None for option in spark_only) or not final:
-        console.print("[red]--checkpoint, --master, --partitions, --max-files-per-trigger and "
-                      "--no-final apply to the Spark engine only[/red]")
+        console.print("[red]--checkpoint, --master, --partitions, --max-files-per-trigger, "
+                      "--driver-memory and --no-final apply to the Spark engine only[/red]")
         raise typer.Exit(2)
     try:
         files = input_files(input)
@@ -401,7 +419,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                checkpoint: Path, master: str, partitions: int | None,
                max_files_per_trigger: int | None, final: bool, overwrite: bool,
                follow: tuple[int, ClockKind, int | None, str] | None = None,
-               processor: TaskProcessor[OutcomeRow] | None = None) -> None:
+               processor: TaskProcessor[OutcomeRow] | None = None,
+               driver_memory: str | None = None) -> None:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -418,9 +437,10 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     except (InputError, OutputDirError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
-    console.print(f"starting Spark ({master})")
+    memory = driver_memory or DEFAULT_DRIVER_MEMORY
+    console.print(f"starting Spark ({master}, driver memory {memory})")
     try:
-        spark = spark_session(master)
+        spark = spark_session(master, driver_memory=memory)
     except RuntimeError as exc:  # no JVM, or one that stopped at once
         console.print(f"[red]could not start Spark: {exc}[/red]")
         raise typer.Exit(1) from exc

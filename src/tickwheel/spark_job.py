@@ -2,7 +2,8 @@
 
 ``spark-submit`` runs a Python file and brings the JVM, the master and every other
 setting; this job adds only what the engine needs (see ``spark_session(master=None)``).
-Its options are those of ``tickwheel run --engine spark`` but ``--master``::
+Its options are those of ``tickwheel run --engine spark`` but ``--master`` and
+``--driver-memory``, which are spark-submit's own::
 
     PYSPARK_PYTHON="$(command -v python)" spark-submit --master 'local[2]' \\
         "$(python -m tickwheel.spark_job --path)" --input events/ --output out/

@@ -129,11 +129,31 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
     ["run", "--input", ".", "--output", "/tmp/x", "--processor", "tickwheel:NoSuchName"],
     ["run", "--input", ".", "--output", "/tmp/x", "--processor", "builtins:int"],
     ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--processor", ":"],
+    # The driver's memory is the Spark engine's, and Spark's format.
+    ["run", "--input", ".", "--output", "/tmp/x", "--driver-memory", "1g"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--driver-memory", "1g"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--driver-memory",
+     "lots"],
 ])
 def test_bad_arguments_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert not Path("/tmp/x/_checkpoint").exists() or "spark" not in args
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("2 g", "a whole number and a unit"), ("1.5g", "a whole number and a unit"),
+    ("4096", "a whole number and a unit"), ("\udcff1g", "a whole number and a unit"),
+    ("99999999999999g", "a whole number and a unit"), ("449m", "at least 450m"),
+    ("460799k", "at least 450m"),
+])
+def test_a_driver_memory_spark_would_refuse_is_refused_by_name(value: str,
+                                                               reason: str) -> None:
+    result = runner.invoke(app, ["run", "--engine", "spark", "--input", ".", "--output",
+                                 "/tmp/x", "--driver-memory", value])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.replace("│", " ").split())  # as wrapped in its box
+    assert "--driver-memory" in text and reason in text, result.output
 
 
 def test_generate_refuses_an_output_that_is_a_file(tmp_path: Path) -> None:
@@ -382,6 +402,29 @@ def test_a_jvm_that_cannot_start_is_reported_with_what_it_printed(tmp_path: Path
     assert "could not start Spark" in printed
     assert "no-java/bin/java" in printed  # the JVM's own words, from the log's last lines
     assert "Traceback" not in printed
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_the_driver_memory_is_the_heap_of_the_jvm_the_session_starts(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    script = (
+        "import os, pathlib\n"
+        "from tickwheel.pipeline.spark import spark_session\n"
+        "spark = spark_session('local[1]', driver_memory='600m')\n"
+        "kids = [int(k) for t in pathlib.Path(f'/proc/{os.getpid()}/task').iterdir()\n"
+        "        for k in (t / 'children').read_text().split()]\n"
+        "print([pathlib.Path(f'/proc/{k}/cmdline').read_bytes().split(b'\\0')\n"
+        "       for k in kids])\n"
+        "spark.stop()\n")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "b'-Xmx600m'" in result.stdout, result.stdout
+    with pytest.raises(ValueError, match="driver memory must be"):
+        from tickwheel.pipeline.spark import spark_session
+
+        spark_session("local[1]", driver_memory="600")
 
 
 # -- input paths: both engines read the same files, or refuse the same ones ----------------

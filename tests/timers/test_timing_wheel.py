@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from tickwheel import ManualClock, TimerTask, TimingWheelTimer
@@ -101,6 +103,44 @@ def test_coarse_ticks_never_run_early_unlike_kafka(clock: ManualClock) -> None:
     clock.set(1_200)
     t.advance_clock(0)
     assert ran == [1_200]  # at most one tick late
+
+
+def test_next_expiration_is_the_earliest_task_where_the_next_bucket_is_not() -> None:
+    clock = ManualClock(0)
+    t = TimingWheelTimer(tick_ms=1, wheel_size=4, clock=clock, executor=None)
+    t.schedule(14, lambda: None)  # level 1: the bucket of [12, 16), due at 12
+    clock.set(10)
+    t.advance_clock(0)
+    late = t.schedule(3, lambda: None)  # level 0: due at 13
+    assert t.next_due_ms() == 12  # a flush that would only demote
+    assert t.next_expiration_ms() == 13
+    late.cancel()
+    assert t.next_expiration_ms() == 14
+    t.close()
+    assert t.next_expiration_ms() is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_next_expiration_matches_the_pending_tasks_under_churn(seed: int) -> None:
+    rng = random.Random(seed)
+    clock = ManualClock(0)
+    t = TimingWheelTimer(tick_ms=rng.choice([1, 7]), wheel_size=rng.choice([2, 4, 16]),
+                         clock=clock, executor=None)
+    pending: dict[int, tuple[int, TimerTask]] = {}
+    for step in range(2_000):
+        action = rng.random()
+        if action < 0.5:
+            delay = rng.choice([rng.randrange(-5, 50), rng.randrange(10_000)])
+            task = t.schedule(delay, pending.pop, step)
+            pending[step] = (clock.now_ms() + delay, task)
+        elif action < 0.7 and pending:
+            pending.pop(rng.choice(list(pending)))[1].cancel()
+        else:
+            clock.advance(rng.randrange(30))
+            t.advance_clock(0)
+        expected = min((when for when, _ in pending.values()), default=None)
+        assert t.next_expiration_ms() == expected
+    t.close()
 
 
 @pytest.mark.parametrize(("tick_ms", "wheel_size", "arg"),

@@ -84,6 +84,15 @@ def _minutes(text: str) -> int:
     return value
 
 
+def _driver_memory(text: str) -> str:
+    from tickwheel.pipeline.limits import check_driver_memory
+
+    try:
+        return check_driver_memory(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _engines(text: str) -> list[str]:
     engines = text.split(",")
     if not engines or any(e not in ("local", "spark") for e in engines):
@@ -101,10 +110,11 @@ def _follow(args: argparse.Namespace) -> int:
     for engine in args.engines:
         progress(f"{engine} engine, {args.rate:,} events/s for {args.minutes} minutes")
         runs.append(run_follow(engine, args.rate, args.minutes, args.lateness_ms,
-                               args.trigger_ms, args.master, progress))
+                               args.trigger_ms, args.master, progress, args.driver_memory))
+    memory = "" if args.driver_memory is None else f" --driver-memory {args.driver_memory}"
     print(f"follow mode at {args.rate:,} events/s for {args.minutes} minutes, --lateness-ms "
-          f"{args.lateness_ms} --trigger-ms {args.trigger_ms}, Spark on {args.master}: delay "
-          "after the deadline (expiries) or after resolved_ms (other outcomes) until the "
+          f"{args.lateness_ms} --trigger-ms {args.trigger_ms}, Spark on {args.master}{memory}: "
+          "delay after the deadline (expiries) or after resolved_ms (other outcomes) until the "
           "outcome's file was written")
     print(follow_table(runs))
     return 0 if all(run.exit_code == 0 for run in runs) else 1
@@ -167,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     fo.add_argument("--lateness-ms", type=int, default=1_000)
     fo.add_argument("--trigger-ms", type=int, default=1_000)
     fo.add_argument("--master", default="local[2]")
+    fo.add_argument("--driver-memory", type=_driver_memory, default=None,
+                    help="the Spark engine's --driver-memory (default: its own)")
     args = parser.parse_args(argv)
 
     import tickwheel

@@ -165,7 +165,8 @@ class _Delays(threading.Thread):
 
 
 def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger_ms: int,
-               master: str, progress: Callable[[str], None]) -> FollowRun:
+               master: str, progress: Callable[[str], None],
+               driver_memory: str | None = None) -> FollowRun:
     run = FollowRun(engine, rate)
     cli = [sys.executable, "-m", "tickwheel.cli"]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
@@ -179,6 +180,8 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
                    "--metrics-port", str(port)]
         if engine == "spark":
             command += ["--master", master]
+            if driver_memory is not None:
+                command += ["--driver-memory", driver_memory]
         log_path = Path(tmp) / "engine.log"
         with open(log_path, "w") as log_file:
             service = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,

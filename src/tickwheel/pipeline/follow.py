@@ -383,12 +383,13 @@ class LocalFollowEngine:
 
     def next_wake_ms(self) -> int | None:
         """The wall-clock time at which a deadline next falls due, or None: the
-        purgatory's timer's next bucket (at or before its earliest deadline), or the
-        deadline of a watch that time has not reached yet (it expires as it is
-        applied)."""
+        earliest deadline in the purgatory's timer, or of a watch that time has not
+        reached yet (it expires as it is applied). The deadline, not the timer's next
+        bucket: a wake at a bucket that only demotes its operations would cost a batch,
+        and hold the real expiry back by the minimum step between batches."""
         if self.clock is None:
             return None
-        due = self.ops.stage.next_due_ms()
+        due = self.ops.stage.next_deadline()
         for fields in self.ops.held:
             if len(fields) != 6 and fields[1] == "watch":
                 deadline = max(fields[0], fields[5])

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
-__all__ = ["DEFAULT_LATENESS_MS", "DEFAULT_TRIGGER_MS", "FOLLOW_DEDUPE_RETENTION_MS",
-           "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS", "MAX_PARTITIONS", "MAX_RETENTION_MS",
-           "MAX_TRIGGER_MS"]
+__all__ = ["DEFAULT_DRIVER_MEMORY", "DEFAULT_LATENESS_MS", "DEFAULT_TRIGGER_MS",
+           "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
+           "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "check_driver_memory"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
 #: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can
@@ -26,3 +27,23 @@ MAX_TRIGGER_MS: Final = 86_400_000
 #: Follow mode remembers an op_id this long by default (and while it is pending), so
 #: that memory follows the rate and what is pending rather than every id ever seen.
 FOLLOW_DEDUPE_RETENTION_MS: Final = 60_000
+#: The driver JVM's memory for a Spark session tickwheel starts itself.
+DEFAULT_DRIVER_MEMORY: Final = "4g"
+#: Spark refuses a driver with less than 1.5 times its 300 MiB reserve.
+_MIN_DRIVER_MIB: Final = 450
+_MEMORY = re.compile(r"([0-9]{1,12})([kmgt])", re.IGNORECASE)
+_MIB_PER_UNIT: Final = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def check_driver_memory(value: str) -> str:
+    """``value`` if it is a JVM memory size Spark takes for ``spark.driver.memory`` (a
+    whole number and a unit: ``512m``, ``2g``) and enough for Spark to start."""
+    match = _MEMORY.fullmatch(value)
+    if match is None:
+        raise ValueError(f"driver memory must be a whole number and a unit k, m, g or t, "
+                         f"as in 512m or 2g; got {value!r}")
+    mib = int(match[1]) * _MIB_PER_UNIT[match[2].lower()]
+    if mib < _MIN_DRIVER_MIB:
+        raise ValueError(f"driver memory must be at least {_MIN_DRIVER_MIB}m for Spark to "
+                         f"start; got {value!r}")
+    return value

@@ -196,6 +196,7 @@ class Resolver:
         self.op_lock = _thread.RLock()
         self._clock: ManualClock | None = None
         self._purgatory: Purgatory | None = None
+        self._timer: TimingWheelTimer | None = None
 
     # -- applying events ---------------------------------------------------------
 
@@ -299,16 +300,12 @@ class Resolver:
         return outcomes, quarantine
 
     def next_deadline(self) -> int | None:
-        """The earliest deadline of a pending operation."""
-        return min((op.event.deadline_ms for op in self.pending.values()), default=None)
-
-    def next_due_ms(self) -> int | None:
-        """When the purgatory's timer may next have an operation due, in event time:
-        its next bucket, at or before the earliest deadline; None when none is
-        pending. Cheaper than :meth:`next_deadline`, which looks at every operation."""
-        if self._purgatory is None or not self.pending:
+        """The earliest deadline of a pending operation, in event time, or None: from
+        the purgatory's timing wheel, which holds each at its deadline and looks into
+        its first buckets only."""
+        if self._timer is None or not self.pending:
             return None
-        return self._purgatory.timer.next_due_ms()
+        return self._timer.next_expiration_ms()
 
     def close(self) -> None:
         if self._purgatory is not None:
@@ -387,9 +384,8 @@ class Resolver:
     def _the_purgatory(self) -> Purgatory:
         if self._purgatory is None:
             assert self._clock is not None, "advance_to() first"
-            self._purgatory = Purgatory(
-                "resolver", timer=TimingWheelTimer(clock=self._clock, executor=None),
-                reaper=False)
+            self._timer = TimingWheelTimer(clock=self._clock, executor=None)
+            self._purgatory = Purgatory("resolver", timer=self._timer, reaper=False)
         return self._purgatory
 
     def _watch_all(self, watches: list[Event]) -> None:

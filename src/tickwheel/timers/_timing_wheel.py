@@ -79,6 +79,32 @@ class TimingWheelTimer(TimerBase):
         """Levels created so far (overflow wheels are made on demand)."""
         return self._wheel.levels
 
+    def next_expiration_ms(self) -> int | None:
+        """The earliest expiration of a pending task (clock ms), or None when none is
+        pending. Exact, where :meth:`next_due_ms` gives the next bucket, whose flush may
+        only demote its tasks: a caller that pays for each wake (a batch that writes its
+        state) waits for this instead. It looks into the first buckets of the delay
+        queue until one starts after the best found, so it costs their tasks."""
+        with self._lock:
+            # Tasks already due may have expired after a task whose tick has not come.
+            due = self._due.tasks
+            best: int | None = min(task._expiration for task in due) if due else None
+            tick_ms = self._tick_ms
+            queue = self._queue.copy()
+            while queue:
+                flush_at, _, bucket = heapq.heappop(queue)
+                # A bucket's tasks expire after (flush_at - 1) ticks, and so do the
+                # tasks of every bucket after it in the queue.
+                if best is not None and (flush_at - 1) * tick_ms >= best:
+                    break
+                if not bucket.queued or bucket.expiration != flush_at:
+                    continue  # stale
+                for task in bucket.tasks:
+                    expiration = task._expiration
+                    if best is None or expiration < best:
+                        best = expiration
+            return best
+
     def _insert(self, task: TimerEntry, expiration: int, now_ms: int) -> None:
         task._expiration = expiration
         tick_ms = self._tick_ms

@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING
 
+from tickwheel.pipeline.limits import DEFAULT_DRIVER_MEMORY, check_driver_memory
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -35,7 +37,8 @@ _launched = False
 
 
 def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
-                  driver_memory: str = "4g", python: str | None = None) -> SparkSession:
+                  driver_memory: str = DEFAULT_DRIVER_MEMORY,
+                  python: str | None = None) -> SparkSession:
     """A session for the engine. ``python`` runs the Python workers (the executors'
     ``spark.pyspark.python``); by default this interpreter for a master on this
     machine, and Spark's own setting (``PYSPARK_PYTHON`` or its defaults file)
@@ -46,6 +49,7 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
     adds only what the engine needs; see :mod:`tickwheel.spark_job`."""
     from pyspark.sql import SparkSession
 
+    check_driver_memory(driver_memory)
     is_local = master is not None and master.startswith("local")
     settings: dict[str, str] = {}
     if master is not None:  # an embedded session; spark-submit's user chooses these
