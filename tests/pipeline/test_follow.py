@@ -4,6 +4,7 @@ crash too, without losing or doubling an outcome. Time is a manual clock here.""
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import subprocess
@@ -293,6 +294,32 @@ def test_run_fires_a_deadline_on_the_real_clock_and_stops_when_told(
         runner.join(timeout=30)
     assert not runner.is_alive()
     assert batches[0].outcomes == 1
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_batch_runs_with_the_collector_paused_and_run_leaves_it_as_it_was(
+        tmp_path: Path, inbox: Path, enabled: bool) -> None:
+    follower = engine(tmp_path, WallClock(1_000))
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_500)])
+    stop = threading.Event()
+    during: list[bool] = []
+    step = follower.step
+
+    def spied() -> Any:
+        during.append(gc.isenabled())
+        stop.set()
+        return step()
+
+    follower.step = spied  # type: ignore[method-assign]
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        follower.run(stop, trigger_ms=1)
+        after = gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert during == [False]
+    assert after is enabled
 
 
 # -- the command ---------------------------------------------------------------------

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
+from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined, Wire, compact_wire, to_wire
@@ -412,7 +413,8 @@ class LocalFollowEngine:
         try:
             while not stop.is_set():
                 began = time.monotonic()
-                batch = self.step()
+                with collector_paused():
+                    batch = self.step()
                 if batch is not None:
                     result.batches += 1
                     result.rows_in += batch.rows

@@ -21,8 +21,6 @@ back to the state.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import marshal
 import os
@@ -30,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.events import compact_wire, to_wire
 from tickwheel.pipeline.io import json_lines, parquet_events
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
@@ -52,23 +51,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, TimerValues
 
-__all__ = ["collector_paused", "key_processor", "local_file", "op_processor", "packer"]
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """No garbage collection while a partition works through a micro-batch, or while
-    a slice of input is parsed and cut into chunks: a batch makes hundreds of thousands
-    of objects that outlive it (held rows, operations), none garbage through a cycle
-    worth collecting at once, and the collector would walk them all dozens of times.
-    Only in the Python workers; the collector resumes after the batch."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+__all__ = ["key_processor", "local_file", "op_processor", "packer"]
 
 
 def local_file(uri: str) -> str:
