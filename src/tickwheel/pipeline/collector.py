@@ -3,9 +3,9 @@
 A batch makes hundreds of thousands of objects that outlive it (held rows,
 operations, seen ids), none garbage through a cycle worth collecting at once, and the
 collector would walk them all dozens of times. In a service a full collection inside a
-batch also delays the batch's outcomes by its whole length (90 to 140 ms measured in
-the local follow engine at 5,000 events a second); paused, the collections that are
-due run when the batch has written its outputs. The pause ends with the batch.
+batch would also delay the batch's outcomes by its whole length (docs/follow.md has
+the measurement); paused, the collections that are due run once the batch has written
+its outputs. The pause ends with the batch.
 """
 
 from __future__ import annotations
