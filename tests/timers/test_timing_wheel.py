@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
@@ -21,7 +23,7 @@ class Counted(TimerTask):
 
 
 @pytest.fixture
-def wheel(clock: ManualClock) -> TimingWheelTimer:
+def wheel(clock: ManualClock) -> Iterator[TimingWheelTimer]:
     t = TimingWheelTimer(tick_ms=1, wheel_size=3, clock=clock, executor=None)
     yield t
     t.close()
@@ -165,12 +167,12 @@ def test_bucket_holds_moves_and_drains(clock: ManualClock) -> None:
         a.unlink(task)
         b.append(task)
     assert len(a) == 5 and len(b) == 5
-    assert sorted(x.tag for x in b.drain()) == [0, 1, 2, 3, 4]
+    assert sorted(cast(Counted, x).tag for x in b.drain()) == [0, 1, 2, 3, 4]
     assert b.empty and all(not x.pending for x in tasks[:5])
     a.unlink(tasks[7])  # from the middle: the last task takes its place
     assert not tasks[7].pending
     a.unlink(tasks[9])  # the last one
-    assert sorted(x.tag for x in a.drain()) == [5, 6, 8]
+    assert sorted(cast(Counted, x).tag for x in a.drain()) == [5, 6, 8]
 
 
 def test_re_adding_tasks_moves_them_and_keeps_the_count_exact(clock: ManualClock) -> None:
