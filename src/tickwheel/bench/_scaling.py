@@ -14,11 +14,11 @@ from __future__ import annotations
 import gc
 import statistics
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
 from tickwheel.pipeline.partitioned import run_partitioned
 
@@ -37,18 +37,6 @@ class ScalingRow:
     @property
     def slowest_share(self) -> float:
         return self.slowest_cpu_s / self.total_cpu_s
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _two_stages(lines: list[str], partitions: int) -> tuple[float, float, int, int]:
@@ -76,7 +64,8 @@ def run_scaling(events: int, partitions: list[int], repeat: int,
             totals, slowest = [], []
             shuffled_rows = shuffled_bytes = 0
             for _ in range(repeat):
-                with _collector_paused():
+                gc.collect()  # each round starts from the same heap
+                with collector_paused():
                     total, slow, shuffled_rows, shuffled_bytes = run(lines, count)
                 totals.append(total)
                 slowest.append(slow)
