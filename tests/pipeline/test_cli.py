@@ -516,3 +516,24 @@ def test_a_processor_named_on_the_command_line_gets_every_outcome(tmp_path: Path
     assert ({(o.op_id, o.outcome.value) for o in processors.COLLECTED}
             == {(r["op_id"], r["outcome"]) for r in written})
     assert f"delivered {len(written):,} outcomes" in result.output
+
+
+def test_the_scaling_benchmark_runs_every_count_in_each_round(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tickwheel.bench import _scaling
+
+    order: list[int] = []
+    cpu = iter([1.0, 4.0, 3.0, 2.0, 5.0, 6.0])
+
+    def fake(lines: list[str], partitions: int) -> tuple[float, float, int, int]:
+        order.append(partitions)
+        total = next(cpu)
+        return total, total / 2, 10 * len(lines), 100 * len(lines)
+
+    monkeypatch.setattr(_scaling, "DESIGNS", {"fake": fake})
+    rows = _scaling.run_scaling(500, [1, 4], 3, lambda _: None)
+    # Rounds interleave the counts, so a slow spell of the machine hits both alike.
+    assert order == [1, 4, 1, 4, 1, 4]
+    assert [(r.partitions, r.total_cpu_s, r.slowest_cpu_s) for r in rows] == [
+        (1, 3.0, 1.5), (4, 4.0, 2.0)]
+    assert rows[0].rows_per_event == 10 and rows[0].bytes_per_event == 100

@@ -6,7 +6,8 @@ Every partition of both stages runs in turn in this process, with the collector 
 as the engine's workers pause it. For each count it reports the CPU of all partitions
 (cutting the input into partitions included), the slowest partition's CPU and its
 share, and what the shuffles carry per input event: rows, and bytes as marshal'd.
-Medians over ``repeat`` rounds; the ratio is to the first count.
+Medians over ``repeat`` rounds, each of which runs every count once; the ratio is to
+the first count.
 """
 
 from __future__ import annotations
@@ -60,21 +61,26 @@ def run_scaling(events: int, partitions: list[int], repeat: int,
                  for line in path.read_text().splitlines()]
     rows: list[ScalingRow] = []
     for design, run in DESIGNS.items():
-        for count in partitions:
-            totals, slowest = [], []
-            shuffled_rows = shuffled_bytes = 0
-            for _ in range(repeat):
-                gc.collect()  # each round starts from the same heap
+        totals: dict[int, list[float]] = {count: [] for count in partitions}
+        slowest: dict[int, list[float]] = {count: [] for count in partitions}
+        shuffled: dict[int, tuple[int, int]] = {}
+        # Each round runs every count once, so a machine that slows down for a while
+        # slows every count alike instead of the counts that ran in that while.
+        for round_ in range(repeat):
+            for count in partitions:
+                gc.collect()  # each run starts from the same heap
                 with collector_paused():
                     total, slow, shuffled_rows, shuffled_bytes = run(lines, count)
-                totals.append(total)
-                slowest.append(slow)
-            row = ScalingRow(design, count, statistics.median(totals),
-                             statistics.median(slowest), shuffled_rows / len(lines),
-                             shuffled_bytes / len(lines))
-            progress(f"{design}, {count} partitions: {row.total_cpu_s:.2f} s CPU, slowest "
-                     f"{row.slowest_cpu_s:.2f} s")
-            rows.append(row)
+                totals[count].append(total)
+                slowest[count].append(slow)
+                shuffled[count] = (shuffled_rows, shuffled_bytes)
+                progress(f"{design}, round {round_ + 1}/{repeat}, {count} partitions: "
+                         f"{total:.2f} s CPU, slowest {slow:.2f} s")
+        for count in partitions:
+            shuffled_rows, shuffled_bytes = shuffled[count]
+            rows.append(ScalingRow(design, count, statistics.median(totals[count]),
+                                   statistics.median(slowest[count]),
+                                   shuffled_rows / len(lines), shuffled_bytes / len(lines)))
     return rows
 
 
