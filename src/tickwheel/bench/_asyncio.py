@@ -6,9 +6,9 @@ uvloop, and uvloop with ``tickwheel.aio``'s wheel, all in one run.
       pending handle holds (the handle, its time, its context and the loop's slot).
   A2  N concurrent tasks, each ``async with timeout(30): await fut``, the futures set
       in random order: tasks per second, from the first task created to the last done.
-  A3  N tasks in ``asyncio.sleep`` until deadlines spread over 1 s, starting 1 s after
-      the last task was created: wakes per second, from the first deadline to the last
-      wake (a loop that keeps up scores N per second; one that cannot, its own rate).
+  A3  N tasks in ``asyncio.sleep`` until deadlines spread over 1 s, which start once
+      every task is asleep: wakes per second, from the first deadline to the last wake
+      (a loop that keeps up scores N per second; one that cannot, its own rate).
 
 "uvloop+tickwheel" keeps uvloop and puts its timers on ``tickwheel.aio``'s per-loop
 wheel (``tickwheel.aio.call_later`` for A1, ``tickwheel.aio.timeout`` for A2); A3 has no
@@ -156,7 +156,11 @@ async def a2(name: str, order: Sequence[int]) -> float:
 
 async def a3(name: str, offsets: Sequence[float]) -> float:
     loop = asyncio.get_running_loop()
-    # Deadlines count from the moment every task exists (set below, before any runs).
+    # Deadlines count from `base`, set before any task runs, and every task must be
+    # asleep by then: a task's first step (which calls sleep) runs only once the loop
+    # gets to it, and with a million tasks that takes seconds. Otherwise most sleeps
+    # would start past their deadline, and the rate would be that of starting tasks.
+    # Starting one costs about what creating it did, so the lead is twice that, + 1 s.
     base = [0.0]
     last_wake = 0.0
 
@@ -165,8 +169,14 @@ async def a3(name: str, offsets: Sequence[float]) -> float:
         await asyncio.sleep(base[0] + offset - loop.time())
         last_wake = loop.time()
 
+    created = loop.time()
     tasks = [loop.create_task(sleeper(offset)) for offset in offsets]
-    base[0] = loop.time() + 1.0
+    now = loop.time()
+    base[0] = now + 2 * (now - created) + 1.0
+    await asyncio.sleep(0)  # returns once every task has run its first step
+    if loop.time() >= base[0]:
+        raise RuntimeError(f"A3: the tasks were not all asleep by the first deadline "
+                           f"({loop.time() - base[0]:.2f} s late); nothing was measured")
     await asyncio.gather(*tasks)
     return len(offsets) / max(last_wake - base[0], 1e-9)
 
