@@ -67,56 +67,63 @@ class OpStage(Resolver):
 
     def apply_staged(self, rows: Iterable[Wire | Progress]) -> None:
         """Apply rows sorted by :func:`op_order`, none earlier than :attr:`now`."""
-        group: list[Any] = []
-        ts: int | None = None
-        for fields in rows:
-            if fields[0] != ts and group:
-                self._apply_time(group)
-                group = []
-            ts = fields[0]
-            group.append(fields)
-        if group:
-            self._apply_time(group)
+        staged: list[Any] = rows if isinstance(rows, list) else list(rows)
+        n = len(staged)
+        start = 0
+        while start < n:
+            ts = staged[start][0]
+            end = start + 1
+            while end < n and staged[end][0] == ts:
+                end += 1
+            self._apply_time(staged, start, end)
+            start = end
 
-    def _apply_time(self, group: list[Any]) -> None:
-        ts: int = group[0][0]
+    def _apply_time(self, rows: list[Any], i: int, n: int) -> None:
+        """Apply ``rows[i:n]``, the rows of one ``ts_ms``. Split into many partitions,
+        most times hold one row, so nothing is allocated that the rows do not need."""
+        ts: int = rows[i][0]
         self.advance_to(ts)
-        initial: dict[tuple[str | None, int], dict[str, int]] = {}
-        watches: list[Event] = []
-        i = 0
-        n = len(group)
-        while i < n and group[i][0] * 8 == op_order(group[i]):  # watches and init
-            fields = group[i]
+        initial: dict[tuple[str | None, int], dict[str, int]] | None = None
+        watches: list[Event] | None = None
+        while i < n and rows[i][0] * 8 == op_order(rows[i]):  # watches and init
+            fields = rows[i]
             if len(fields) == 6:
+                if initial is None:
+                    initial = {}
                 initial.setdefault((fields[2], fields[3]), {})[fields[4]] = fields[5]
+            elif watches is None:
+                watches = [event_from_wire(fields)]
             else:
                 watches.append(event_from_wire(fields))
             i += 1
-        if watches:
-            self.initial = initial
+        if watches is not None:
+            self.initial = {} if initial is None else initial
             self._watch_all(watches)
             self.initial = {}
-        errors: dict[str, str] = {}
+        errors: dict[str, str] | None = None
         pending = self.pending
-        while i < n and len(group[i]) == 6:
-            _, kind, op_id, watch_ts, key, amount = group[i]
+        while i < n and len(rows[i]) == 6:
+            _, kind, op_id, watch_ts, key, amount = rows[i]
             i += 1
             op = pending.get(op_id)
             if op is None or op.event.ts_ms != watch_ts:
                 continue  # resolved, or a watch this stage did not accept
             if kind == ERROR_PROGRESS:
+                if errors is None:
+                    errors = {}
                 known = errors.get(op_id)
                 errors[op_id] = amount if known is None or amount < known else known
             else:
                 op.seen_updates[key] = amount
                 op.safe_try_complete()
-        for op_id, error in errors.items():
-            op = pending.get(op_id)
-            if op is not None:
-                op.error = error
-                op.force_complete()
+        if errors is not None:
+            for op_id, error in errors.items():
+                op = pending.get(op_id)
+                if op is not None:
+                    op.error = error
+                    op.force_complete()
         while i < n:
-            ev = event_from_wire(group[i])
+            ev = event_from_wire(rows[i])
             self._apply_other(ev, CANCEL if ev.op_id is not None else TICK, ts)
             i += 1
 

@@ -2,7 +2,7 @@
 
 A :class:`Resolver` takes well-formed events in ``(ts_ms, kind)`` order, in as many
 calls as the caller likes, and resolves delayed operations with a
-:class:`~tickwheel.Purgatory` on a :class:`~tickwheel.ManualClock`:
+:class:`~tickwheel.Purgatory` on a clock that only the events move:
 
 - before the events at time t, every operation whose deadline is at or before t
   expires (``resolved_ms`` = its deadline);
@@ -35,7 +35,6 @@ from collections import deque
 from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple
 
-from tickwheel._clock import ManualClock
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import (
     Condition,
@@ -161,6 +160,24 @@ class _LogOperation(DelayedOperation):
             resolver.record(ev, OutcomeKind.COMPLETED, resolver.now, None)
 
 
+class _ResolverClock:
+    """A resolver's time, as its timer reads it. Only ``advance_to`` moves it, on the
+    resolver's one thread, after checking that it does not go back: a ManualClock's
+    lock would cost every (partition, timestamp) group of the op stage for nothing."""
+
+    __slots__ = ("ms",)
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    @property
+    def realtime(self) -> bool:
+        return False
+
+    def now_ms(self) -> int:
+        return self.ms
+
+
 class Resolver:
     """Resolves operations from events given in order; see the module doc.
 
@@ -194,7 +211,7 @@ class Resolver:
         # is used by one thread, and a lock of their own cost every operation an
         # allocation.
         self.op_lock = _thread.RLock()
-        self._clock: ManualClock | None = None
+        self._clock: _ResolverClock | None = None
         self._purgatory: Purgatory | None = None
         self._timer: TimingWheelTimer | None = None
 
@@ -277,9 +294,9 @@ class Resolver:
             raise ValueError(f"t must not go back in time: {t} < now {self.now}")
         self.now = t
         if self._clock is None:
-            self._clock = ManualClock(t)
+            self._clock = _ResolverClock(t)
         else:
-            self._clock.set(t)
+            self._clock.ms = t
         self._the_purgatory().advance_clock(0)
 
     def record(self, ev: Event, outcome: OutcomeKind, resolved_ms: int, error: str | None) -> None:
