@@ -29,7 +29,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 # The core (timers, purgatory, dispatcher, asyncio loop) on Python 3.13 as well: a plain
 # isolated `pip install .` compiles it for that interpreter, then its tests and CPython
