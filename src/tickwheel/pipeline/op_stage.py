@@ -97,9 +97,12 @@ class OpStage(Resolver):
                 watches.append(event_from_wire(fields))
             i += 1
         if watches is not None:
-            self.initial = {} if initial is None else initial
-            self._watch_all(watches)
-            self.initial = {}
+            if initial is None:  # self.initial is empty between times
+                self._watch_all(watches)
+            else:
+                self.initial = initial
+                self._watch_all(watches)
+                self.initial = {}
         errors: dict[str, str] | None = None
         pending = self.pending
         while i < n and len(rows[i]) == 6:
