@@ -1,11 +1,14 @@
 """The Spark engine's worker code on its own, driven through a stand-in for Spark's state
 handle: a worker goes on from the partition it kept only while the state holds the
-token it wrote, and otherwise reads the state."""
+token it wrote, and otherwise reads the state; what it keeps stays out of the
+collector's walk but for a thaw once a minute."""
 
 from __future__ import annotations
 
 import copy
+import gc
 import json
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,8 +78,11 @@ class _Handle:
 @pytest.fixture(autouse=True)
 def _nothing_kept() -> Iterator[None]:
     _tasks._kept.clear()
+    _tasks._thawed_at = None
     yield
     _tasks._kept.clear()
+    _tasks._thawed_at = None
+    gc.unfreeze()  # the rest of the test session's objects go back to the collector
 
 
 def _op_frame(rows: list[str], point: int) -> pd.DataFrame:
@@ -165,3 +171,63 @@ def test_a_worker_keeps_a_few_partitions_at_most() -> None:
     for n in range(5):
         _run(_processor(_Handle(), f"c{n}"), _op_frame([WATCH], 1_001))
     assert len(_tasks._kept) == _tasks._KEPT_MAX
+
+
+def test_what_a_worker_keeps_is_out_of_the_collectors_walk() -> None:
+    gc.unfreeze()
+    _run(_processor(_Handle()), _op_frame([WATCH], 1_001))
+    assert gc.get_freeze_count() > 0
+
+
+def test_kept_objects_go_back_to_the_collector_once_a_minute() -> None:
+    _tasks._freeze_worker(100.0)
+    assert gc.get_freeze_count() > 0
+    _tasks._freeze_worker(100.0 + _tasks.THAW_EVERY_S - 0.1)
+    assert gc.get_freeze_count() > 0
+    _tasks._freeze_worker(100.0 + _tasks.THAW_EVERY_S)
+    assert gc.get_freeze_count() == 0
+    _tasks._freeze_worker(100.0 + _tasks.THAW_EVERY_S + 1)  # frozen again until the next
+    assert gc.get_freeze_count() > 0
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: _Node = self
+
+
+def test_a_reference_cycle_frozen_with_the_kept_objects_is_collected_after_the_thaw() -> None:
+    cycle = _Node()
+    alive = weakref.ref(cycle)
+    _tasks._freeze_worker(0.0)
+    del cycle
+    gc.collect()
+    assert alive() is not None  # frozen: no collection reaches it
+    _tasks._freeze_worker(_tasks.THAW_EVERY_S)
+    gc.collect()  # PySpark's collection after the task
+    assert alive() is None
+
+
+def test_a_partition_a_worker_lets_go_of_leaves_its_operations_to_no_collection() -> None:
+    watches = [json.dumps({"ts_ms": 1_000, "type": "watch", "op_id": f"w{n}", "keys": [],
+                           "deadline_ms": 1_000 + 37 * n, "condition": "none"},
+                          separators=(",", ":")) for n in range(1, 200)]
+    handle = _Handle()
+    processor = _processor(handle)
+    _run(processor, _op_frame(watches, 1_001))  # pending, all over the timing wheel
+    committed = handle.committed()
+    _run(processor, _op_frame([], 1_050))
+    handle.roll_back(committed)  # the batch never committed: the kept one is stale
+    gc.collect()
+    gc.disable()
+    try:
+        _run(processor, _op_frame([], 1_050))  # lets go of the stale one
+        gc.unfreeze()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        left = [type(o).__name__ for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    # Closed when let go: its operations were freed then, not left to a full walk.
+    assert "_StagedOperation" not in left
