@@ -193,8 +193,8 @@ def _freeze_worker(now: float) -> None:
     back (``gc.unfreeze``).
 
     PySpark's daemon runs a full collection after every task a reused worker finishes.
-    The partitions kept in memory are millions of live objects, and a packer's modules
-    (pandas, pyarrow) hundreds of thousands: in follow mode at 5,000 events a second,
+    The partitions kept in memory hold millions of entries, and a packer's modules
+    (pandas, pyarrow) tens of thousands of objects: in follow mode at 5,000 events a second,
     the workers spent more CPU in those collections than in their tasks
     (docs/follow.md). Frozen objects are still freed when their last reference goes;
     only garbage in reference cycles among them waits for the next thaw, after which
