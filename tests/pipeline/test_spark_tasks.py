@@ -17,8 +17,9 @@ import pytest
 
 from tickwheel.pipeline import partition as partition_module
 from tickwheel.pipeline.events import compact_wire
-from tickwheel.pipeline.io import outcomes_table
+from tickwheel.pipeline.io import outcomes_table, quarantine_table
 from tickwheel.pipeline.spark import _tasks, _wire
+from tickwheel.pipeline.spark._seen_log import SeenLog
 
 
 class _Value:
@@ -146,6 +147,42 @@ def test_a_partition_another_worker_ran_since_is_read_from_the_state() -> None:
     _tasks._kept.clear()
     _tasks._kept.update(kept)  # back in the first worker, with its older partition
     assert _run(here, _op_frame([], 2_100)) == []  # "a" expired once, not twice
+
+
+def _watch(op_id: str, ts: int) -> str:
+    return json.dumps({"ts_ms": ts, "type": "watch", "op_id": op_id, "keys": [],
+                       "deadline_ms": ts + 100, "condition": "none"}, separators=(",", ":"))
+
+
+def _duplicates(processor: Any, frame: pd.DataFrame) -> list[str]:
+    (out,) = processor.handleInputRows((0,), iter([frame]), None)
+    table = _wire.from_ipc(out["quarantine"].tolist()[:1], quarantine_table([]))
+    return sorted(json.loads(raw)["op_id"] for raw, reason in zip(
+        table["raw"].to_pylist(), table["reason"].to_pylist(), strict=True)
+        if reason == "duplicate_op_id")
+
+
+def test_a_worker_back_on_a_partition_catches_its_seen_ids_up_from_the_later_chunks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    handle = _Handle()
+    here, there = _processor(handle), _processor(handle)
+    _run(here, _op_frame([_watch("a", 1_000)], 1_001))
+    kept = copy.copy(_tasks._kept)
+    _tasks._kept.clear()
+    _run(there, _op_frame([_watch("b", 1_100)], 1_101))
+    _tasks._kept.clear()
+    _tasks._kept.update(kept)
+    applied: list[bytes] = []
+    apply = SeenLog._apply
+
+    def counted(self: SeenLog, blob: bytes) -> None:
+        applied.append(blob)
+        apply(self, blob)
+
+    monkeypatch.setattr(SeenLog, "_apply", counted)
+    frame = _op_frame([_watch("a", 1_200), _watch("b", 1_200), _watch("c", 1_200)], 1_201)
+    assert _duplicates(here, frame) == ["a", "b"]
+    assert applied == [handle.lists["seen"].items[1][0]]  # the other worker's chunk only
 
 
 def test_a_call_that_fails_part_way_keeps_nothing() -> None:

@@ -7,8 +7,8 @@ at the start of a call and saved at its end: a micro-batch that fails and runs a
 finds the state of the last committed one. An op partition keeps the op ids it has
 seen apart, as a log of changes in a :class:`ListState`: one element per batch that
 changed them, rewritten whole only once it holds twice what it must keep
-(:class:`~tickwheel.pipeline.seen_ids.SeenIds`), so a running service does not write
-every id it remembers on every batch.
+(:class:`~tickwheel.pipeline.spark._seen_log.SeenLog`), so a running service does not
+write every id it remembers on every batch.
 
 A worker keeps the partitions it last ran in memory, each with the random token it
 wrote beside the partition's state (:func:`_kept_partition`): when the same partition
@@ -16,14 +16,14 @@ comes back to it and the state holds the same token, the worker goes on from the
 object it kept instead of reading and decoding the state, so the cost of a batch
 follows its rows, not what the partition remembers. A token that differs (another
 worker ran the partition since, or the batch that wrote it never committed) sends it
-back to the state.
+back to the state; an op partition's seen op ids are then caught up from the copy it
+kept, if the log still begins with the chunks that copy was made from.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import marshal
 import os
 import time
 from collections.abc import Iterator
@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel.pipeline.collector import collector_paused
-from tickwheel.pipeline.events import compact_wire, to_wire
+from tickwheel.pipeline.events import Quarantined, compact_wire, to_wire
 from tickwheel.pipeline.io import json_lines, parquet_events
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.routing import partition_of, route
-from tickwheel.pipeline.seen_ids import SeenIds
+from tickwheel.pipeline.spark._seen_log import SeenLog
 from tickwheel.pipeline.spark._wire import (
     END,
     FORWARD,
@@ -148,17 +148,18 @@ _kept: dict[tuple[str, str, int], tuple[bytes, Any]] = {}
 _KEPT_MAX = 4
 
 
-def _kept_partition(where: tuple[str, str, int], token: Any) -> Any | None:
+def _kept_partition(where: tuple[str, str, int], token: Any) -> tuple[Any, Any]:
     """The objects kept for ``where`` if the state's token (a ``ValueState``) is the
-    one they were kept with. Taken out either way: a call that fails part way leaves
-    nothing behind that the state does not match."""
+    one they were kept with, else None; and else, second, the stale objects, let go of
+    (:func:`_discard`), for what can be caught up from the state. Taken out either way:
+    a call that fails part way leaves nothing behind that the state does not match."""
     entry = _kept.pop(where, None)
     if entry is None:
-        return None
+        return None, None
     if not token.exists() or token.get()[0] != entry[0]:
         _discard(entry[1])
-        return None
-    return entry[1]
+        return None, entry[1]
+    return entry[1], None
 
 
 def _keep_partition(where: tuple[str, str, int], token: Any, objects: Any) -> None:
@@ -234,7 +235,7 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
             with collector_paused():
                 p = partition_of_label[int(key[0])]
                 where = (checkpoint, "key", p)
-                part: KeyPartition | None = _kept_partition(where, self.token)
+                part: KeyPartition | None = _kept_partition(where, self.token)[0]
                 if part is None:
                     part = (KeyPartition.restore(self.state.get()[0]) if self.state.exists()
                             else KeyPartition(p, partitions, lateness_ms))
@@ -315,21 +316,21 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
             with collector_paused():
                 q = partition_of_label[int(key[0])]
                 where = (checkpoint, "op", q)
-                kept: tuple[OpPartition, SeenIds] | None = _kept_partition(where,
-                                                                           self.token)
+                kept: tuple[OpPartition, SeenLog] | None
+                kept, stale = _kept_partition(where, self.token)
                 if kept is not None:
                     part, seen = kept
+                elif self.state.exists():
+                    seen = SeenLog.read((chunk for (chunk,) in self.seen_log.get()),
+                                        None if stale is None else stale[1])
+                    part = OpPartition.restore(self.state.get()[0], seen.seen.ids)
+                    part.stage.track_seen_changes()
                 else:
-                    seen = SeenIds()
-                    if self.state.exists():
-                        for (chunk,) in self.seen_log.get():
-                            seen.apply(marshal.loads(chunk))
-                        part = OpPartition.restore(self.state.get()[0], seen.ids)
-                    else:
-                        part = OpPartition(q, lateness_ms, dedupe_retention_ms)
+                    seen = SeenLog()
+                    part = OpPartition(q, lateness_ms, dedupe_retention_ms)
                     part.stage.track_seen_changes()
                 point: int | None = None
-                quarantine = []
+                quarantine: list[Quarantined] = []
                 passed: list[tuple[bytes | None, str]] = []
                 progress: list[Any] = []
                 for frame in rows:
@@ -350,11 +351,11 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                 status = part.status()  # counts the call: before saving
                 changes = part.stage.take_seen_changes()
                 if changes:
-                    seen.apply(changes)
-                    if seen.needs_rewrite():
-                        self.seen_log.put([(marshal.dumps(seen.rewrite()),)])
+                    chunk, rewrite = seen.record(changes)
+                    if rewrite:
+                        self.seen_log.put([(chunk,)])
                     else:
-                        self.seen_log.appendList([(marshal.dumps(changes),)])
+                        self.seen_log.appendList([(chunk,)])
                 self.state.update((part.snapshot(with_seen=False),))
                 _keep_partition(where, self.token, (part, seen))
                 out = output_frame(outcomes, quarantine + duplicates, [status], passed)
