@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, TimerValues
 
-__all__ = ["key_processor", "local_file", "op_processor", "packer"]
+__all__ = ["key_processor", "local_file", "op_processor", "packer", "warm_worker"]
 
 
 def local_file(uri: str) -> str:
@@ -67,6 +67,15 @@ def local_file(uri: str) -> str:
     if path.startswith("//"):  # file://authority/path
         path = path[path.index("/", 2):] if "/" in path[2:] else "/"
     return path
+
+
+def warm_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` function that passes its rows on, run to start Python workers
+    before a service's first micro-batches need them: a worker imports this module
+    (and with it the pipeline's) to unpickle it, and pandas here, as the stages do."""
+    import pandas  # noqa: F401 (kept by the worker, which Spark reuses)
+
+    yield from batches
 
 
 def _chunk_batch(chunks: list[tuple[int, int, int, bytes]]) -> pa.RecordBatch:
