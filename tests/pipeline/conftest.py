@@ -1,4 +1,5 @@
-"""One Spark session for every Spark test of the run: starting one takes seconds."""
+"""One Spark session for every Spark test of the run: starting one takes seconds; and
+the seen log's chunks a test sees applied."""
 
 from __future__ import annotations
 
@@ -15,3 +16,19 @@ def spark() -> Iterator[Any]:
     session = spark_session("local[2]", app_name="tickwheel-tests", driver_memory="2g")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def applied_seen_chunks(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every chunk of a seen log decoded and applied from now on, in order."""
+    from tickwheel.pipeline.spark._seen_log import SeenLog
+
+    applied: list[bytes] = []
+    apply = SeenLog._apply
+
+    def counted(self: SeenLog, blob: bytes) -> None:
+        applied.append(blob)
+        apply(self, blob)
+
+    monkeypatch.setattr(SeenLog, "_apply", counted)
+    return applied

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import marshal
 
-import pytest
-
 from tickwheel.pipeline.seen_ids import SeenIds
 from tickwheel.pipeline.spark._seen_log import SeenLog
 
@@ -33,18 +31,6 @@ def _replayed(batches: list[list[tuple[str, int | None]]]) -> dict[str, int]:
     return seen.ids
 
 
-def _counting_applies(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    applied: list[bytes] = []
-    apply = SeenLog._apply
-
-    def counted(self: SeenLog, blob: bytes) -> None:
-        applied.append(blob)
-        apply(self, blob)
-
-    monkeypatch.setattr(SeenLog, "_apply", counted)
-    return applied
-
-
 def test_a_log_reads_back_the_ids_and_the_digest_it_was_written_with() -> None:
     writer, log = SeenLog(), []
     _write(writer, BATCHES, log)
@@ -54,30 +40,30 @@ def test_a_log_reads_back_the_ids_and_the_digest_it_was_written_with() -> None:
 
 
 def test_an_older_copy_is_caught_up_with_only_the_chunks_after_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        applied_seen_chunks: list[bytes]) -> None:
     here, log = SeenLog(), []
     _write(here, BATCHES[:2], log)
     there = SeenLog.read(log)  # another worker runs the next batches
     _write(there, BATCHES[2:], log)
-    applied = _counting_applies(monkeypatch)
+    applied_seen_chunks.clear()
     caught_up = SeenLog.read(log, here)
     assert caught_up is here
-    assert applied == log[2:]
+    assert applied_seen_chunks == log[2:]
     assert here.seen.ids == _replayed(BATCHES)
     assert (here.chunks, here.digest) == (there.chunks, there.digest)
 
 
 def test_a_copy_whose_last_batch_never_committed_is_not_used(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        applied_seen_chunks: list[bytes]) -> None:
     here, log = SeenLog(), []
     _write(here, BATCHES[:1], log)
     committed = list(log)
     _write(here, [[("x", 9)]], log)  # the batch fails after writing: the state rolls back
     log[:] = committed
     _write(SeenLog.read(log), BATCHES[1:], log)  # it runs again elsewhere, differently
-    applied = _counting_applies(monkeypatch)
+    applied_seen_chunks.clear()
     read = SeenLog.read(log, here)
-    assert read is not here and applied == log  # replayed from the start
+    assert read is not here and applied_seen_chunks == log  # replayed from the start
     assert read.seen.ids == _replayed(BATCHES)
     assert "x" in here.seen.ids  # the copy is left as it was
 

@@ -19,7 +19,6 @@ from tickwheel.pipeline import partition as partition_module
 from tickwheel.pipeline.events import compact_wire
 from tickwheel.pipeline.io import outcomes_table, quarantine_table
 from tickwheel.pipeline.spark import _tasks, _wire
-from tickwheel.pipeline.spark._seen_log import SeenLog
 
 
 class _Value:
@@ -163,7 +162,7 @@ def _duplicates(processor: Any, frame: pd.DataFrame) -> list[str]:
 
 
 def test_a_worker_back_on_a_partition_catches_its_seen_ids_up_from_the_later_chunks(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        applied_seen_chunks: list[bytes]) -> None:
     handle = _Handle()
     here, there = _processor(handle), _processor(handle)
     _run(here, _op_frame([_watch("a", 1_000)], 1_001))
@@ -172,17 +171,11 @@ def test_a_worker_back_on_a_partition_catches_its_seen_ids_up_from_the_later_chu
     _run(there, _op_frame([_watch("b", 1_100)], 1_101))
     _tasks._kept.clear()
     _tasks._kept.update(kept)
-    applied: list[bytes] = []
-    apply = SeenLog._apply
-
-    def counted(self: SeenLog, blob: bytes) -> None:
-        applied.append(blob)
-        apply(self, blob)
-
-    monkeypatch.setattr(SeenLog, "_apply", counted)
+    applied_seen_chunks.clear()
     frame = _op_frame([_watch("a", 1_200), _watch("b", 1_200), _watch("c", 1_200)], 1_201)
     assert _duplicates(here, frame) == ["a", "b"]
-    assert applied == [handle.lists["seen"].items[1][0]]  # the other worker's chunk only
+    other_workers_chunk = handle.lists["seen"].items[1][0]
+    assert applied_seen_chunks == [other_workers_chunk]  # and none before it
 
 
 def test_a_call_that_fails_part_way_keeps_nothing() -> None:
