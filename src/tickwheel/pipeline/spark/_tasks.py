@@ -158,10 +158,11 @@ _KEPT_MAX = 4
 
 
 def _kept_partition(where: tuple[str, str, int], token: Any) -> tuple[Any, Any]:
-    """The objects kept for ``where`` if the state's token (a ``ValueState``) is the
-    one they were kept with, else None; and else, second, the stale objects, let go of
-    (:func:`_discard`), for what can be caught up from the state. Taken out either way:
-    a call that fails part way leaves nothing behind that the state does not match."""
+    """``(fresh, stale)``: the objects kept for ``where`` as ``fresh`` if the state's
+    token (a ``ValueState``) is the one they were kept with, else as ``stale``, let go
+    of (:func:`_discard`) but for what can be caught up from the state. Taken out of
+    the worker's memory either way: a call that fails part way leaves nothing behind
+    that the state does not match."""
     entry = _kept.pop(where, None)
     if entry is None:
         return None, None
