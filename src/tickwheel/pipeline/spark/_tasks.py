@@ -330,14 +330,14 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                 kept, stale = _kept_partition(where, self.token)
                 if kept is not None:
                     part, seen = kept
-                elif self.state.exists():
-                    seen = SeenLog.read((chunk for (chunk,) in self.seen_log.get()),
-                                        None if stale is None else stale[1])
-                    part = OpPartition.restore(self.state.get()[0], seen.seen.ids)
-                    part.stage.track_seen_changes()
                 else:
-                    seen = SeenLog()
-                    part = OpPartition(q, lateness_ms, dedupe_retention_ms)
+                    if self.state.exists():
+                        seen = SeenLog.read((chunk for (chunk,) in self.seen_log.get()),
+                                            None if stale is None else stale[1])
+                        part = OpPartition.restore(self.state.get()[0], seen.seen.ids)
+                    else:
+                        seen = SeenLog()
+                        part = OpPartition(q, lateness_ms, dedupe_retention_ms)
                     part.stage.track_seen_changes()
                 point: int | None = None
                 quarantine: list[Quarantined] = []

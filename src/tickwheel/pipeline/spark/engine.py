@@ -398,11 +398,10 @@ class SparkEngine:
 
     def _warm_workers(self) -> None:
         """Start the Python workers a service's first micro-batches need, before it
-        takes input. Spark starts a worker when a task finds none free, and each new
-        one imports pandas, pyarrow and the engine: a micro-batch that starts workers
-        took 2 to 4 s longer on two cores. A task of the first stage holds two at once
-        (the source's reader and a packer), so the job chains two Python operators, one
-        task per core; Spark reuses them for every later Python task."""
+        takes input: Spark starts one when a task finds none free, and a new one
+        imports pandas, pyarrow and the engine (docs/follow.md). A first-stage task
+        holds two (the source's reader and a packer), hence two chained operators,
+        one task per core; Spark reuses the workers for every later Python task."""
         cores = self.spark.sparkContext.defaultParallelism
         started = time.perf_counter()
         (self.spark.range(0, cores, 1, cores)
