@@ -93,6 +93,49 @@ def test_an_op_id_past_its_retention_is_forgotten_even_across_snapshots() -> Non
     assert list(resolver.pending) == ["a"]
 
 
+@pytest.mark.parametrize(("seed", "retention_ms"), [(1, 40), (2, 300), (3, 1_000)])
+def test_a_retention_forgets_the_same_ids_whether_the_seen_ids_travel_in_the_snapshot_or_a_log(
+        seed: int, retention_ms: int) -> None:
+    """Op ids reused after their retention, some while their first operation is still
+    pending: applied in pieces, through snapshots that carry the seen ids or leave
+    them to a log of changes, the resolver quarantines and resolves as in one go."""
+    from tickwheel.pipeline.seen_ids import SeenIds
+
+    events = sorted(well_formed(random_log(seed, rows=3_000)), key=order_key)
+    whole = Resolver(dedupe_retention_ms=retention_ms)
+    whole.apply(events)
+    expected = whole.drain()
+    assert expected[1], "the log has no duplicate to check"
+
+    rng = random.Random(seed)
+    for with_seen in (True, False):
+        resolver = Resolver(dedupe_retention_ms=retention_ms)
+        resolver.track_seen_changes()
+        log = SeenIds()
+        outcomes: list[OutcomeRow] = []
+        quarantine = []
+        lingered = 0
+        i = 0
+        while i < len(events):
+            j = min(len(events), i + rng.randrange(1, 120))
+            while j < len(events) and events[j].ts_ms == events[j - 1].ts_ms:
+                j += 1
+            resolver.apply(events[i:j])
+            done, dupes = resolver.drain()
+            outcomes.extend(done)
+            quarantine.extend(dupes)
+            log.apply(resolver.take_seen_changes())
+            assert set(log.ids) == resolver.seen_op_ids
+            snapshot = pickle.loads(pickle.dumps(resolver.snapshot(with_seen)))
+            lingered += len(snapshot[-1])
+            resolver = Resolver.restore(snapshot, None if with_seen else dict(log.ids))
+            resolver.track_seen_changes()
+            i = j
+        assert as_set(outcomes) == as_set(expected[0])
+        assert quarantine == expected[1]
+        assert lingered > 0, "no id outlived its retention while pending"
+
+
 def test_time_never_goes_back() -> None:
     resolver = Resolver()
     resolver.advance_to(10)

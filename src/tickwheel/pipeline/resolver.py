@@ -193,10 +193,14 @@ class Resolver:
         self.values: dict[str, int] = {}
         self.update_counts: dict[str, int] = {}
         self.errors_now: dict[str, str] = {}
-        self.seen_op_ids: set[str] = set()
-        # With a retention: ids in the order first seen, and ids past their retention
-        # still kept because their operation is pending.
-        self._seen_at: deque[tuple[int, str]] = deque()
+        # The ids seen, each with its first watch's ts_ms, in the order first seen,
+        # which is time order. With a retention, `_seen_order` holds them in that
+        # order too, and ids past their retention whose operation is still pending
+        # move to `_lingering`. A restore from the log of changes copies both whole:
+        # no tuple and no sort per id. (Not the dict's own front: reaching it costs
+        # a scan over the entries deleted there.)
+        self._seen: dict[str, int] = {}
+        self._seen_order: deque[str] = deque()
         self._lingering: set[str] = set()
         # Kept only for a caller that saves the seen ids as a log of changes (see
         # `take_seen_changes`): id -> its first watch's ts_ms, or None once forgotten.
@@ -304,7 +308,7 @@ class Resolver:
         self.pending.pop(ev.op_id, None)
         if self._lingering and ev.op_id in self._lingering:
             self._lingering.discard(ev.op_id)
-            self._forget(ev.op_id)
+            self._forgotten(ev.op_id)
         # tuple.__new__: the named tuple's own __new__ is a Python function.
         self.outcomes.append(tuple.__new__(OutcomeRow, (ev.op_id, outcome, resolved_ms,
                                                         resolved_ms - ev.ts_ms, ev.keys,
@@ -330,6 +334,11 @@ class Resolver:
 
     # -- keeping it between micro-batches -----------------------------------------
 
+    @property
+    def seen_op_ids(self) -> set[str]:
+        """The op ids whose next watch is a duplicate (a copy)."""
+        return {*self._seen, *self._lingering}
+
     def track_seen_changes(self) -> None:
         """Keep the changes to :attr:`seen_op_ids` for :meth:`take_seen_changes`."""
         if self._seen_changes is None:
@@ -351,8 +360,12 @@ class Resolver:
         by what is pending) are left out: the caller keeps them another way, as the
         log of :meth:`take_seen_changes`, and gives them back to :meth:`restore`."""
         ops = [(_event_fields(op.event), op.seen_updates) for op in self.pending.values()]
-        seen = list(self.seen_op_ids) if with_seen else None
-        seen_at = list(self._seen_at) if with_seen else None
+        seen: list[str] | None = None
+        seen_at: list[tuple[int, str]] | None = None
+        if with_seen:
+            seen = [*self._seen, *self._lingering]
+            seen_at = ([] if self.dedupe_retention_ms is None
+                       else [(ts, op_id) for op_id, ts in self._seen.items()])
         return (2, self.now, self.values, self.update_counts, seen, ops,
                 self.applied, self.ignored_cancels, self.dedupe_retention_ms,
                 seen_at, list(self._lingering))
@@ -374,18 +387,20 @@ class Resolver:
         resolver.values = values
         resolver.update_counts = counts
         if seen_ids is not None:
-            resolver.seen_op_ids = set(seen_ids)
-            resolver._seen_at = deque((ts, op_id) for ts, op_id in seen_at)
+            # Without a retention no id is forgotten, so the time of its first watch is
+            # never read, and snapshots leave it out.
+            resolver._seen = ({op_id: ts for ts, op_id in seen_at} if retention is not None
+                              else dict.fromkeys(seen_ids, 0))
         elif seen is not None:
-            resolver.seen_op_ids = set(seen)
-            if retention is not None:
-                # The ids still to be forgotten at their time: all but those already
-                # past it and kept only while their operation is pending.
-                kept = set(lingering)
-                resolver._seen_at = deque(sorted(
-                    (ts, op_id) for op_id, ts in seen.items() if op_id not in kept))
+            # In the log's order, which is the order first seen; the lingering ids are
+            # past their retention and move apart.
+            resolver._seen = dict(seen)
+            for op_id in lingering:
+                resolver._seen.pop(op_id, None)
         else:
             raise ValueError("the snapshot was taken without its seen op ids: pass seen")
+        if retention is not None:
+            resolver._seen_order = deque(resolver._seen)
         resolver._lingering = set(lingering)
         resolver.applied = applied
         resolver.ignored_cancels = ignored
@@ -412,40 +427,45 @@ class Resolver:
         for ev in watches:
             assert ev.op_id is not None
             counts[ev.op_id] = counts.get(ev.op_id, 0) + 1
-        seen = self.seen_op_ids
+        seen = self._seen
+        order = self._seen_order
+        lingering = self._lingering
         ts = watches[0].ts_ms
-        if self.dedupe_retention_ms is not None:
-            self._forget_before(ts - self.dedupe_retention_ms)
+        retention = self.dedupe_retention_ms
+        if retention is not None:
+            self._forget_before(ts - retention)
         for ev in watches:
             assert ev.op_id is not None
-            if ev.op_id in seen or counts[ev.op_id] > 1:
+            if (ev.op_id in seen or counts[ev.op_id] > 1
+                    or (lingering and ev.op_id in lingering)):
                 self.quarantine.append(Quarantined(line_of(ev), Reason.DUPLICATE_OP_ID, ev.ts_ms))
             else:
                 self.applied += 1
                 self._watch(ev)
-        if self.dedupe_retention_ms is not None:
-            self._seen_at.extend((ts, op_id) for op_id in counts if op_id not in seen)
         changes = self._seen_changes
-        if changes is not None:
-            for op_id in counts:
-                if op_id not in seen:
+        for op_id in counts:
+            if op_id not in seen and not (lingering and op_id in lingering):
+                seen[op_id] = ts
+                if retention is not None:
+                    order.append(op_id)
+                if changes is not None:
                     changes.pop(op_id, None)  # forgotten earlier: in order, seen again
                     changes[op_id] = ts
-        seen.update(counts)
 
     def _forget_before(self, t: int) -> None:
         """Forget the ids first seen before ``t``, once their operations resolve."""
-        seen_at = self._seen_at
-        while seen_at and seen_at[0][0] < t:
-            _, op_id = seen_at.popleft()
+        seen = self._seen
+        order = self._seen_order
+        while order and seen[order[0]] < t:
+            op_id = order.popleft()
+            del seen[op_id]
             if op_id in self.pending:
                 self._lingering.add(op_id)
             else:
-                self._forget(op_id)
+                self._forgotten(op_id)
 
-    def _forget(self, op_id: str) -> None:
-        """A watch of ``op_id`` starts a new operation from now on."""
-        self.seen_op_ids.discard(op_id)
+    def _forgotten(self, op_id: str) -> None:
+        """``op_id`` left the seen ids: a watch of it starts a new operation from now on."""
         if self._seen_changes is not None:
             self._seen_changes[op_id] = None
 
