@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,6 +25,19 @@ def as_set(outcomes: list[OutcomeRow]) -> set[OutcomeRow]:
     return set(outcomes)
 
 
+def micro_batches(events: list[Event], rng: random.Random,
+                  most: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of pieces of up to about ``most`` events, each ending between
+    two timestamps, as a micro-batch does."""
+    i = 0
+    while i < len(events):
+        j = min(len(events), i + rng.randrange(1, most))
+        while j < len(events) and events[j].ts_ms == events[j - 1].ts_ms:
+            j += 1
+        yield i, j
+        i = j
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_log_applied_in_pieces_through_snapshots_resolves_as_in_one_go(seed: int) -> None:
     lines = workload(seed)
@@ -35,20 +49,15 @@ def test_a_log_applied_in_pieces_through_snapshots_resolves_as_in_one_go(seed: i
     rng = random.Random(seed)
     resolver = Resolver()
     outcomes: list[OutcomeRow] = []
-    i = 0
-    while i < len(events):
-        # A micro-batch ends between two timestamps; time then moves to just before
-        # the next one (the watermark), then the state goes through a pickle.
-        j = min(len(events), i + rng.randrange(1, 400))
-        while j < len(events) and events[j].ts_ms == events[j - 1].ts_ms:
-            j += 1
+    for i, j in micro_batches(events, rng, 400):
+        # Time then moves to just before the next timestamp (the watermark), then the
+        # state goes through a pickle.
         resolver.apply(events[i:j])
         if j < len(events):
             resolver.advance_to(events[j].ts_ms - rng.randrange(0, 2))
         done, _ = resolver.drain()
         outcomes.extend(done)
         resolver = Resolver.restore(pickle.loads(pickle.dumps(resolver.snapshot())))
-        i = j
     assert as_set(outcomes) == as_set(expected.outcomes)
     assert len(resolver.pending) == expected.pending
     assert resolver.ignored_cancels == expected.ignored_cancels
@@ -115,11 +124,7 @@ def test_a_retention_forgets_the_same_ids_whether_the_seen_ids_travel_in_the_sna
         outcomes: list[OutcomeRow] = []
         quarantine = []
         lingered = 0
-        i = 0
-        while i < len(events):
-            j = min(len(events), i + rng.randrange(1, 120))
-            while j < len(events) and events[j].ts_ms == events[j - 1].ts_ms:
-                j += 1
+        for i, j in micro_batches(events, rng, 120):
             resolver.apply(events[i:j])
             done, dupes = resolver.drain()
             outcomes.extend(done)
@@ -130,7 +135,6 @@ def test_a_retention_forgets_the_same_ids_whether_the_seen_ids_travel_in_the_sna
             lingered += len(snapshot[-1])
             resolver = Resolver.restore(snapshot, None if with_seen else dict(log.ids))
             resolver.track_seen_changes()
-            i = j
         assert as_set(outcomes) == as_set(expected[0])
         assert quarantine == expected[1]
         assert lingered > 0, "no id outlived its retention while pending"
