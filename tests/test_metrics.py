@@ -105,9 +105,9 @@ def test_a_spark_run_is_exported_from_its_partitions_counters() -> None:
 
     partitions = [
         PartitionStatus("key", 0, 3, 100, 99, 10, 7, 2, 1, 4, 0, {"late": 1, "unparseable": 1},
-                        {}),
+                        {}, state_bytes=700),
         PartitionStatus("op", 0, 3, 100, 98, 5, 4, 1, 0, 2, 1, {"late": 1},
-                        {"completed": 3, "expired": 3})]
+                        {"completed": 3, "expired": 3}, state_bytes=5_000)]
     result = SparkRunResult(rows_in=15, rows_applied=11, quarantined=3, held=1, pending=6,
                             ignored_cancels=1, release_ms=100, batches=3, seconds=1.0,
                             partitions=partitions)
@@ -116,6 +116,7 @@ def test_a_spark_run_is_exported_from_its_partitions_counters() -> None:
     value = registry.get_sample_value
     assert value("tickwheel_pipeline_rows_in_total", {"pipeline": "spark"}) == 15
     assert value("tickwheel_pipeline_held", {"pipeline": "spark"}) == 1
+    assert value("tickwheel_pipeline_state_bytes", {"pipeline": "spark"}) == 5_700
     assert value("tickwheel_pipeline_quarantined_total",
                  {"pipeline": "spark", "reason": "late"}) == 2
     assert value("tickwheel_pipeline_outcomes_total",

@@ -516,7 +516,7 @@ class _SparkCounts:
     def __init__(self, spark_engine: SparkEngine) -> None:
         self.engine = spark_engine
         self.rows_in = self.rows_applied = self.ignored_cancels = 0
-        self.pending = self.held = self.batches = 0
+        self.pending = self.held = self.batches = self.state_bytes = 0
         self.release_ms: int | None = None
         self._by_reason: dict[str, int] = {}
         self._by_outcome: dict[str, int] = {}
@@ -527,6 +527,7 @@ class _SparkCounts:
         self.ignored_cancels, self.pending, self.held = (
             result.ignored_cancels, result.pending, result.held)
         self.batches, self.release_ms = result.batches, result.release_ms
+        self.state_bytes = result.state_bytes
         self._by_reason = result.quarantined_by_reason()
         self._by_outcome = result.outcomes_by_outcome()
 

@@ -232,7 +232,8 @@ class TickwheelCollector(Collector):
                           "run)"),
              ("held", "Rows read but not applied yet (time has not passed them)"),
              ("batches", "Batches run (follow mode)"),
-             ("lag_ms", "How far time stands behind the wall clock (follow mode)")],
+             ("lag_ms", "How far time stands behind the wall clock (follow mode)"),
+             ("state_bytes", "Bytes of state saved at the last batch")],
             [])
         quarantined = CounterMetricFamily("tickwheel_pipeline_quarantined",
                                           "Rows quarantined, by reason",
@@ -245,7 +246,7 @@ class TickwheelCollector(Collector):
             values = {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
                       "ignored_cancels": r.ignored_cancels, "pending": r.pending,
                       "held": held}
-            for gauge in ("batches", "lag_ms"):  # a service's, in follow mode
+            for gauge in ("batches", "lag_ms", "state_bytes"):  # a service's, in follow mode
                 value = getattr(r, gauge, None)
                 if value is not None:
                     values[gauge] = value

@@ -494,6 +494,27 @@ def test_seen_op_ids_survive_a_restart_through_their_log_not_the_state(
     assert state_bytes < 20_000
 
 
+def test_the_state_bytes_counted_are_those_on_disk_after_each_batch_and_a_restart(
+        tmp_path: Path, inbox: Path) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock, dedupe_retention_ms=500)
+    checkpoint = tmp_path / "out" / "_checkpoint"
+
+    def on_disk() -> int:
+        return (checkpoint / "state").stat().st_size + (checkpoint / "seen.log").stat().st_size
+
+    land(inbox, "a.jsonl", [watch(1_000 + i, f"op{i}", 5_000) for i in range(300)])
+    clock.ms = 1_400
+    follower.step()
+    pending = follower.counts().state_bytes
+    assert pending == on_disk()
+    clock.ms = 6_100  # all 300 expire
+    follower.step()
+    resolved = follower.counts().state_bytes
+    assert resolved == on_disk() and resolved < pending
+    assert engine(tmp_path, clock, dedupe_retention_ms=500).counts().state_bytes == resolved
+
+
 def test_a_state_that_tickwheel_did_not_write_is_refused_by_name(tmp_path: Path,
                                                                  inbox: Path) -> None:
     engine(tmp_path, None).step()

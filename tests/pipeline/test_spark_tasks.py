@@ -161,6 +161,31 @@ def _duplicates(processor: Any, frame: pd.DataFrame) -> list[str]:
         if reason == "duplicate_op_id")
 
 
+def test_a_partitions_status_counts_the_bytes_its_state_and_seen_log_hold() -> None:
+    handle = _Handle()
+    here, there = _processor(handle), _processor(handle)
+
+    def state_bytes(processor: Any, op_id: str, ts: int) -> int:
+        (out,) = processor.handleInputRows(
+            (0,), iter([_op_frame([_watch(op_id, ts)], ts + 1)]), None)
+        status = json.loads(out["status"].tolist()[0])  # its own, then stage 1's passed on
+        assert status["stage"] == "op"
+        saved = len(handle.values["snapshot"].get()[0])
+        chunks = sum(len(chunk) for (chunk,) in handle.lists["seen"].items)
+        assert status["state_bytes"] == saved + chunks
+        return int(status["state_bytes"])
+
+    first = state_bytes(here, "a", 1_000)  # a new partition
+    kept = copy.copy(_tasks._kept)
+    _tasks._kept.clear()
+    second = state_bytes(there, "b", 1_100)  # read from the state
+    _tasks._kept.clear()
+    _tasks._kept.update(kept)
+    third = state_bytes(here, "c", 1_200)  # an older copy, caught up
+    assert 0 < first < second < third
+    assert len(handle.lists["seen"].items) == 3
+
+
 def test_a_worker_back_on_a_partition_catches_its_seen_ids_up_from_the_later_chunks(
         applied_seen_chunks: list[bytes]) -> None:
     handle = _Handle()

@@ -10,8 +10,10 @@ engine has run its first batch, then ``minutes`` of running:
   for a completion, an error or a cancel (when the row that resolved it was stamped);
 - at each minute, from the engine's metrics endpoint (on loopback) and ``/proc``: the
   operations pending, the rows held, how far time stands behind the wall clock, the
-  checkpoint's size on disk, and the resident memory of the engine's process, of
-  Spark's JVM and of Spark's Python workers (the engine's other descendants);
+  state's size as the engine last saved it and the checkpoint's size on disk (which
+  adds what the store retains of earlier versions), and the resident memory of the
+  engine's process, of Spark's JVM and of Spark's Python workers (the engine's other
+  descendants);
 - the micro-batches' backlog: how far behind the wall clock the last batch's clock
   stands at the end (a growing backlog shows as a growing lag).
 
@@ -45,6 +47,7 @@ class Minute:
     held: float
     lag_ms: float
     state_mb: float
+    checkpoint_mb: float
     engine_rss_mb: float
     jvm_rss_mb: float
     workers_rss_mb: float
@@ -216,6 +219,7 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
                         minute, values.get("pending", float("nan")),
                         values.get("held", float("nan")),
                         values.get("lag_ms", float("nan")),
+                        values.get("state_bytes", float("nan")) / 1e6,
                         _du_mb(output / "_checkpoint"), _rss_mb(service.pid),
                         sum(_rss_mb(pid) for pid in jvms),
                         sum(_rss_mb(pid) for pid in children if pid not in jvms)))
@@ -254,15 +258,16 @@ def follow_table(runs: list[FollowRun]) -> str:
         lines.append(f"| {run.engine} | {len(run.expiry_ms):,} | {_quantiles(run.expiry_ms)} "
                      f"| {len(run.completion_ms):,} | {_quantiles(run.completion_ms)} |")
     lines += ["", "| engine | minute | expiries | their p99 ms | pending | held | lag ms "
-              "| checkpoint MB | engine RSS MB | JVM RSS MB | workers' RSS MB |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| state MB | checkpoint MB | engine RSS MB | JVM RSS MB | workers' RSS MB |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         for m in run.minutes:
             within = _expiries_in_minute(run, m.minute)
             p99 = _quantiles(within).split(" | ")[1]
             lines.append(f"| {run.engine} | {m.minute} | {len(within):,} | {p99} "
                          f"| {m.pending:,.0f} | {m.held:,.0f} "
-                         f"| {m.lag_ms:,.0f} | {m.state_mb:,.1f} | {m.engine_rss_mb:,.0f} "
+                         f"| {m.lag_ms:,.0f} | {m.state_mb:,.1f} | {m.checkpoint_mb:,.1f} "
+                         f"| {m.engine_rss_mb:,.0f} "
                          f"| {m.jvm_rss_mb:,.0f} | {m.workers_rss_mb:,.0f} |")
     return "\n".join(lines)
 

@@ -118,6 +118,7 @@ class FollowCounts:
     ignored_cancels: int = 0
     release_ms: int | None = None
     clock_ms: int | None = None
+    state_bytes: int = 0  # the state file and the seen op ids' log, as last saved
     by_reason: dict[str, int] = field(default_factory=dict)
     by_outcome: dict[str, int] = field(default_factory=dict)
 
@@ -207,6 +208,7 @@ class LocalFollowEngine:
         # pending), and the log holds their changes, batch by batch.
         self._seen_ids = SeenIds()
         self._seen_log = BatchLog(self.checkpoint_dir / "seen.log")
+        self._state_bytes = 0
         self._restore()
         self._delivery: BatchDelivery | None = None
         self._compact()
@@ -265,6 +267,7 @@ class LocalFollowEngine:
         self.keys = KeyPartition.restore(keys)
         self._seen = set(self._files_log.read(batch_id))
         self._seen_ids.apply(self._seen_log.read(batch_id))
+        self._state_bytes = len(blob) + self._seen_log_bytes()
         self.ops = OpPartition.restore(ops, self._seen_ids.ids)
         self.ops.stage.track_seen_changes()
 
@@ -311,12 +314,19 @@ class LocalFollowEngine:
         changes = self.ops.stage.take_seen_changes()
         self._seen_log.append(batch_id, changes)
         self._seen_ids.apply(changes)
-        write_bytes_atomically(marshal.dumps((_STATE_VERSION, batch_id, self.keys.snapshot(),
-                                              self.ops.snapshot(with_seen=False))),
-                               self._state_path)
+        state = marshal.dumps((_STATE_VERSION, batch_id, self.keys.snapshot(),
+                               self.ops.snapshot(with_seen=False)))
+        write_bytes_atomically(state, self._state_path)
         self.batch_id = batch_id
         if self._seen_ids.needs_rewrite():
             self._seen_log.rewrite(batch_id, self._seen_ids.rewrite())
+        self._state_bytes = len(state) + self._seen_log_bytes()
+
+    def _seen_log_bytes(self) -> int:
+        try:
+            return self._seen_log.path.stat().st_size
+        except FileNotFoundError:
+            return 0
 
     # -- running -------------------------------------------------------------------
 
@@ -457,7 +467,7 @@ class LocalFollowEngine:
             quarantined=keys.quarantined + ops.quarantined, held=keys.held + ops.held,
             pending=ops.pending, registrations=keys.pending,
             ignored_cancels=ops.ignored_cancels, release_ms=ops.release_ms,
-            by_reason=dict(sorted(by_reason.items())),
+            state_bytes=self._state_bytes, by_reason=dict(sorted(by_reason.items())),
             by_outcome=dict(sorted(ops.outcomes_by_outcome.items())))
 
     def counts(self) -> FollowCounts:

@@ -53,6 +53,9 @@ class PartitionStatus:
     ignored_cancels: int
     quarantined_by_reason: dict[str, int] = field(default_factory=dict)
     outcomes_by_outcome: dict[str, int] = field(default_factory=dict)
+    #: Bytes of the state saved after the call (an op partition's with the log of its
+    #: seen op ids), where the engine keeps it in a store; 0 where it does not say.
+    state_bytes: int = 0
 
 
 class _Partition:

@@ -30,11 +30,12 @@ class SeenLog:
     """The ids a log of chunks gives (:attr:`seen`), with how many chunks that took and
     the digest of those chunks in order."""
 
-    __slots__ = ("chunks", "digest", "seen")
+    __slots__ = ("bytes", "chunks", "digest", "seen")
 
     def __init__(self) -> None:
         self.seen = SeenIds()
         self.chunks = 0
+        self.bytes = 0  # of the chunks
         self.digest = b""
 
     @classmethod
@@ -65,12 +66,14 @@ class SeenLog:
         seen.apply(changes)
         if seen.needs_rewrite():
             blob = marshal.dumps(seen.rewrite())
-            self.chunks, self.digest = 1, _chained(b"", blob)
+            self.chunks, self.bytes, self.digest = 1, len(blob), _chained(b"", blob)
             return blob, True
         blob = marshal.dumps(changes)
         self.chunks, self.digest = self.chunks + 1, _chained(self.digest, blob)
+        self.bytes += len(blob)
         return blob, False
 
     def _apply(self, blob: bytes) -> None:
         self.seen.apply(marshal.loads(blob))
         self.chunks, self.digest = self.chunks + 1, _chained(self.digest, blob)
+        self.bytes += len(blob)

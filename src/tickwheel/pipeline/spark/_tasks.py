@@ -27,6 +27,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -286,8 +287,10 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
                         times.append(NONE)
                         blobs.append(b"")
                         made.append(encoded(rows_for_q))
-                status = status_json(part.status())  # counts the call: before saving
-                self.state.update((part.snapshot(),))
+                counted = part.status()  # counts the call: before saving
+                saved = part.snapshot()
+                self.state.update((saved,))
+                status = status_json(replace(counted, state_bytes=len(saved)))
                 _keep_partition(where, self.token, part)
                 n = len(groups)
                 frame = pd.DataFrame({
@@ -366,7 +369,9 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                         self.seen_log.put([(chunk,)])
                     else:
                         self.seen_log.appendList([(chunk,)])
-                self.state.update((part.snapshot(with_seen=False),))
+                saved = part.snapshot(with_seen=False)
+                self.state.update((saved,))
+                status = replace(status, state_bytes=len(saved) + seen.bytes)
                 _keep_partition(where, self.token, (part, seen))
                 out = output_frame(outcomes, quarantine + duplicates, [status], passed)
             yield out

@@ -114,6 +114,11 @@ class SparkRunResult:
     seconds: float
     partitions: list[PartitionStatus] = field(default_factory=list)
 
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the partitions' state as last saved, in Spark's state store."""
+        return sum(s.state_bytes for s in self.partitions)
+
     def quarantined_by_reason(self) -> dict[str, int]:
         return _summed(s.quarantined_by_reason for s in self.partitions)
 
