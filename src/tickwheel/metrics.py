@@ -246,7 +246,7 @@ class TickwheelCollector(Collector):
             values = {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
                       "ignored_cancels": r.ignored_cancels, "pending": r.pending,
                       "held": held}
-            for gauge in ("batches", "lag_ms", "state_bytes"):  # a service's, in follow mode
+            for gauge in ("batches", "lag_ms", "state_bytes"):  # where the result has them
                 value = getattr(r, gauge, None)
                 if value is not None:
                     values[gauge] = value
