@@ -51,7 +51,8 @@ def random_log(seed: int, rows: int = 1_500) -> list[str]:
         else:
             bad = rng.choice(('{"ts_ms": 1, "type": "update", "key": "k0", "value": 1.5}',
                               'not json', '[1, 2]', '{"ts_ms": "12", "type": "tick"}',
-                              '{"type": "watch"}', '{"ts_ms": 5, "type": "launch"}'))
+                              '{"type": "watch"}', '{"ts_ms": 5, "type": "launch"}',
+                              '{"ts_ms":1,"type":"cancel","op_id":"op-0","op_id":"a:b"}'))
             lines.append((ts, bad))
             continue
         # Most rows in the compact form, which travels without its text (see

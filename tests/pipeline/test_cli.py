@@ -33,7 +33,7 @@ def test_generate_run_report(tmp_path: Path) -> None:
     quarantine = read_parquet_rows(out / "quarantine")
     assert len(quarantine) == 80 and {q["reason"] for q in quarantine} <= {
         "unparseable", "missing_field", "bad_type", "unknown_type", "unknown_condition",
-        "value_and_error"}
+        "value_and_error", "duplicate_field"}
     assert outcomes and set(outcomes[0]) == {"op_id", "outcome", "resolved_ms", "latency_ms",
                                              "keys", "error"}
     assert all((o["error"] is None) == (o["outcome"] != "error") for o in outcomes)

@@ -9,6 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tickwheel.pipeline.events import compact_wire, parse_wire
 from tickwheel.pipeline.io import (
     json_lines,
     outcomes_table,
@@ -71,3 +72,46 @@ def test_valid_rows_around_poison_ones_still_resolve(tmp_path: Path) -> None:
     write_outcomes(result.outcomes, tmp_path / "outcomes")
     write_quarantine(result.quarantine, tmp_path / "quarantine")
     assert read_parquet_rows(tmp_path / "quarantine")[0]["raw"] == lines[0]
+
+
+class _Pairs(list[tuple[str, object]]):
+    """A JSON object as written: its names in order, repeats kept."""
+
+
+_NAME = st.sampled_from(["ts_ms", "type", "op_id", "k", "a:b", ":", '"', "\\", "é", "\ud800"])
+_VALUE = st.recursive(
+    st.one_of(st.integers(-3, 3), st.sampled_from(["x", "a:b", '":', "\\:", "é:", "ts_ms"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.lists(st.tuples(_NAME, inner), max_size=3).map(_Pairs)),
+    max_leaves=8)
+
+
+def _dump(value: object, ascii_only: bool, space: str) -> str:
+    if isinstance(value, _Pairs):
+        return "{" + f",{space}".join(
+            f"{json.dumps(name, ensure_ascii=ascii_only)}{space}:{space}"
+            f"{_dump(inner, ascii_only, space)}" for name, inner in value) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_dump(inner, ascii_only, space) for inner in value) + "]"
+    return json.dumps(value, ensure_ascii=ascii_only)
+
+
+def _repeats(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    if len({name for name, _ in pairs}) != len(pairs):
+        raise KeyError("repeated")
+    return dict(pairs)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_NAME, _VALUE), max_size=5).map(_Pairs), st.booleans(),
+       st.sampled_from(["", " ", "\t", "\n "]))
+def test_a_name_given_twice_anywhere_in_a_row_quarantines_it(
+        row: _Pairs, ascii_only: bool, space: str) -> None:
+    line = _dump(row, ascii_only, space)
+    try:
+        json.loads(line, object_pairs_hook=_repeats)
+        repeated = False
+    except KeyError:
+        repeated = True
+    assert (parse_wire(line)[1] == "duplicate_field") == repeated
+    assert (compact_wire(line)[1] == "duplicate_field") == repeated

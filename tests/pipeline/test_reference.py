@@ -18,8 +18,10 @@ from tickwheel.pipeline.events import (
     OutcomeKind,
     Quarantined,
     Reason,
+    compact_wire,
     parse_line,
     parse_row,
+    parse_wire,
 )
 from tickwheel.pipeline.io import json_lines, read_events, read_parquet_rows, write_outcomes
 from tickwheel.pipeline.reference import OutcomeRow, ReferenceEngine, RunResult
@@ -234,6 +236,14 @@ def test_a_dedupe_retention_bounds_the_op_ids_remembered() -> None:
     ('{"ts_ms": 1, "type": "update", "key": "\\ud800k", "value": 5}', Reason.BAD_STRING, 1),
     ('{"ts_ms": 1, "type": "update", "key": "k", "error": "\\udc80"}', Reason.BAD_STRING, 1),
     ('{"ts_ms": 1, "type": "cancel", "op_id": "\\ud800"}', Reason.BAD_STRING, 1),
+    # A name given twice: JSON readers disagree on which value counts, so none does.
+    ('{"ts_ms": 1, "type": "cancel", "op_id": "a", "op_id": "b"}', Reason.DUPLICATE_FIELD, 1),
+    ('{"ts_ms": 1, "ts_ms": 2, "type": "tick"}', Reason.DUPLICATE_FIELD, None),
+    ('{"ts_ms": 1, "type": "cancel", "op_id": "a:b", "\\u006fp_id": "a:b"}',
+     Reason.DUPLICATE_FIELD, 1),
+    ('{"ts_ms": 1, "type": "watch", "op_id": "o", "keys": ["k"], "deadline_ms": 9, '
+     '"condition": "all_at_least", "targets": {"k": 1, "k": 2}}', Reason.DUPLICATE_FIELD, 1),
+    ('{"ts_ms": 1, "type": "tick", "extra": [{"x": 1, "x": 1}]}', Reason.DUPLICATE_FIELD, 1),
 ])
 def test_malformed_rows_are_quarantined_with_a_reason(line: str, reason: Reason,
                                                       ts: int | None) -> None:
@@ -265,6 +275,26 @@ def test_well_formed_rows_parse_to_events_with_every_field_in_its_place() -> Non
         assert type(event) is Event
         assert event == expected
         assert event._asdict() == expected._asdict()
+
+
+@pytest.mark.parametrize("line", [
+    '{"ts_ms":1,"type":"watch","op_id":"o","keys":["host:9092"],"deadline_ms":9,'
+    '"condition":"any_update"}',
+    '{"ts_ms":1,"type":"update","key":"a:b:c","value":2,"note":{"a":"x:y","b":[{":":1}]}}',
+    '{"ts_ms":1,"type":"cancel","op_id":"a","op_id":"a"}',
+    '{"ts_ms":1,"type":"tick","x":{"y":{"z":":","z":":"}}}',
+])
+def test_every_parser_agrees_on_names_given_twice_and_colons_in_strings(line: str) -> None:
+    # The check counts colons first: a colon inside a string must not refuse a row,
+    # and a repeat hidden beside such colons must not pass.
+    repeated = line.count('"op_id"') == 2 or line.count('"z"') == 2
+    parsed = parse_line(line)
+    assert (type(parsed) is Quarantined) == repeated
+    if repeated:
+        assert parse_wire(line) == compact_wire(line) == (line, "duplicate_field", 1)
+    else:  # the same fields; compact_wire may leave the raw line out
+        wire, compact = parse_wire(line), compact_wire(line)
+        assert type(parsed) is Event and wire[:2] + wire[3:] == compact[:2] + compact[3:]
 
 
 def test_escaped_surrogate_pairs_and_non_ascii_text_parse() -> None:

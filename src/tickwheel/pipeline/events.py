@@ -83,6 +83,9 @@ class Reason(enum.Enum):
     # A string with a lone surrogate ("\ud800" is valid JSON): no UTF-8 output can
     # hold it, and it would fail the whole run where the outcome is written.
     BAD_STRING = "bad_string"
+    # An object that names a field twice: JSON leaves its meaning to the reader (json
+    # and orjson keep the last value, other readers the first or neither).
+    DUPLICATE_FIELD = "duplicate_field"
 
 
 class OutcomeKind(enum.Enum):
@@ -221,6 +224,9 @@ def parse_wire(line: str) -> Wire:
     row = _object(line)
     if row is None:
         return (line, Reason.UNPARSEABLE.value, None)
+    refused = _repeated_name(line, row)
+    if refused is not None:
+        return refused
     return _wire(row, line)
 
 
@@ -231,6 +237,63 @@ def _object(line: str) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return row if isinstance(row, dict) else None
+
+
+def _strings(row: dict[str, Any]) -> int:
+    """How many strings a decoded row holds, at every level: names and values."""
+    # Two isinstance calls compile to two type checks; one with a tuple of types is a
+    # call to PyObject_IsInstance (SIM101 below).
+    strings = len(row)
+    stack: list[Any] = []
+    for value in row.values():
+        if isinstance(value, str):
+            strings += 1
+        elif isinstance(value, dict) or isinstance(value, list):  # noqa: SIM101
+            stack.append(value)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            strings += len(item)
+            for value in item.values():
+                if isinstance(value, str):
+                    strings += 1
+                elif isinstance(value, dict) or isinstance(value, list):  # noqa: SIM101
+                    stack.append(value)
+        elif isinstance(item, list):
+            for value in item:
+                if isinstance(value, str):
+                    strings += 1
+                elif isinstance(value, dict) or isinstance(value, list):  # noqa: SIM101
+                    stack.append(value)
+    return strings
+
+
+def _repeated_name(line: str, row: dict[str, Any]) -> Wire | None:
+    """The quarantine of a row in which some object names a field twice, at any
+    level; None when no name is repeated."""
+    # Every string of the line, name or value, is written between two quotes, and an
+    # escape can add more. Decoding keeps one of a repeated name and drops the value
+    # given first, so a line with as many quotes as twice the decoded row's strings
+    # repeats no name; a row is read a second time only when it holds an escaped
+    # quote or repeats a name.
+    if line.count('"') == 2 * _strings(row):
+        return None
+    objects: list[list[tuple[str, Any]]] = []
+
+    def keep(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        objects.append(pairs)
+        return {}
+
+    try:
+        json.loads(line, object_pairs_hook=keep)
+    except (ValueError, RecursionError):
+        return (line, Reason.UNPARSEABLE.value, None)  # as _object would have said
+    if all(len({name for name, _ in pairs}) == len(pairs) for pairs in objects):
+        return None
+    # The outermost object closes last. Its ts_ms is known if it is named once.
+    stamps = [value for name, value in objects[-1] if name == "ts_ms"]
+    ts = stamps[0] if len(stamps) == 1 and _is_long(stamps[0]) else None
+    return (line, Reason.DUPLICATE_FIELD.value, ts)
 
 
 def compact_wire(line: str) -> Wire:
@@ -250,13 +313,17 @@ def compact_wire(line: str) -> Wire:
     # Built without the text, and rebuilt with it only where it is needed, so that
     # well-formed rows are not copied.
     fields = _wire(row, None)
-    if len(fields) == 3:  # malformed
-        return (line, fields[1], fields[2])
     # ASCII without a backslash: no string in the row needed an escape, so no
     # encoder would write it differently (control characters cannot appear unescaped
-    # in a line that parsed).
-    if line.isascii() and "\\" not in line and canonical_line(fields) == line:
+    # in a line that parsed). A canonical line names each field once.
+    if (len(fields) != 3 and line.isascii() and "\\" not in line
+            and canonical_line(fields) == line):
         return fields
+    refused = _repeated_name(line, row)
+    if refused is not None:
+        return refused
+    if len(fields) == 3:  # malformed
+        return (line, fields[1], fields[2])
     return (fields[0], fields[1], line, *fields[3:])
 
 

@@ -261,6 +261,7 @@ _MALFORMED = [
     '{"ts_ms": 5, "type": "update", "key": "k", "value": 1, "error": "E"}',
     '{"ts_ms": 5, "type": "watch", "op_id": "x", "keys": ["k"], "deadline_ms": 9, '
     '"condition": "eventually"}',
+    '{"ts_ms": 5, "type": "cancel", "op_id": "x", "op_id": "y"}',
 ]
 _MALFORMED_SET = frozenset(_MALFORMED)
 
