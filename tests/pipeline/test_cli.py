@@ -489,6 +489,21 @@ def test_a_symlink_out_of_the_input_directory_is_skipped(tmp_path: Path) -> None
     assert len(raws) > 0  # the link inside is followed: its rows are duplicates
 
 
+def test_a_symlink_that_leads_nowhere_is_skipped(tmp_path: Path) -> None:
+    source, out = _generated(tmp_path, events=500), tmp_path / "out"
+    (source / "zz-loop.jsonl").symlink_to(source / "zz-loop.jsonl")
+    (source / "zz-gone.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    for link in ("zz-loop.jsonl", "zz-gone.jsonl"):
+        (source / link).unlink()
+    result = runner.invoke(app, ["run", "--input", str(source), "--output",
+                                 str(tmp_path / "without")])
+    assert result.exit_code == 0, result.output
+    assert read_parquet_rows(out / "outcomes") == read_parquet_rows(tmp_path / "without" /
+                                                                    "outcomes")
+
+
 def test_the_scaling_benchmark_reports_each_partition_count(
         capsys: pytest.CaptureFixture[str]) -> None:
     from tickwheel.bench.__main__ import main as bench_main

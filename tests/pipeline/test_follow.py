@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -113,6 +114,24 @@ def test_a_file_is_read_once_however_many_batches_run(tmp_path: Path, inbox: Pat
     second = follower.step()
     assert second is not None and (second.files, second.rows) == (1, 1)
     assert outcomes(tmp_path / "out") == [("op", "expired", 1_050, 50, ("k",), None)]
+
+
+def test_a_file_that_lands_with_an_undecodable_name_is_skipped_with_one_warning(
+        tmp_path: Path, inbox: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Refused before any work (a command line's input), but a service that is
+    # running keeps running: the file waits, logged, until it is renamed.
+    follower = engine(tmp_path, None)
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_050)])
+    follower.step()
+    bad = inbox / os.fsdecode(b"b\xff.jsonl")
+    bad.write_text(watch(1_200, "later", 5_000) + "\n")
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
+        assert follower.step() is None and follower.step() is None
+    assert [r.getMessage() for r in caplog.records].count(
+        f"skipping input file {str(bad)!r}: its name is not valid UTF-8: rename it") == 1
+    bad.rename(inbox / "b.jsonl")
+    batch = follower.step()
+    assert batch is not None and (batch.files, batch.rows) == (1, 1)
 
 
 # -- time passes without input --------------------------------------------------------

@@ -45,6 +45,22 @@ def test_each_input_file_is_numbered_once_in_name_order(tmp_path: Path) -> None:
     assert inputs.files(2, 3) == [str(inbox / "c.jsonl")]
 
 
+def test_a_file_landing_with_an_undecodable_name_waits_until_it_is_renamed(
+        tmp_path: Path) -> None:
+    # The engine refuses such a name before any work; one landing while it runs is
+    # skipped instead of stopping the query.
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl")
+    inputs = InputLog(inbox, checkpoint)
+    assert inputs.publish() == 1
+    bad = inbox / os.fsdecode(b"b\xff.jsonl")
+    bad.write_text('{"ts_ms":1,"type":"tick"}\n')
+    assert inputs.publish() == 0
+    bad.rename(inbox / "b.jsonl")
+    assert inputs.publish() == 1
+    assert inputs.files(1, 2) == [str(inbox / "b.jsonl")]
+
+
 def test_a_restart_numbers_nothing_again_and_never_reuses_a_number(tmp_path: Path) -> None:
     inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
     _land(inbox, "a.jsonl", "b.jsonl")

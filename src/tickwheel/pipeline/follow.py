@@ -194,6 +194,7 @@ class LocalFollowEngine:
         self.dedupe_retention_ms = dedupe_retention_ms
         self.clock = clock
         self.sink = sink
+        self._skipped: set[str] = set()  # input files skipped (see input_files)
         self._settle_checkpoint()
         output_dir.mkdir(parents=True, exist_ok=True)
         write_bytes_atomically(json.dumps({"checkpoint": checkpoint_id(checkpoint)}).encode(),
@@ -293,7 +294,7 @@ class LocalFollowEngine:
         # The clock first: a file listed after it was written after it too, so its rows
         # are late only if they waited longer than the lateness bound to land.
         clock_ms = None if self.clock is None else self.clock()
-        listed = {path.name for path in input_files(self.input_dir)}
+        listed = {path.name for path in input_files(self.input_dir, skipped=self._skipped)}
         self._compact_files_log(listed)
         names = sorted(listed - self._seen)
         if not names and not self._clock_moves(clock_ms):

@@ -83,31 +83,53 @@ def _pyarrow() -> Any:
     return pa, pq
 
 
-def input_files(directory: Path) -> list[Path]:
+def input_files(directory: Path, *, skipped: set[str] | None = None) -> list[Path]:
     """The input files of ``directory``, in name order, as both engines read them.
 
     A symlink is followed only while it points inside ``directory``: one that leads
-    elsewhere is skipped (and logged), so an input directory never copies a file from
-    outside it into the quarantine. A name that is not valid UTF-8 raises
-    :class:`InputError` (Hadoop's listing would skip it silently)."""
+    elsewhere, or to nothing (dangling, or a loop), is skipped and logged, so an input
+    directory never copies a file from outside it into the quarantine. A name that is
+    not valid UTF-8 raises :class:`InputError` (refused before any work), unless
+    ``skipped`` is given: a running service's listing skips such a file instead of
+    stopping, and logs each name it skips once while the name stays: ``skipped``
+    holds the names skipped at the last listing."""
     if not directory.is_dir():
         raise FileNotFoundError(f"input directory {directory} does not exist")
     root = directory.resolve()
     files = []
+    skipping: set[str] = set()
     for path in sorted(directory.iterdir()):
         name = path.name
         if path.suffix not in SUFFIXES or name.startswith((".", "_")):
             continue
         if not is_utf8(name):  # undecodable bytes come as lone surrogates
-            raise InputError(f"input file name {name!r} in {directory} is not valid UTF-8: "
-                             "rename it")
-        if path.is_symlink() and not within(path.resolve(), root):
-            log.warning("skipping %s: a symlink to %s, outside the input directory",
-                        path, path.resolve())
+            if skipped is None:
+                raise InputError(f"input file name {name!r} in {directory} is not valid "
+                                 "UTF-8: rename it")
+            _skip(path, "its name is not valid UTF-8: rename it", skipped, skipping)
             continue
+        if path.is_symlink():
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError):  # RuntimeError: a loop, before Python 3.13
+                _skip(path, "a symlink that leads to no file", skipped, skipping)
+                continue
+            if not within(target, root):
+                _skip(path, f"a symlink to {str(target)!r}, outside the input directory", skipped,
+                      skipping)
+                continue
         if path.is_file():
             files.append(path)
+    if skipped is not None:
+        skipped.clear()
+        skipped.update(skipping)
     return files
+
+
+def _skip(path: Path, why: str, skipped: set[str] | None, skipping: set[str]) -> None:
+    if skipped is None or path.name not in skipped:
+        log.warning("skipping input file %r: %s", str(path), why)
+    skipping.add(path.name)
 
 
 def check_spark_paths(directory: Path, checkpoint: Path) -> list[Path]:

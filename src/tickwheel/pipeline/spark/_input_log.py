@@ -38,6 +38,7 @@ class InputLog:
 
     def __init__(self, input_dir: Path, checkpoint_dir: Path) -> None:
         self.input_dir = input_dir
+        self._skipped: set[str] = set()  # input files skipped (see input_files)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self._log = BatchLog(checkpoint_dir / PUBLISHED_LOG)
         self.numbers: dict[str, int] = {}  # input path -> its number
@@ -53,7 +54,7 @@ class InputLog:
     def publish(self) -> int:
         """Number every input file not numbered yet, in name order; returns how many
         were new. They are in the log when this returns."""
-        listed = input_files(self.input_dir)
+        listed = input_files(self.input_dir, skipped=self._skipped)
         new: list[tuple[int, str]] = []
         for path in listed:
             text = str(path.absolute())
