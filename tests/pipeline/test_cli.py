@@ -216,6 +216,37 @@ def test_parquet_files_that_do_not_fit_the_contract_are_quarantined_not_fatal(
         '{"ts_ms": 1.5, "type": "tick"}', '{"ts_ms": 2.5, "type": "tick"}'}
 
 
+def test_parquet_maps_and_columns_that_repeat_a_name_are_quarantined_not_read_one_way(
+        tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    targets = pa.map_(pa.string(), pa.int64())
+    watch = {"ts_ms": [1], "type": ["watch"], "op_id": ["w"], "keys": [["k"]],
+             "deadline_ms": [9], "condition": ["all_at_least"]}
+    pq.write_table(pa.table({**watch, "targets": pa.array([[("k", 1)]], targets)}),
+                   source / "a-good.parquet")
+    pq.write_table(pa.table({**watch, "targets": pa.array([[("k", 1), ("k", 2)]], targets)}),
+                   source / "b-map.parquet")
+    pq.write_table(pa.table({**watch, "targets": pa.array([[1, 2]])}), source / "c-list.parquet")
+    pq.write_table(pa.Table.from_arrays([pa.array([5]), pa.array(["cancel"]), pa.array(["w"]),
+                                         pa.array(["x"])], ["ts_ms", "type", "op_id", "op_id"]),
+                   source / "d-columns.parquet")
+    (source / "e.jsonl").write_text('{"ts_ms":2,"type":"update","key":"k","value":1}\n')
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert [(o["op_id"], o["outcome"]) for o in read_parquet_rows(out / "outcomes")] == [
+        ("w", "completed")]  # the good file's watch; the others' rows never applied
+    assert sorted((q["reason"], q["ts_ms"], q["raw"])
+                  for q in read_parquet_rows(out / "quarantine")) == [
+        ("bad_type", 1, '{"condition": "all_at_least", "deadline_ms": 9, "keys": ["k"], '
+                        '"op_id": "w", "targets": [1, 2], "ts_ms": 1, "type": "watch"}'),
+        ("duplicate_field", 1, '{"ts_ms":1,"type":"watch","op_id":"w","keys":["k"],'
+                               '"deadline_ms":9,"condition":"all_at_least",'
+                               '"targets":{"k":1,"k":2}}'),
+        ("duplicate_field", 5, '{"ts_ms":5,"type":"cancel","op_id":"w","op_id":"x"}')]
+
+
 def test_a_dedupe_retention_lets_a_reused_op_id_start_a_new_operation(tmp_path: Path) -> None:
     source = tmp_path / "in"
     source.mkdir()

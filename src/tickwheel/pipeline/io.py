@@ -205,16 +205,46 @@ def parquet_events(content: bytes, name: str) -> Iterator[Event | Quarantined]:
     ``unparseable`` row whose raw text names the file."""
     pa, pq = _pyarrow()
     try:
-        table = pq.read_table(pa.BufferReader(content))
+        # ParquetFile, not read_table: the dataset layer refuses a repeated column name.
+        table = pq.ParquetFile(pa.BufferReader(content)).read()
     except (pa.ArrowException, OSError) as exc:
         yield Quarantined(f"unreadable Parquet file {name}: {exc}", Reason.UNPARSEABLE, None)
         return
-    for row in table.to_pylist():
-        targets = row.get("targets")
-        if isinstance(targets, list):  # Arrow maps arrive as (key, value) pairs
-            row["targets"] = dict(targets)
-        clean = {k: v for k, v in row.items() if v is not None}
-        yield parse_row(clean, json.dumps(clean, sort_keys=True, default=str))
+    names = table.column_names
+    # Arrow maps arrive as (key, value) pairs, and may repeat a key; a schema may
+    # repeat a column's name. Either row is read as the JSON object it would be.
+    maps = [pa.types.is_map(field.type) for field in table.schema]
+    repeated_column = len(set(names)) != len(names)
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    for values in zip(*columns, strict=True):
+        pairs: list[tuple[str, Any]] = []
+        repeated = repeated_column
+        for column, is_map, value in zip(names, maps, values, strict=True):
+            if value is None:
+                continue
+            if is_map:
+                entries = dict(value)
+                repeated = repeated or len(entries) != len(value)
+                pairs.append((column, entries if not repeated else _Pairs(value)))
+            else:
+                pairs.append((column, value))
+        if repeated:
+            yield parse_line(_object_text(pairs))  # a duplicate_field row
+        else:
+            clean = dict(pairs)
+            yield parse_row(clean, json.dumps(clean, sort_keys=True, default=str))
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """An object's (name, value) pairs in order, names repeated as given."""
+
+
+def _object_text(pairs: list[tuple[str, Any]]) -> str:
+    """JSON text of an object given as pairs, names repeated as given."""
+    return "{" + ",".join(
+        f"{json.dumps(name)}:"
+        f"{_object_text(value) if isinstance(value, _Pairs) else json.dumps(value, default=str)}"
+        for name, value in pairs) + "}"
 
 
 def outcomes_table(rows: list[OutcomeRow]) -> pa.Table:
