@@ -231,7 +231,9 @@ def test_parquet_maps_and_columns_that_repeat_a_name_are_quarantined_not_read_on
     pq.write_table(pa.Table.from_arrays([pa.array([5]), pa.array(["cancel"]), pa.array(["w"]),
                                          pa.array(["x"])], ["ts_ms", "type", "op_id", "op_id"]),
                    source / "d-columns.parquet")
-    (source / "e.jsonl").write_text('{"ts_ms":2,"type":"update","key":"k","value":1}\n')
+    pq.write_table(pa.table({**watch, "targets": pa.array(
+        [[(["k"], 1)]], pa.map_(pa.list_(pa.string()), pa.int64()))}), source / "e-keys.parquet")
+    (source / "f.jsonl").write_text('{"ts_ms":2,"type":"update","key":"k","value":1}\n')
     out = tmp_path / "out"
     result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
     assert result.exit_code == 0, result.output
@@ -241,6 +243,8 @@ def test_parquet_maps_and_columns_that_repeat_a_name_are_quarantined_not_read_on
                   for q in read_parquet_rows(out / "quarantine")) == [
         ("bad_type", 1, '{"condition": "all_at_least", "deadline_ms": 9, "keys": ["k"], '
                         '"op_id": "w", "targets": [1, 2], "ts_ms": 1, "type": "watch"}'),
+        ("bad_type", 1, '{"condition": "all_at_least", "deadline_ms": 9, "keys": ["k"], '
+                        '"op_id": "w", "targets": [[["k"], 1]], "ts_ms": 1, "type": "watch"}'),
         ("duplicate_field", 1, '{"ts_ms":1,"type":"watch","op_id":"w","keys":["k"],'
                                '"deadline_ms":9,"condition":"all_at_least",'
                                '"targets":{"k":1,"k":2}}'),

@@ -219,15 +219,18 @@ def parquet_events(content: bytes, name: str) -> Iterator[Event | Quarantined]:
     for values in zip(*columns, strict=True):
         pairs: list[tuple[str, Any]] = []
         repeated = repeated_column
-        for column, is_map, value in zip(names, maps, values, strict=True):
-            if value is None:
+        for column, is_map, cell in zip(names, maps, values, strict=True):
+            if cell is None:
                 continue
-            if is_map:
-                entries = dict(value)
-                repeated = repeated or len(entries) != len(value)
-                pairs.append((column, entries if not repeated else _Pairs(value)))
-            else:
-                pairs.append((column, value))
+            # A map whose keys are not all strings is no JSON object: left as its
+            # pairs, it is a bad type where an object is due (targets).
+            value = cell
+            if is_map and all(isinstance(key, str) for key, _ in cell):
+                value = dict(cell)
+                if len(value) != len(cell):
+                    repeated = True
+                    value = _Pairs(cell)
+            pairs.append((column, value))
         if repeated:
             yield parse_line(_object_text(pairs))  # a duplicate_field row
         else:
