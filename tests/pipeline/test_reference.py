@@ -322,12 +322,16 @@ def test_a_row_parses_as_the_json_module_decodes_it(fields: dict[str, object], m
     line = json.dumps(fields, allow_nan=True)
     if mangle:
         line = line[: len(line) // 2] + garbage
+    names: list[list[str]] = []
     try:
-        decoded = json.loads(line)
+        decoded = json.loads(line, object_pairs_hook=lambda pairs: (
+            names.append([name for name, _ in pairs]) or dict(pairs)))
     except (ValueError, RecursionError):
         decoded = None
     parsed = parse_line(line)
-    if isinstance(decoded, dict):
+    if isinstance(decoded, dict) and any(len(set(group)) != len(group) for group in names):
+        assert type(parsed) is Quarantined and parsed.reason is Reason.DUPLICATE_FIELD
+    elif isinstance(decoded, dict):
         assert parsed == parse_row(decoded, line)
     else:
         assert parsed == Quarantined(line, Reason.UNPARSEABLE, None)
