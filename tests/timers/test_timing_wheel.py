@@ -92,6 +92,24 @@ def test_no_idle_ticks_a_single_jump_flushes_only_due_buckets(clock: ManualClock
     assert t.bucket_flushes <= t.levels
 
 
+def test_buckets_due_at_one_tick_flush_finer_level_first_in_every_run() -> None:
+    # A jump over a tick at which a first-level bucket and a second-level one are both
+    # due: the finer bucket's tasks expire first, so they run first. The order once
+    # hung on the buckets' addresses, and so changed from run to run.
+    for _ in range(20):
+        clock = ManualClock(0)
+        t = TimingWheelTimer(tick_ms=1, wheel_size=256, clock=clock, executor=None)
+        ran: list[str] = []
+        clock.set(10_616)
+        t.schedule_at(11_016, ran.append, "second level, due at 11,016")  # flush at 11,008
+        clock.set(10_908)
+        t.advance_clock(0)
+        t.schedule_at(11_008, ran.append, "first level, due at 11,008")
+        clock.set(11_016)
+        t.advance_clock(0)
+        assert ran == ["first level, due at 11,008", "second level, due at 11,016"]
+
+
 def test_coarse_ticks_never_run_early_unlike_kafka(clock: ManualClock) -> None:
     # Kafka rounds the expiration down to its tick and may run up to tick_ms - 1 early.
     t = TimingWheelTimer(tick_ms=100, wheel_size=8, clock=clock, executor=None)

@@ -10,6 +10,7 @@ task, where an array sends it along one (docs/timers.md#memory).
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Final
 
 from tickwheel.timers._task import CANCELLED, TaskOwner, TimerEntry
@@ -22,6 +23,7 @@ __all__ = ["Bucket", "position"]
 #: Positions up to this are shared int objects (see :func:`position`).
 _SHARED_POSITIONS: Final = 1 << 16
 _positions: list[int] = list(range(256))
+_serials = itertools.count()
 
 
 def position(n: int) -> int:
@@ -52,13 +54,18 @@ class Bucket(TaskOwner):
     to its timer only to take that lock and keep the timer's counters exact on cancel.
     """
 
-    __slots__ = ("_tasks", "_timer", "expiration", "queued")
+    __slots__ = ("_tasks", "_timer", "expiration", "queued", "serial")
 
     def __init__(self, timer: TimerBase) -> None:
         self._tasks: list[TimerEntry] = []
         self._timer = timer
         self.expiration = 0
         self.queued = False
+        # Breaks ties in the delay queue, where an id() would make the order of two
+        # buckets due at one tick differ from run to run: a wheel's buckets are made
+        # with it, and a level is made after the levels below it, so at one tick the
+        # finer bucket, whose tasks expire first, flushes first.
+        self.serial = next(_serials)
 
     def __len__(self) -> int:
         return len(self._tasks)

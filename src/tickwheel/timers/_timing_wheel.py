@@ -126,7 +126,7 @@ class TimingWheelTimer(TimerBase):
             if placed is None:
                 return
             bucket = placed
-        heapq.heappush(self._queue, (bucket.expiration, id(bucket), bucket))
+        heapq.heappush(self._queue, (bucket.expiration, bucket.serial, bucket))
 
     def _collect(self, now_ms: int) -> tuple[list[TimerEntry], bool]:
         now_tick = now_ms // self._tick_ms
