@@ -393,6 +393,43 @@ def test_close_delivers_what_is_pending(clock: ManualClock) -> None:
     assert sorted(p.seen) == list(range(7))  # type: ignore[type-var]
 
 
+def test_close_waits_for_a_batch_a_worker_took_but_has_not_counted(
+        clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The queues are empty and nothing is in flight while a worker holds a batch it
+    # has just taken: close must still wait for that batch, not report it undelivered.
+    p = Recorder()
+    d = create_batching_dispatcher("handoff", p, max_batch_size=10, worker_count=1,
+                                   max_batching_delay_ms=0, clock=clock)
+    acceptor = d._acceptor
+    took, go_on = threading.Event(), threading.Event()
+    request_batch = acceptor.request_batch
+
+    def slow_hand(timeout_s: float) -> object:
+        batch = request_batch(timeout_s)
+        if batch is not None and batch[0].task != "warm-up":
+            took.set()
+            go_on.wait(10)
+        return batch
+
+    monkeypatch.setattr(acceptor, "request_batch", slow_hand)
+    # The worker may be waiting in the unpatched method: one batch brings it back.
+    d.process("warm-up", "warm-up", FAR)
+    assert wait_until(lambda: p.seen == ["warm-up"])
+    for i in range(5):
+        d.process(i, i, FAR)
+    assert took.wait(10)
+    assert acceptor.idle and d.stats().in_flight == 0
+    undelivered: list[int] = []
+    closing = threading.Thread(target=lambda: undelivered.append(d.close(timeout_s=10)))
+    closing.start()
+    closing.join(0.3)
+    assert closing.is_alive()  # still waiting for the batch in the worker's hands
+    go_on.set()
+    closing.join(10)
+    assert undelivered == [0] and p.seen == ["warm-up", 0, 1, 2, 3, 4]
+    assert d.stats().late == 0
+
+
 def test_close_reports_what_it_could_not_deliver_and_refuses_new_tasks(
         clock: ManualClock) -> None:
     p = Recorder([ProcessingResult.CONGESTION] * 100)

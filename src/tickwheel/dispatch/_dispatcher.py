@@ -14,7 +14,7 @@ from tickwheel._histogram import HistogramSnapshot
 from tickwheel._validate import check_delay_ms, check_positive_int, check_timeout
 from tickwheel.dispatch._acceptor import AcceptorExecutor
 from tickwheel.dispatch._shaper import TrafficShaper
-from tickwheel.dispatch._types import DispatcherClosed, TaskProcessor
+from tickwheel.dispatch._types import DispatcherClosed, ProcessingResult, TaskProcessor
 from tickwheel.dispatch._workers import WorkerPool
 
 __all__ = [
@@ -118,8 +118,7 @@ class TaskDispatcher(Generic[T]):
             self._closed = True
         deadline = time.monotonic() + timeout
         self._acceptor.flush()
-        while time.monotonic() < deadline and not (self._acceptor.idle
-                                                    and self._workers.in_flight == 0):
+        while time.monotonic() < deadline and self._unsettled() > 0:
             time.sleep(0.002)
         # The acceptor thread runs no user code: it stops within a pass.
         self._acceptor.stop(max(0.05, deadline - time.monotonic()))
@@ -131,6 +130,16 @@ class TaskDispatcher(Generic[T]):
             log.warning("dispatcher %s closed with %d tasks undelivered (%d queued, %d "
                         "inside the processor)", self.name, held + in_flight, held, in_flight)
         return held + in_flight
+
+    def _unsettled(self) -> int:
+        """Accepted tasks not yet at an end: delivered, dropped by the processor,
+        expired, overridden or dropped on overflow. Counted, not seen in the queues: a
+        batch a worker has taken but not yet counted as in flight is in no queue, and
+        a close that looked at the queues took it for done."""
+        a, w = self._acceptor, self._workers
+        accepted = a.accepted  # first: the ends only grow while this reads them
+        return accepted - (w.task_results[ProcessingResult.SUCCESS] + w.dropped + a.expired
+                           + a.overridden + a.queue_overflows)
 
     def __enter__(self) -> TaskDispatcher[T]:
         return self
