@@ -32,6 +32,7 @@ from tickwheel.pipeline.generator import (
 )
 from tickwheel.pipeline.io import (
     DEFAULT_CHECKPOINT,
+    SUFFIXES,
     InputError,
     OutputDirError,
     check_spark_paths,
@@ -121,6 +122,18 @@ def generate(
     if output.exists() and not output.is_dir():
         console.print(f"[red]--output {output} exists and is not a directory[/red]")
         raise typer.Exit(2)
+    if not follow and output.is_dir():
+        # Files of an earlier log would be read with this one, and its own names would
+        # replace some of them: refused, as Spark's writers refuse an existing output.
+        # A live log's files are named by time, so a restarted --follow carries on.
+        held = sorted(p.name for p in output.iterdir()
+                      if p.suffix in SUFFIXES and not p.name.startswith((".", "_")))
+        if held:
+            shown = ", ".join(repr(name) for name in held[:3])
+            console.print(f"[red]--output {output} already holds {len(held)} input files "
+                          f"({shown}{', ...' if len(held) > 3 else ''}): give an empty or "
+                          "new directory[/red]")
+            raise typer.Exit(2)
     if follow:
         _generate_live(GeneratorConfig(seed=seed, malformed_fraction=malformed,
                                        disorder_ms=disorder_ms), output, rate, file_ms)

@@ -164,6 +164,22 @@ def test_generate_refuses_an_output_that_is_a_file(tmp_path: Path) -> None:
     assert target.read_text() == "keep me\n"
 
 
+def test_generate_refuses_a_directory_that_holds_a_log_already(tmp_path: Path) -> None:
+    # Regenerating a smaller log over a larger one would leave a mix of both.
+    target = tmp_path / "events"
+    assert runner.invoke(app, ["generate", "--events", "300", "--rows-per-file", "100",
+                               "--output", str(target)]).exit_code == 0
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    result = runner.invoke(app, ["generate", "--events", "100", "--seed", "2",
+                                 "--output", str(target)])
+    assert result.exit_code == 2 and "already holds 3 input files" in result.output
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / ".hidden.jsonl.tmp").write_text("")
+    assert runner.invoke(app, ["generate", "--events", "10", "--output",
+                               str(tmp_path / "other")]).exit_code == 0
+
+
 def test_a_benchmarks_help_is_its_own() -> None:
     result = runner.invoke(app, ["bench", "timers", "--help"])
     assert result.exit_code == 0 and "--workloads" in result.output
