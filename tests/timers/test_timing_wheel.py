@@ -94,8 +94,8 @@ def test_no_idle_ticks_a_single_jump_flushes_only_due_buckets(clock: ManualClock
 
 def test_buckets_due_at_one_tick_flush_finer_level_first_in_every_run() -> None:
     # A jump over a tick at which a first-level bucket and a second-level one are both
-    # due: the finer bucket's tasks expire first, so they run first. The order once
-    # hung on the buckets' addresses, and so changed from run to run.
+    # due: the finer bucket's tasks expire first, so they run first, in every run and
+    # whatever the buckets' addresses (20 timers, each allocated anew).
     for _ in range(20):
         clock = ManualClock(0)
         t = TimingWheelTimer(tick_ms=1, wheel_size=256, clock=clock, executor=None)

@@ -134,8 +134,7 @@ class TaskDispatcher(Generic[T]):
     def _unsettled(self) -> int:
         """Accepted tasks not yet at an end: delivered, dropped by the processor,
         expired, overridden or dropped on overflow. Counted, not seen in the queues: a
-        batch a worker has taken but not yet counted as in flight is in no queue, and
-        a close that looked at the queues took it for done."""
+        batch a worker has taken but not yet counted as in flight is in no queue."""
         a, w = self._acceptor, self._workers
         accepted = a.accepted  # first: the ends only grow while this reads them
         return accepted - (w.task_results[ProcessingResult.SUCCESS] + w.dropped + a.expired
