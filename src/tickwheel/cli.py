@@ -32,12 +32,12 @@ from tickwheel.pipeline.generator import (
 )
 from tickwheel.pipeline.io import (
     DEFAULT_CHECKPOINT,
-    SUFFIXES,
     InputError,
     OutputDirError,
     check_spark_paths,
     checkpoint_id,
     input_files,
+    is_input_name,
     prepare_output,
     read_events,
     read_parquet_rows,
@@ -126,8 +126,7 @@ def generate(
         # Files of an earlier log would be read with this one, and its own names would
         # replace some of them: refused, as Spark's writers refuse an existing output.
         # A live log's files are named by time, so a restarted --follow carries on.
-        held = sorted(p.name for p in output.iterdir()
-                      if p.suffix in SUFFIXES and not p.name.startswith((".", "_")))
+        held = sorted(p.name for p in output.iterdir() if is_input_name(p.name))
         if held:
             shown = ", ".join(repr(name) for name in held[:3])
             console.print(f"[red]--output {output} already holds {len(held)} input files "

@@ -148,12 +148,6 @@ class AcceptorExecutor:
     def pending_size(self) -> int:
         return len(self._pending)
 
-    @property
-    def idle(self) -> bool:
-        """Nothing queued, pending or handed out but not yet taken by a worker."""
-        return not (self._acceptor_queue or self._reprocess_queue or self._pending
-                    or not self._batch_queue.empty() or not self._single_queue.empty())
-
     # -- lifecycle -----------------------------------------------------------------------
 
     def flush(self) -> None:

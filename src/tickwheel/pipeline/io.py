@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["HADOOP_GLOB_CHARS", "InputError", "OutputDirError", "check_spark_paths",
-           "checkpoint_id", "input_files", "json_lines", "outcomes_table",
+           "checkpoint_id", "input_files", "is_input_name", "json_lines", "outcomes_table",
            "output_owner", "parquet_events", "prepare_output", "quarantine_table", "read_events",
            "read_parquet_rows", "within", "write_atomically", "write_outcomes",
            "write_quarantine"]
@@ -83,6 +83,12 @@ def _pyarrow() -> Any:
     return pa, pq
 
 
+def is_input_name(name: str) -> bool:
+    """Whether the engines read a file so named: a log's suffix, and not hidden (a file
+    being written is renamed into place from a hidden name)."""
+    return name.endswith(SUFFIXES) and not name.startswith((".", "_"))
+
+
 def input_files(directory: Path, *, skipped: set[str] | None = None) -> list[Path]:
     """The input files of ``directory``, in name order, as both engines read them.
 
@@ -100,7 +106,7 @@ def input_files(directory: Path, *, skipped: set[str] | None = None) -> list[Pat
     skipping: set[str] = set()
     for path in sorted(directory.iterdir()):
         name = path.name
-        if path.suffix not in SUFFIXES or name.startswith((".", "_")):
+        if not is_input_name(name):
             continue
         if not is_utf8(name):  # undecodable bytes come as lone surrogates
             if skipped is None:
