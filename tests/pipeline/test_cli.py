@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tickwheel.cli import app
+from tickwheel.pipeline.events import MAX_ROW_CHARS, TOO_LONG_KEPT_CHARS
 from tickwheel.pipeline.io import read_parquet_rows
 
 runner = CliRunner()
@@ -200,6 +201,8 @@ def test_both_engines_write_the_same_outputs(spark: object, tmp_path: Path) -> N
     (tmp_path / "secret.jsonl").write_text("root:x:0:0\n")
     (events / "zz-out.jsonl").symlink_to(tmp_path / "secret.jsonl")
     (events / "zz-in.jsonl").symlink_to(events / "events-00001.jsonl")
+    with (events / "events-00002.jsonl").open("a") as log:
+        log.write('{"ts_ms": 1, "type": "tick", "pad": "' + "x" * MAX_ROW_CHARS + '"}\n')
     outputs = {}
     for engine in ("local", "spark"):
         out = tmp_path / engine
@@ -212,6 +215,8 @@ def test_both_engines_write_the_same_outputs(spark: object, tmp_path: Path) -> N
     assert outputs["spark"] == outputs["local"]
     outcomes, quarantine = outputs["local"]
     assert len(outcomes) > 1000 and len(quarantine) > 30  # the inside link's rows came twice
+    assert [row[0][:37] for row in quarantine if row[1] == "too_long"] == [
+        '{"ts_ms": 1, "type": "tick", "pad": "']
     assert not any("root:x:0:0" in row[0] for row in quarantine)  # the outside one: never
 
 
@@ -222,11 +227,16 @@ def test_parquet_files_that_do_not_fit_the_contract_are_quarantined_not_fatal(
     pq.write_table(pa.table({"ts_ms": pa.array([1.5, 2.5]), "type": pa.array(["tick"] * 2)}),
                    source / "a.parquet")
     (source / "b.parquet").write_bytes(b"PAR1 but cut short")
+    pq.write_table(pa.table({"ts_ms": [3], "type": ["tick"], "pad": ["x" * MAX_ROW_CHARS]}),
+                   source / "c.parquet")
     out = tmp_path / "out"
     result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
     assert result.exit_code == 0, result.output
     quarantine = read_parquet_rows(out / "quarantine")
-    assert sorted(q["reason"] for q in quarantine) == ["bad_type", "bad_type", "unparseable"]
+    assert sorted(q["reason"] for q in quarantine) == [
+        "bad_type", "bad_type", "too_long", "unparseable"]
+    assert [q["raw"] for q in quarantine if q["reason"] == "too_long"] == [
+        ('{"pad": "' + "x" * MAX_ROW_CHARS)[:TOO_LONG_KEPT_CHARS]]
     assert any(q["raw"].startswith("unreadable Parquet file b.parquet") for q in quarantine)
     assert {q["raw"] for q in quarantine if q["reason"] == "bad_type"} == {
         '{"ts_ms": 1.5, "type": "tick"}', '{"ts_ms": 2.5, "type": "tick"}'}

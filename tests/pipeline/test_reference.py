@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tickwheel.pipeline.events import (
+    MAX_ROW_CHARS,
+    TOO_LONG_KEPT_CHARS,
     Condition,
     Event,
     EventType,
@@ -285,8 +288,8 @@ def test_well_formed_rows_parse_to_events_with_every_field_in_its_place() -> Non
     '{"ts_ms":1,"type":"tick","x":{"y":{"z":":","z":":"}}}',
 ])
 def test_every_parser_agrees_on_names_given_twice_and_colons_in_strings(line: str) -> None:
-    # The check counts colons first: a colon inside a string must not refuse a row,
-    # and a repeat hidden beside such colons must not pass.
+    # A colon inside a string must not refuse a row, and a repeat beside such
+    # colons must not pass.
     repeated = line.count('"op_id"') == 2 or line.count('"z"') == 2
     parsed = parse_line(line)
     assert (type(parsed) is Quarantined) == repeated
@@ -418,19 +421,22 @@ _LINE_PARTS = [b'{"ts_ms": 1}', b"\n", b"\r\n", b"\r", b"", b"   ", b"\xff\xfe",
 
 @settings(max_examples=300, deadline=None)
 @given(parts=st.lists(st.sampled_from(_LINE_PARTS), max_size=40),
-       slice_bytes=st.integers(min_value=1, max_value=64))
+       slice_bytes=st.integers(min_value=1, max_value=64),
+       max_chars=st.integers(min_value=1, max_value=40))
 def test_a_file_held_in_memory_has_the_lines_a_file_read_from_disk_has(
-        parts: list[bytes], slice_bytes: int, tmp_path_factory: pytest.TempPathFactory,
+        parts: list[bytes], slice_bytes: int, max_chars: int,
+        tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """The Spark engine reads JSON Lines files whole and splits them in its packers;
-    the reference engine reads them from disk. Both see the same rows."""
+    """The Spark engine reads JSON Lines files in slices and splits them in its
+    packers; the reference engine reads them from disk as text. Both see the same
+    rows, long ones cut alike."""
     content = b"".join(parts)
     directory = tmp_path_factory.mktemp("lines")
     (directory / "events.jsonl").write_bytes(content)
     from_disk = [(r.raw, r.reason) if isinstance(r, Quarantined) else r
-                 for r in read_events(directory)]
-    held = [line for lines in json_lines(content, slice_bytes) for line in lines
-            if line.strip()]
+                 for r in read_events(directory, max_chars=max_chars)]
+    held = [line for lines in json_lines(content, slice_bytes, max_chars=max_chars)
+            for line in lines if line.strip()]
     from_memory = [(r.raw, r.reason) if isinstance(r, Quarantined) else r
                    for r in map(parse_line, held)]
     assert from_memory == from_disk
@@ -459,6 +465,91 @@ def test_a_stream_has_the_lines_of_its_bytes_and_is_read_a_slice_at_a_time(
     assert from_stream == [line for lines in json_lines(content, slice_bytes)
                            for line in lines]
     assert set(stream.asked) <= {slice_bytes}  # never the whole file at once
+
+
+def _lines_of(content: bytes, max_chars: int) -> list[str]:
+    """What a line is: UTF-8 with bad bytes replaced, universal newlines, each line cut
+    to max_chars + 1 characters."""
+    text = content.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if not lines[-1]:
+        lines.pop()
+    return [line[:max_chars + 1] for line in lines]
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from([*_LINE_PARTS, "\u20ac".encode() * 9, b"y" * 30]),
+                      max_size=40),
+       slice_bytes=st.integers(min_value=1, max_value=64),
+       max_chars=st.integers(min_value=1, max_value=40))
+def test_lines_are_cut_after_the_longest_row_however_the_input_is_sliced(
+        parts: list[bytes], slice_bytes: int, max_chars: int) -> None:
+    content = b"".join(parts)
+    lines = [line for chunk in json_lines(content, slice_bytes, max_chars=max_chars)
+             for line in chunk]
+    assert lines == _lines_of(content, max_chars)
+
+
+class _LongLine(io.RawIOBase):
+    """A stream of one line of ``size`` bytes, then a tick row, made as it is read."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.tail = b'\r\n{"ts_ms": 7, "type": "tick"}\n'
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if self.left:
+            n = min(size, self.left)
+            self.left -= n
+            return b"x" * n
+        out, self.tail = self.tail[:size], self.tail[size:]
+        return out
+
+
+def test_a_line_too_long_to_keep_is_read_past_in_bounded_memory(tmp_path: Path) -> None:
+    tracemalloc.start()
+    try:
+        lines = [line for chunk in json_lines(_LongLine(256 << 20), slice_bytes=1 << 20)
+                 for line in chunk]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert lines == ["x" * (MAX_ROW_CHARS + 1), '{"ts_ms": 7, "type": "tick"}']
+    assert peak < 24 << 20  # a few times the 4 MiB kept of the line, whatever its length
+    size = 128 << 20
+    (tmp_path / "big.jsonl").write_bytes(
+        b'{"ts_ms": 1, "type": "tick", "pad": "' + b"x" * size + b'"}\n'
+        b'{"ts_ms": 7, "type": "tick"}\n')
+    tracemalloc.start()
+    try:
+        rows = list(read_events(tmp_path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20  # the same, read 8 MiB at a time
+    assert isinstance(rows[0], Quarantined) and isinstance(rows[1], Event)
+    assert rows[0].reason is Reason.TOO_LONG and rows[0].ts_ms is None
+    assert rows[0].raw == '{"ts_ms": 1, "type": "tick", "pad": "' + "x" * (
+        TOO_LONG_KEPT_CHARS - 37)
+
+
+def test_a_row_longer_than_the_limit_is_quarantined_unparsed_keeping_its_start() -> None:
+    head = '{"ts_ms": 1, "type": "tick", "pad": "'
+    longest = head + "x" * (MAX_ROW_CHARS - len(head) - 2) + '"}'
+    too_long = longest[:-2] + 'x"}'
+    assert len(longest) == MAX_ROW_CHARS
+    assert type(parse_line(longest)) is Event
+    assert parse_wire(too_long) == compact_wire(too_long) == (
+        too_long[:TOO_LONG_KEPT_CHARS], "too_long", None)
+    assert parse_row(json.loads(too_long), too_long) == Quarantined(
+        too_long[:TOO_LONG_KEPT_CHARS], Reason.TOO_LONG, None)
+    result = run(f"{too_long}\n{longest}\n")
+    assert [(q.reason, len(q.raw)) for q in result.quarantine] == [
+        (Reason.TOO_LONG, TOO_LONG_KEPT_CHARS)]
+    assert result.rows_in == 2 and result.rows_applied == 1
 
 
 def test_a_line_longer_than_a_slice_comes_whole() -> None:

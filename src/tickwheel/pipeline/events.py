@@ -30,6 +30,8 @@ def _orjson_loads() -> Callable[[str], Any] | None:
 _fast_loads = _orjson_loads()
 
 __all__ = [
+    "MAX_ROW_CHARS",
+    "TOO_LONG_KEPT_CHARS",
     "Condition",
     "Event",
     "EventType",
@@ -86,6 +88,17 @@ class Reason(enum.Enum):
     # An object that names a field twice: JSON leaves its meaning to the reader (json
     # and orjson keep the last value, other readers the first or neither).
     DUPLICATE_FIELD = "duplicate_field"
+    # A row longer than MAX_ROW_CHARS, not parsed.
+    TOO_LONG = "too_long"
+
+
+#: The longest row read, in characters. A longer one is quarantined as ``too_long``
+#: unparsed, keeping its first TOO_LONG_KEPT_CHARS: one huge row would otherwise be
+#: held whole in memory, in state and in the shuffle, and a Parquet string column
+#: cannot hold one of 2 GiB. Kafka bounds a record (``message.max.bytes``, 1 MiB) and
+#: Vector's file source a line (``max_line_bytes``) for the same reasons.
+MAX_ROW_CHARS: Final = 1 << 20
+TOO_LONG_KEPT_CHARS: Final = 1024
 
 
 class OutcomeKind(enum.Enum):
@@ -215,12 +228,16 @@ def parse_line(line: str) -> Event | Quarantined:
 
 def parse_row(row: dict[str, Any], raw: str) -> Event | Quarantined:
     """A decoded row; ``raw`` is kept for the quarantine."""
+    if len(raw) > MAX_ROW_CHARS:
+        return from_wire(_too_long(raw))
     return from_wire(_wire(row, raw))
 
 
 def parse_wire(line: str) -> Wire:
     """:func:`parse_line`, straight to the wire form: the Spark engine's parsers need
     no :class:`Event` in between."""
+    if len(line) > MAX_ROW_CHARS:
+        return _too_long(line)
     row = _object(line)
     if row is None:
         return (line, Reason.UNPARSEABLE.value, None)
@@ -228,6 +245,10 @@ def parse_wire(line: str) -> Wire:
     if refused is not None:
         return refused
     return _wire(row, line)
+
+
+def _too_long(line: str) -> Wire:
+    return (line[:TOO_LONG_KEPT_CHARS], Reason.TOO_LONG.value, None)
 
 
 def _object(line: str) -> dict[str, Any] | None:
@@ -307,6 +328,8 @@ def compact_wire(line: str) -> Wire:
     and any writer's with ``separators=(",", ":")`` and the contract's field order)
     travel without it; any other line keeps its text, so a quarantined row always
     shows the line as read."""
+    if len(line) > MAX_ROW_CHARS:
+        return _too_long(line)
     row = _object(line)
     if row is None:
         return (line, Reason.UNPARSEABLE.value, None)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import (
+    MAX_ROW_CHARS,
     Event,
     Quarantined,
     Reason,
@@ -158,48 +159,84 @@ def within(path: Path, directory: Path) -> bool:
 
 
 
-def read_events(directory: Path) -> Iterator[Event | Quarantined]:
-    """Every row of every input file, in file order; blank lines are not rows."""
+def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS
+                ) -> Iterator[Event | Quarantined]:
+    """Every row of every input file, in file order; blank lines are not rows. A JSON
+    Lines file is read as :func:`json_lines` reads it, a line longer than
+    ``max_chars`` cut (a ``too_long`` row)."""
+    check_positive_int("max_chars", max_chars)
     for path in input_files(directory):
         if path.suffix == ".parquet":
             yield from parquet_events(path.read_bytes(), path.name)
         else:
-            with path.open(encoding="utf-8", errors="replace") as lines:
-                for line in lines:
-                    if line.strip():
-                        yield parse_line(line.rstrip("\n"))
+            with path.open("rb") as stream:
+                for lines in json_lines(stream, max_chars=max_chars):
+                    for line in lines:
+                        if line.strip():
+                            yield parse_line(line)
 
 
-def json_lines(source: bytes | BinaryIO, slice_bytes: int = 8 << 20) -> Iterator[list[str]]:
+def json_lines(source: bytes | BinaryIO, slice_bytes: int = 8 << 20, *,
+               max_chars: int = MAX_ROW_CHARS) -> Iterator[list[str]]:
     r"""The lines of JSON Lines input (a file's bytes, or a binary stream such as an
-    open file), read as :func:`read_events` reads a file (UTF-8 with bad bytes
-    replaced, ``\n``, ``\r\n`` and ``\r`` all end a line; blank lines included), in
-    lists covering about ``slice_bytes`` each: a stream is read that much at a time,
-    and a large file is never held or decoded whole."""
+    open file), as both engines read them: UTF-8 with bad bytes replaced; ``\n``,
+    ``\r\n`` and ``\r`` all end a line; blank lines included; a line longer than
+    ``max_chars`` cut to ``max_chars + 1`` characters. They come in lists covering
+    about ``slice_bytes`` each: a stream is read that much at a time, and a large file,
+    or a long line, is never held or decoded whole."""
     check_positive_int("slice_bytes", slice_bytes)
+    check_positive_int("max_chars", max_chars)
     stream = io.BytesIO(source) if isinstance(source, bytes) else source
-    # Blocks read since the last newline: a line longer than a block is joined once.
-    pending: list[bytes] = []
+    # A character takes at most 4 bytes: this many bytes of a line hold more than
+    # max_chars characters, and are all of a long line that is kept.
+    cap = 4 * (max_chars + 1)
+    pending: list[bytes] = []  # the unfinished line, read so far (at most cap bytes)
+    held = 0
+    dropping = False  # the unfinished line passed cap: the rest of it is not kept
+    after_cr = False  # the last block ended with \r: a \n starting this one ends no line
     while block := stream.read(slice_bytes):
-        # Cut just after a newline: a \r\n stays in one slice, and no UTF-8 sequence
-        # spans two (a newline byte is never inside one).
-        cut = block.rfind(b"\n") + 1
-        if not cut:
+        if after_cr and block.startswith(b"\n"):
+            block = block[1:]
+        after_cr = block.endswith(b"\r")
+        if dropping:
+            end = _first_line_end(block)
+            if end < 0:
+                continue
+            block = block[end:]  # from the end of the line cut, whose start is pending
+            dropping = False
+        # Cut just after a line's end: no UTF-8 sequence spans two slices (a line end
+        # is never inside one).
+        newline = block.rfind(b"\n")
+        cut = max(newline, block.rfind(b"\r", newline + 1)) + 1
+        if cut:
+            yield _decoded_lines(b"".join([*pending, block[:cut]]) if pending else block[:cut],
+                                 max_chars)
+            pending, held = [], 0
+            block = block[cut:]
+        if block:
             pending.append(block)
-            continue
-        yield _decoded_lines(b"".join([*pending, block[:cut]]) if pending else block[:cut])
-        pending = [block[cut:]] if cut < len(block) else []
+            held += len(block)
+            if held > cap:
+                pending, held, dropping = [b"".join(pending)[:cap]], cap, True
     if pending:
-        yield _decoded_lines(b"".join(pending))
+        yield _decoded_lines(b"".join(pending), max_chars)
 
 
-def _decoded_lines(content: bytes) -> list[str]:
+def _first_line_end(block: bytes) -> int:
+    """Where the first line end in ``block`` is; -1 if none."""
+    ends = [i for i in (block.find(b"\n"), block.find(b"\r")) if i >= 0]
+    return min(ends, default=-1)
+
+
+def _decoded_lines(content: bytes, max_chars: int) -> list[str]:
     text = str(content, "utf-8", "replace")
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
     if not lines[-1]:
         lines.pop()  # what follows the last newline
+    if len(text) > max_chars and max(map(len, lines), default=0) > max_chars:
+        return [line[:max_chars + 1] for line in lines]
     return lines
 
 
