@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tickwheel.cli import app
-from tickwheel.pipeline.events import MAX_ROW_CHARS, TOO_LONG_KEPT_CHARS
-from tickwheel.pipeline.io import read_parquet_rows
+from tickwheel.pipeline.events import MAX_ROW_CHARS, TOO_LONG_KEPT_CHARS, Quarantined, Reason
+from tickwheel.pipeline.io import parquet_events, read_parquet_rows
 
 runner = CliRunner()
 
@@ -240,6 +241,38 @@ def test_parquet_files_that_do_not_fit_the_contract_are_quarantined_not_fatal(
     assert any(q["raw"].startswith("unreadable Parquet file b.parquet") for q in quarantine)
     assert {q["raw"] for q in quarantine if q["reason"] == "bad_type"} == {
         '{"ts_ms": 1.5, "type": "tick"}', '{"ts_ms": 2.5, "type": "tick"}'}
+
+
+def test_a_parquet_file_is_read_a_batch_at_a_time_and_its_rows_kept_up_to_a_bad_page(
+        tmp_path: Path) -> None:
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"ts_ms": list(range(40)), "type": ["tick"] * 40}), path,
+                   row_group_size=20)
+    assert [len(rows) for rows in parquet_events(path, batch_rows=8)] == [8, 8, 4, 8, 8, 4]
+    content = bytearray(path.read_bytes())
+    page = pq.ParquetFile(path).metadata.row_group(1).column(0).data_page_offset
+    content[page:page + 8] = b"\xff" * 8  # the second row group's first page header
+    path.write_bytes(bytes(content))
+    rows = [row for batch in parquet_events(path, batch_rows=8) for row in batch]
+    assert [row.ts_ms for row in rows[:20]] == list(range(20))
+    assert len(rows) == 21 and isinstance(rows[20], Quarantined)
+    assert rows[20].reason is Reason.UNPARSEABLE
+    assert rows[20].raw.startswith("unreadable Parquet file a.parquet after 20 rows: ")
+    assert str(tmp_path) not in rows[20].raw  # the same raw text from either engine
+
+
+def test_a_large_parquet_file_is_never_held_whole_as_rows(tmp_path: Path) -> None:
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"ts_ms": list(range(50_000)), "type": ["tick"] * 50_000}), path,
+                   row_group_size=5_000)
+    tracemalloc.start()
+    try:
+        count = sum(len(rows) for rows in parquet_events(path, batch_rows=1_000))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 50_000
+    assert peak < 4 << 20  # the file's rows as Python objects take over 10 MiB
 
 
 def test_parquet_maps_and_columns_that_repeat_a_name_are_quarantined_not_read_one_way(

@@ -153,7 +153,7 @@ class FollowResult:
 def _rows_of(path: Path) -> list[Wire]:
     """A file's rows in their wire form, read as the reference engine reads them."""
     if path.suffix == ".parquet":
-        return [to_wire(row) for row in parquet_events(path.read_bytes(), path.name)]
+        return [to_wire(row) for rows in parquet_events(path) for row in rows]
     with open(path, "rb") as stream:
         return [compact_wire(line) for lines in json_lines(stream) for line in lines
                 if line.strip()]

@@ -167,7 +167,8 @@ def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS
     check_positive_int("max_chars", max_chars)
     for path in input_files(directory):
         if path.suffix == ".parquet":
-            yield from parquet_events(path.read_bytes(), path.name)
+            for rows in parquet_events(path):
+                yield from rows
         else:
             with path.open("rb") as stream:
                 for lines in json_lines(stream, max_chars=max_chars):
@@ -240,25 +241,48 @@ def _decoded_lines(content: bytes, max_chars: int) -> list[str]:
     return lines
 
 
-def parquet_events(content: bytes, name: str) -> Iterator[Event | Quarantined]:
-    """The rows of the Parquet file ``name`` holding ``content``, checked like
-    JSON rows: a null column is a missing field, and the columns' types are not coerced
-    (a double ``ts_ms`` is a ``bad_type`` row, not a read error). The raw text kept for
-    the quarantine is the row as sorted JSON. A file that is not Parquet at all is one
-    ``unparseable`` row whose raw text names the file."""
+def parquet_events(path: Path, batch_rows: int = 65_536
+                   ) -> Iterator[list[Event | Quarantined]]:
+    """The rows of the Parquet file ``path``, ``batch_rows`` at a time: a large file
+    is never held whole, only a row group's columns. Rows are checked like JSON rows:
+    a null column is a missing field, and the columns' types are not coerced (a double
+    ``ts_ms`` is a ``bad_type`` row, not a read error). The raw text kept for the
+    quarantine is the row as sorted JSON. A file that is not Parquet at all is one
+    ``unparseable`` row whose raw text names the file; one with a row group that cannot
+    be read gives the rows of the groups before it, then such a row."""
+    check_positive_int("batch_rows", batch_rows)
     pa, pq = _pyarrow()
-    try:
-        # ParquetFile, not read_table: the dataset layer refuses a repeated column name.
-        table = pq.ParquetFile(pa.BufferReader(content)).read()
-    except (pa.ArrowException, OSError) as exc:
-        yield Quarantined(f"unreadable Parquet file {name}: {exc}", Reason.UNPARSEABLE, None)
-        return
-    names = table.column_names
+    name = path.name
+    read = 0
+    # Opened here, not by path: Arrow's messages then name no path, and the raw text
+    # is the same whichever path an engine reached the file by.
+    with path.open("rb") as stream:
+        try:
+            file = pq.ParquetFile(stream)
+            schema = file.schema_arrow
+            # ParquetFile, not read_table: the dataset layer refuses a repeated column
+            # name.
+            # A row group at a time, so that the rows kept from a file that cannot be
+            # read to its end do not depend on batch_rows.
+            for group in range(file.num_row_groups):
+                table = file.read_row_group(group, use_threads=False)
+                for batch in table.to_batches(max_chunksize=batch_rows):
+                    yield list(_parquet_rows(pa, schema, batch))
+                read += table.num_rows
+        except (pa.ArrowException, OSError) as exc:
+            after = f" after {read} rows" if read else ""
+            yield [Quarantined(f"unreadable Parquet file {name}{after}: {exc}",
+                               Reason.UNPARSEABLE, None)]
+
+
+def _parquet_rows(arrow: Any, schema: pa.Schema, batch: pa.RecordBatch
+                  ) -> Iterator[Event | Quarantined]:
+    names = schema.names
     # Arrow maps arrive as (key, value) pairs, and may repeat a key; a schema may
     # repeat a column's name. Either row is read as the JSON object it would be.
-    maps = [pa.types.is_map(field.type) for field in table.schema]
+    maps = [arrow.types.is_map(field.type) for field in schema]
     repeated_column = len(set(names)) != len(names)
-    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
     for values in zip(*columns, strict=True):
         pairs: list[tuple[str, Any]] = []
         repeated = repeated_column

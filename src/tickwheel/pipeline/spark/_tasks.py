@@ -123,13 +123,12 @@ def packer(labels: list[int], lateness_ms: int) -> Any:
                     continue
                 target = os.fsdecode(file)
                 if target.endswith(".parquet"):
-                    where = Path(target)
-                    with collector_paused():
-                        rows = [to_wire(row) for row in
-                                parquet_events(where.read_bytes(), where.name)]
-                        out = _chunk_batch(cut(rows)) if rows else None
-                    if out is not None:
-                        yield out
+                    for events in parquet_events(Path(target)):
+                        with collector_paused():
+                            rows = [to_wire(row) for row in events]
+                            out = _chunk_batch(cut(rows)) if rows else None
+                        if out is not None:
+                            yield out
                     continue
                 with open(target, "rb") as stream:
                     for lines in json_lines(stream):
