@@ -250,10 +250,11 @@ def run(
         retention = (FOLLOW_DEDUPE_RETENTION_MS if dedupe_retention_ms is None
                      else dedupe_retention_ms)
         if engine is Engine.spark:
+            _start_metrics(metrics_port, metrics_host)
             _run_spark(input, output, lateness_ms, retention,
                        checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]",
                        partitions, max_files_per_trigger, final, overwrite,
-                       follow=(trigger_ms, clock, metrics_port, metrics_host),
+                       follow=(trigger_ms, clock, metrics_port),
                        processor=user_processor, driver_memory=driver_memory)
             return
         if any(option is not None
@@ -261,8 +262,9 @@ def run(
             console.print("[red]--master, --partitions, --max-files-per-trigger and "
                           "--driver-memory apply to the Spark engine only[/red]")
             raise typer.Exit(2)
+        _start_metrics(metrics_port, metrics_host)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
-                      overwrite, metrics_port, metrics_host, user_processor)
+                      overwrite, metrics_port, user_processor)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
@@ -357,25 +359,40 @@ def _stop_on_signals(when: str = "after this batch") -> Iterator[threading.Event
             signal.signal(sig, old)
 
 
-def _serve_metrics(port: int | None, host: str, name: str, counts: object) -> None:
+def _start_metrics(port: int | None, host: str) -> None:
+    """Serve the metrics endpoint before any work, so that a port in use or an address
+    this machine does not have is refused at once (exit 2); the run's counts join it
+    once its engine exists (:func:`_serve_metrics`)."""
     if port is None:
         return
     try:
-        from prometheus_client import REGISTRY, start_http_server
-
-        from tickwheel.metrics import TickwheelCollector
+        from prometheus_client import start_http_server
     except ImportError as exc:
         console.print("[red]--metrics-port needs the metrics extra: "
                       "pip install 'tickwheel[metrics]'[/red]")
         raise typer.Exit(2) from exc
-    REGISTRY.register(TickwheelCollector().add_pipeline_run(name, counts))  # type: ignore[arg-type]
-    start_http_server(port, addr=host)
+    try:
+        start_http_server(port, addr=host)
+    except OSError as exc:  # in use, not this machine's address, or no such host
+        console.print(f"[red]--metrics-host {host} --metrics-port {port}: cannot serve "
+                      f"metrics there: {exc.strerror or exc}[/red]")
+        raise typer.Exit(2) from exc
     console.print(f"metrics on http://{host}:{port}/metrics")
+
+
+def _serve_metrics(port: int | None, name: str, counts: object) -> None:
+    if port is None:
+        return
+    from prometheus_client import REGISTRY
+
+    from tickwheel.metrics import TickwheelCollector
+
+    REGISTRY.register(TickwheelCollector().add_pipeline_run(name, counts))  # type: ignore[arg-type]
 
 
 def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_ms: int,
                   dedupe_retention_ms: int, trigger_ms: int, clock: ClockKind,
-                  overwrite: bool, metrics_port: int | None, metrics_host: str,
+                  overwrite: bool, metrics_port: int | None,
                   processor: TaskProcessor[OutcomeRow] | None) -> None:
     from tickwheel.pipeline.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
@@ -401,7 +418,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                 return None
             return follower.clock() - release
 
-    _serve_metrics(metrics_port, metrics_host, "follow", _Live())
+    _serve_metrics(metrics_port, "follow", _Live())
     last_print = 0.0
 
     def progress(batch: FollowBatch) -> None:
@@ -430,7 +447,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
 def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,
                checkpoint: Path, master: str, partitions: int | None,
                max_files_per_trigger: int | None, final: bool, overwrite: bool,
-               follow: tuple[int, ClockKind, int | None, str] | None = None,
+               follow: tuple[int, ClockKind, int | None] | None = None,
                processor: TaskProcessor[OutcomeRow] | None = None,
                driver_memory: str | None = None) -> None:
     try:
@@ -492,9 +509,9 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
 
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
-                  metrics_port: int | None, metrics_host: str) -> None:
+                  metrics_port: int | None) -> None:
     live = _SparkCounts(spark_engine)
-    _serve_metrics(metrics_port, metrics_host, "follow", live)
+    _serve_metrics(metrics_port, "follow", live)
     last_print = 0.0
 
     def progress(batch_id: int, outcomes: int, quarantined: int) -> None:

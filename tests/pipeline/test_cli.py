@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tracemalloc
@@ -141,6 +142,22 @@ def test_bad_arguments_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert not Path("/tmp/x/_checkpoint").exists() or "spark" not in args
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_metrics_endpoint_that_cannot_be_served_is_refused_before_any_work(
+        tmp_path: Path, engine: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for host in ("127.0.0.1", "192.0.2.1"):  # a port in use; an address not ours
+            result = runner.invoke(app, [
+                "run", "--engine", engine, "--follow", "--input", str(tmp_path), "--output",
+                str(tmp_path / "out"), "--metrics-port", str(port), "--metrics-host", host])
+            assert result.exit_code == 2, result.output
+            assert f"--metrics-host {host} --metrics-port {port}: cannot serve" in result.output
+            assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(("value", "reason"), [
