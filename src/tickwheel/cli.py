@@ -36,11 +36,11 @@ from tickwheel.pipeline.io import (
     OutputDirError,
     check_spark_paths,
     checkpoint_id,
+    count_outputs,
     input_files,
     is_input_name,
     prepare_output,
     read_events,
-    read_parquet_rows,
     write_outcomes,
     write_quarantine,
 )
@@ -495,10 +495,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     with console.status(f"running the query ({spark_engine.partitions} partitions, checkpoint "
                         f"{checkpoint})"):
         result = spark_engine.run(final=final)
-    reasons: dict[str, int] = {}
-    for row in read_parquet_rows(output / "quarantine"):
-        reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
-    outcomes = len(read_parquet_rows(output / "outcomes"))
+    reasons = count_outputs(output / "quarantine", "reason")
+    outcomes = sum(count_outputs(output / "outcomes", "outcome").values())
     _print_run(f"Spark engine ({master}, {spark_engine.partitions} partitions, "
                f"{result.batches} micro-batch{'' if result.batches == 1 else 'es'})",
                result.seconds, result.rows_in,

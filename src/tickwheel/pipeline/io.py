@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -34,10 +34,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["HADOOP_GLOB_CHARS", "InputError", "OutputDirError", "check_spark_paths",
-           "checkpoint_id", "input_files", "is_input_name", "json_lines", "outcomes_table",
-           "output_owner", "parquet_events", "prepare_output", "quarantine_table", "read_events",
-           "read_parquet_rows", "within", "write_atomically", "write_outcomes",
-           "write_quarantine"]
+           "checkpoint_id", "count_outputs", "input_files", "is_input_name", "json_lines",
+           "outcomes_table", "output_owner", "parquet_events", "prepare_output",
+           "quarantine_table", "read_events", "read_output_table", "read_parquet_rows", "within",
+           "write_atomically", "write_outcomes", "write_quarantine"]
 
 log = logging.getLogger(__name__)
 
@@ -371,24 +371,62 @@ def _write(table: pa.Table, directory: Path) -> Path:
 
 def read_parquet_rows(directory: Path) -> list[dict[str, Any]]:
     """Rows of every output file in ``directory`` (an engine's ``outcomes/`` or
-    ``quarantine/``). A file there that no engine wrote, or without the contract's
-    columns, raises :class:`OutputDirError` naming it."""
-    _, pq = _pyarrow()
+    ``quarantine/``), as Python objects: for tests and small outputs
+    (:func:`read_output_table` and :func:`count_outputs` read large ones). A file there
+    that no engine wrote, or without the contract's columns, raises
+    :class:`OutputDirError` naming it."""
     columns = _QUARANTINE_COLUMNS if directory.name == "quarantine" else _OUTCOME_COLUMNS
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = read_output_table(directory, columns).to_pylist()
+    return rows
+
+
+def read_output_table(directory: Path, columns: Sequence[str]) -> pa.Table:
+    """The ``columns`` of every output file in ``directory``, as one Arrow table (in
+    file order; empty if there is none): the other columns are never read. A file
+    there that no engine wrote, or without these columns, raises
+    :class:`OutputDirError` naming it."""
+    pa, _ = _pyarrow()
+    tables = [table for _, table in _output_tables(directory, columns)]
+    if not tables:
+        empty = quarantine_table([]) if directory.name == "quarantine" else outcomes_table([])
+        return empty.select(list(columns))
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def count_outputs(directory: Path, column: str) -> dict[str, int]:
+    """How many rows of the output files in ``directory`` hold each value of
+    ``column`` (an outcome's ``outcome``, a quarantined row's ``reason``), read from
+    that column alone, a file at a time."""
+    _pyarrow()
+    import pyarrow.compute as pc
+
+    counts: dict[str, int] = {}
+    for _, table in _output_tables(directory, [column]):
+        for item in pc.value_counts(table.column(0)).to_pylist():
+            counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+    return dict(sorted(counts.items()))
+
+
+def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Path, pa.Table]]:
+    pa, pq = _pyarrow()
     if not directory.is_dir():
-        return rows
+        return
     for path in sorted(directory.iterdir()):
         if path.name.startswith("."):
             continue  # a write in progress
         if not _OUTPUT_FILE.fullmatch(path.name):
             raise OutputDirError(f"{path} was not written by tickwheel")
-        table = pq.read_table(path)
-        missing = [c for c in columns if c not in table.column_names]
-        if missing:
-            raise OutputDirError(f"{path} lacks the columns {', '.join(missing)}")
-        rows.extend(table.to_pylist())
-    return rows
+        try:
+            with pq.ParquetFile(path) as file:
+                names = file.schema_arrow.names
+                missing = [c for c in columns if c not in names]
+                if missing:
+                    raise OutputDirError(f"{path} lacks the columns {', '.join(missing)}")
+                table = file.read(columns=list(columns), use_threads=False)
+        except (pa.ArrowException, OSError) as exc:
+            raise OutputDirError(f"{path} cannot be read as the Parquet file tickwheel "
+                                 f"wrote there: {exc}") from None
+        yield path, table
 
 
 def checkpoint_id(checkpoint: Path) -> str | None:
