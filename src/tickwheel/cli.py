@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 try:
     import typer
     from rich.console import Console
-    from rich.progress import MofNCompleteColumn, Progress
+    from rich.progress import DownloadColumn, MofNCompleteColumn, Progress
     from rich.table import Table
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise SystemExit("the tickwheel command needs its extra: pip install 'tickwheel[cli]'") \
@@ -286,10 +286,15 @@ def run(
     reference = ReferenceEngine(lateness_ms=lateness_ms,
                                 dedupe_retention_ms=dedupe_retention_ms)
     started = time.monotonic()
-    with console.status(f"reading {len(files)} files"):
-        for row in read_events(input):
+    total = sum(path.stat().st_size for path in files)
+    with Progress(*Progress.get_default_columns(), DownloadColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task(f"reading {len(files)} files", total=total)
+        rows = 0
+        for row in read_events(input, on_bytes=lambda n: progress.advance(task, n)):
             reference.feed(row)
-    with console.status("resolving"):
+            rows += 1
+    with console.status(f"resolving {rows:,} rows"):
         result = reference.run()
     elapsed = time.monotonic() - started
     write_outcomes(result.outcomes, output / "outcomes")

@@ -536,6 +536,21 @@ def test_a_line_too_long_to_keep_is_read_past_in_bounded_memory(tmp_path: Path) 
         TOO_LONG_KEPT_CHARS - 37)
 
 
+def test_reading_reports_every_byte_of_every_file_as_it_goes(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "a.jsonl").write_bytes(b'{"ts_ms": 1, "type": "tick"}\n' * 5_000)
+    pq.write_table(pa.table({"ts_ms": [2], "type": ["tick"]}), tmp_path / "b.parquet")
+    heard: list[tuple[int, int]] = []  # (rows read by then, bytes)
+    rows: list[object] = []
+    for row in read_events(tmp_path, on_bytes=lambda n: heard.append((len(rows), n))):
+        rows.append(row)
+    assert len(rows) == 5_001
+    assert sum(n for _, n in heard) == sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert heard[0][0] == 0 and heard[-1][0] == 5_001  # as it goes, not all at the end
+
+
 def test_a_row_longer_than_the_limit_is_quarantined_unparsed_keeping_its_start() -> None:
     head = '{"ts_ms": 1, "type": "tick", "pad": "'
     longest = head + "x" * (MAX_ROW_CHARS - len(head) - 2) + '"}'

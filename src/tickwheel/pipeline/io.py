@@ -14,9 +14,9 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import (
@@ -33,7 +33,7 @@ from tickwheel.pipeline.reference import OutcomeRow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["HADOOP_GLOB_CHARS", "InputError", "OutputDirError", "check_spark_paths",
+__all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError", "check_spark_paths",
            "checkpoint_id", "count_outputs", "input_files", "is_input_name", "json_lines",
            "outcomes_table", "output_owner", "parquet_events", "prepare_output",
            "quarantine_table", "read_events", "read_output_table", "read_parquet_rows", "within",
@@ -159,25 +159,51 @@ def within(path: Path, directory: Path) -> bool:
 
 
 
-def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS
+def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
+                on_bytes: Callable[[int], object] | None = None,
                 ) -> Iterator[Event | Quarantined]:
     """Every row of every input file, in file order; blank lines are not rows. A JSON
     Lines file is read as :func:`json_lines` reads it, a line longer than
-    ``max_chars`` cut (a ``too_long`` row)."""
+    ``max_chars`` cut (a ``too_long`` row). ``on_bytes`` hears of the bytes read as
+    they are (for progress): a JSON Lines file's a slice at a time, a Parquet file's
+    once read."""
     check_positive_int("max_chars", max_chars)
     for path in input_files(directory):
         if path.suffix == ".parquet":
             for rows in parquet_events(path):
                 yield from rows
-        else:
-            with path.open("rb") as stream:
-                for lines in json_lines(stream, max_chars=max_chars):
-                    for line in lines:
-                        if line.strip():
-                            yield parse_line(line)
+            if on_bytes is not None:
+                on_bytes(path.stat().st_size)
+            continue
+        with path.open("rb") as file:
+            stream: ByteStream = file if on_bytes is None else _Counted(file, on_bytes)
+            for lines in json_lines(stream, max_chars=max_chars):
+                for line in lines:
+                    if line.strip():
+                        yield parse_line(line)
 
 
-def json_lines(source: bytes | BinaryIO, slice_bytes: int = 8 << 20, *,
+class ByteStream(Protocol):
+    """What :func:`json_lines` reads: an open binary file, or anything with its
+    ``read``."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+class _Counted:
+    """A stream that tells ``on_bytes`` how much each read gave."""
+
+    def __init__(self, stream: ByteStream, on_bytes: Callable[[int], object]) -> None:
+        self._stream = stream
+        self._on_bytes = on_bytes
+
+    def read(self, size: int, /) -> bytes:
+        block = self._stream.read(size)
+        self._on_bytes(len(block))
+        return block
+
+
+def json_lines(source: bytes | ByteStream, slice_bytes: int = 8 << 20, *,
                max_chars: int = MAX_ROW_CHARS) -> Iterator[list[str]]:
     r"""The lines of JSON Lines input (a file's bytes, or a binary stream such as an
     open file), as both engines read them: UTF-8 with bad bytes replaced; ``\n``,
