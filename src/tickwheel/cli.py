@@ -497,8 +497,18 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         if sink is not None:
             _print_delivery(sink.close())
         return
-    with console.status(f"running the query ({spark_engine.partitions} partitions, checkpoint "
-                        f"{checkpoint})"):
+    console.print(f"running the query ({spark_engine.partitions} partitions, checkpoint "
+                  f"{checkpoint})")
+    with console.status("first micro-batch") as status:
+        written = [0, 0]  # outcomes, quarantined rows
+
+        def progress(batch_id: int, outcomes: int, quarantined: int) -> None:
+            written[0] += outcomes
+            written[1] += quarantined
+            status.update(f"micro-batch {batch_id} done: {written[0]:,} outcomes, "
+                          f"{written[1]:,} quarantined rows")
+
+        spark_engine.on_batch = progress
         result = spark_engine.run(final=final)
     reasons = count_outputs(output / "quarantine", "reason")
     outcomes = sum(count_outputs(output / "outcomes", "outcome").values())
