@@ -551,6 +551,19 @@ def test_reading_reports_every_byte_of_every_file_as_it_goes(tmp_path: Path) -> 
     assert heard[0][0] == 0 and heard[-1][0] == 5_001  # as it goes, not all at the end
 
 
+def test_a_file_gone_between_listing_and_reading_is_passed_over_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from tickwheel.pipeline import io as pipeline_io
+
+    (tmp_path / "b.jsonl").write_text('{"ts_ms": 1, "type": "tick"}\n')
+    listed = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]  # a.jsonl: moved away since
+    monkeypatch.setattr(pipeline_io, "input_files", lambda directory: listed)
+    rows = list(read_events(tmp_path))
+    assert [type(row) for row in rows] == [Event]
+    assert "a.jsonl went away before it was read" in caplog.text
+
+
 def test_a_row_longer_than_the_limit_is_quarantined_unparsed_keeping_its_start() -> None:
     head = '{"ts_ms": 1, "type": "tick", "pad": "'
     longest = head + "x" * (MAX_ROW_CHARS - len(head) - 2) + '"}'

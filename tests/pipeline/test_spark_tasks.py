@@ -8,8 +8,11 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import logging
+import os
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -286,3 +289,22 @@ def test_a_partition_a_worker_lets_go_of_leaves_its_operations_to_no_collection(
         gc.enable()
     # Closed when let go: its operations were freed then, not left to a full walk.
     assert "_StagedOperation" not in left
+
+
+def test_a_packer_passes_over_an_input_file_gone_before_it_reads_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import pyarrow as pa
+
+    present = tmp_path / "b.jsonl"
+    present.write_text('{"ts_ms":5,"type":"update","key":"k","value":1}\n')
+    files = [os.fsencode(tmp_path / "a.jsonl"), os.fsencode(tmp_path / "a.parquet"),
+             os.fsencode(present)]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([None] * 3, pa.string()), pa.array(files, pa.binary()),
+         pa.array([None] * 3, pa.int64())], names=["path", "file", "clock"])
+    with caplog.at_level(logging.WARNING):
+        chunks = list(_tasks.packer([0], 1_000)(iter([batch])))
+    rows = [row for chunk in chunks for blob in chunk.column(3).to_pylist()
+            for row in _wire.decoded(blob)]
+    assert [row[0] for row in rows] == [5]  # the file still there, and nothing else
+    assert sum("went away before it was read" in r.message for r in caplog.records) == 2

@@ -44,6 +44,7 @@ from tickwheel.pipeline.io import (
     checkpoint_id,
     input_files,
     json_lines,
+    open_input,
     outcomes_table,
     parquet_events,
     prepare_output,
@@ -152,9 +153,12 @@ class FollowResult:
 
 def _rows_of(path: Path) -> list[Wire]:
     """A file's rows in their wire form, read as the reference engine reads them."""
-    if path.suffix == ".parquet":
-        return [to_wire(row) for rows in parquet_events(path) for row in rows]
-    with open(path, "rb") as stream:
+    opened = open_input(path)
+    if opened is None:
+        return []
+    with opened as stream:
+        if path.suffix == ".parquet":
+            return [to_wire(row) for rows in parquet_events(stream) for row in rows]
         return [compact_wire(line) for lines in json_lines(stream) for line in lines
                 if line.strip()]
 
@@ -342,11 +346,7 @@ class LocalFollowEngine:
         rows: list[Wire] = []
         for name in names:
             path = self.input_dir / name
-            try:
-                rows += _rows_of(path)
-            except FileNotFoundError:
-                log.warning("input file %s went away before batch %d read it", path,
-                            batch_id)
+            rows += _rows_of(path)
         quarantine: list[Quarantined] = []
         by_key, by_op = route(rows, 1)
         top = max((fields[0] for fields in rows if len(fields) != 3), default=None)

@@ -16,7 +16,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import (
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError", "check_spark_paths",
            "checkpoint_id", "count_outputs", "input_files", "is_input_name", "json_lines",
-           "outcomes_table", "output_owner", "parquet_events", "prepare_output",
+           "open_input", "outcomes_table", "output_owner", "parquet_events", "prepare_output",
            "quarantine_table", "read_events", "read_output_table", "read_parquet_rows", "within",
            "write_atomically", "write_outcomes", "write_quarantine"]
 
@@ -169,15 +169,18 @@ def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
     once read."""
     check_positive_int("max_chars", max_chars)
     for path in input_files(directory):
-        if path.suffix == ".parquet":
-            for rows in parquet_events(path):
-                yield from rows
-            if on_bytes is not None:
-                on_bytes(path.stat().st_size)
+        stream = open_input(path)
+        if stream is None:
             continue
-        with path.open("rb") as file:
-            stream: ByteStream = file if on_bytes is None else _Counted(file, on_bytes)
-            for lines in json_lines(stream, max_chars=max_chars):
+        with stream:
+            if path.suffix == ".parquet":
+                for rows in parquet_events(stream):
+                    yield from rows
+                if on_bytes is not None:
+                    on_bytes(path.stat().st_size)
+                continue
+            counted: ByteStream = stream if on_bytes is None else _Counted(stream, on_bytes)
+            for lines in json_lines(counted, max_chars=max_chars):
                 for line in lines:
                     if line.strip():
                         yield parse_line(line)
@@ -267,38 +270,57 @@ def _decoded_lines(content: bytes, max_chars: int) -> list[str]:
     return lines
 
 
-def parquet_events(path: Path, batch_rows: int = 65_536
+def parquet_events(source: Path | BinaryIO, batch_rows: int = 65_536
                    ) -> Iterator[list[Event | Quarantined]]:
-    """The rows of the Parquet file ``path``, ``batch_rows`` at a time: a large file
-    is never held whole, only a row group's columns. Rows are checked like JSON rows:
-    a null column is a missing field, and the columns' types are not coerced (a double
-    ``ts_ms`` is a ``bad_type`` row, not a read error). The raw text kept for the
-    quarantine is the row as sorted JSON. A file that is not Parquet at all is one
-    ``unparseable`` row whose raw text names the file; one with a row group that cannot
-    be read gives the rows of the groups before it, then such a row."""
+    """The rows of a Parquet file (a path, or the file opened), ``batch_rows`` at a
+    time: a large file is never held whole, only a row group's columns. Rows are
+    checked like JSON rows: a null column is a missing field, and the columns' types are
+    not coerced (a double ``ts_ms`` is a ``bad_type`` row, not a read error). The raw
+    text kept for the quarantine is the row as sorted JSON. A file that is not Parquet
+    at all is one ``unparseable`` row whose raw text names the file; one with a row
+    group that cannot be read gives the rows of the groups before it, then such a
+    row."""
     check_positive_int("batch_rows", batch_rows)
+    if isinstance(source, Path):
+        with source.open("rb") as stream:
+            yield from _parquet_events(stream, source.name, batch_rows)
+    else:
+        yield from _parquet_events(source, Path(source.name).name, batch_rows)
+
+
+def _parquet_events(stream: BinaryIO, name: str, batch_rows: int
+                    ) -> Iterator[list[Event | Quarantined]]:
     pa, pq = _pyarrow()
-    name = path.name
     read = 0
-    # Opened here, not by path: Arrow's messages then name no path, and the raw text
-    # is the same whichever path an engine reached the file by.
-    with path.open("rb") as stream:
-        try:
-            file = pq.ParquetFile(stream)
-            schema = file.schema_arrow
-            # ParquetFile, not read_table: the dataset layer refuses a repeated column
-            # name.
-            # A row group at a time, so that the rows kept from a file that cannot be
-            # read to its end do not depend on batch_rows.
-            for group in range(file.num_row_groups):
-                table = file.read_row_group(group, use_threads=False)
-                for batch in table.to_batches(max_chunksize=batch_rows):
-                    yield list(_parquet_rows(pa, schema, batch))
-                read += table.num_rows
-        except (pa.ArrowException, OSError) as exc:
-            after = f" after {read} rows" if read else ""
-            yield [Quarantined(f"unreadable Parquet file {name}{after}: {exc}",
-                               Reason.UNPARSEABLE, None)]
+    # Read from the open file, not by path: Arrow's messages then name no path, and
+    # the raw text is the same whichever path an engine reached the file by.
+    try:
+        file = pq.ParquetFile(stream)
+        schema = file.schema_arrow
+        # ParquetFile, not read_table: the dataset layer refuses a repeated column name.
+        # A row group at a time, so that the rows kept from a file that cannot be read
+        # to its end do not depend on batch_rows.
+        for group in range(file.num_row_groups):
+            table = file.read_row_group(group, use_threads=False)
+            for batch in table.to_batches(max_chunksize=batch_rows):
+                yield list(_parquet_rows(pa, schema, batch))
+            read += table.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        after = f" after {read} rows" if read else ""
+        yield [Quarantined(f"unreadable Parquet file {name}{after}: {exc}",
+                           Reason.UNPARSEABLE, None)]
+
+
+def open_input(path: Path) -> BinaryIO | None:
+    """An input file opened for reading, or None if it went away after it was listed
+    (logged: a service must not stop, or a micro-batch fail for good, because a file
+    was moved or deleted; its rows are not applied)."""
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        log.warning("input file %s went away before it was read: its rows are not "
+                    "applied", path)
+        return None
 
 
 def _parquet_rows(arrow: Any, schema: pa.Schema, batch: pa.RecordBatch

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.events import Quarantined, compact_wire, to_wire
-from tickwheel.pipeline.io import json_lines, parquet_events
+from tickwheel.pipeline.io import json_lines, open_input, parquet_events
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.routing import partition_of, route
 from tickwheel.pipeline.spark._seen_log import SeenLog
@@ -121,16 +121,19 @@ def packer(labels: list[int], lateness_ms: int) -> Any:
                     continue
                 if file is None:  # a row of the clock
                     continue
-                target = os.fsdecode(file)
-                if target.endswith(".parquet"):
-                    for events in parquet_events(Path(target)):
-                        with collector_paused():
-                            rows = [to_wire(row) for row in events]
-                            out = _chunk_batch(cut(rows)) if rows else None
-                        if out is not None:
-                            yield out
+                target = Path(os.fsdecode(file))
+                opened = open_input(target)
+                if opened is None:
                     continue
-                with open(target, "rb") as stream:
+                with opened as stream:
+                    if target.suffix == ".parquet":
+                        for events in parquet_events(stream):
+                            with collector_paused():
+                                rows = [to_wire(row) for row in events]
+                                out = _chunk_batch(cut(rows)) if rows else None
+                            if out is not None:
+                                yield out
+                        continue
                     for lines in json_lines(stream):
                         with collector_paused():
                             rows = [compact_wire(line) for line in lines if line.strip()]
