@@ -3,10 +3,12 @@ kept, and a crash in the middle of a merge reads back without doubles."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from tickwheel.pipeline.compaction import compact, covered_batches
 from tickwheel.pipeline.io import read_parquet_rows
@@ -79,3 +81,31 @@ def test_batches_a_sink_has_not_settled_do_not_merge(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "outcomes").iterdir()) == [
         *(f"batch-{i:09d}.parquet" for i in range(4, 8)),
         "batches-000000000-000000003.parquet"]
+
+
+def test_a_merged_file_and_its_name_are_on_disk_before_the_files_it_covers_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch_files(tmp_path, range(4))
+    events: list[str] = []
+    fsync, replace, unlink = os.fsync, os.replace, Path.unlink
+
+    def fsync_of(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        events.append("fsync " + ("directory" if os.path.isdir(name) else Path(name).name))
+        fsync(fd)
+
+    def replace_of(src: str | Path, dst: str | Path) -> None:
+        events.append(f"rename {Path(dst).name}")
+        replace(src, dst)
+
+    def unlink_of(path: Path, missing_ok: bool = False) -> None:
+        events.append(f"delete {path.name}")
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(os, "fsync", fsync_of)
+    monkeypatch.setattr(os, "replace", replace_of)
+    monkeypatch.setattr(Path, "unlink", unlink_of)
+    compact(tmp_path, settled=3, fan_in=4)
+    assert events == ["fsync .batches-000000000-000000003.tmp",
+                      "rename batches-000000000-000000003.parquet", "fsync directory",
+                      *(f"delete batch-{i:09d}.parquet" for i in range(4))]

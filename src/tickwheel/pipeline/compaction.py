@@ -6,10 +6,10 @@ Once ``fan_in`` small files are settled (their batches committed, and delivered 
 sink if there is one), they are merged into one ``batches-<first>-<last>.parquet``,
 first and last being the batch ids it covers; merged files themselves merge again
 while they are under ``max_bytes``, so the count of files grows with the logarithm of
-the batches run. The merged file is written whole and renamed into place before the
-files it covers are deleted; a crash in between leaves both, and the next compaction
-(every run starts with one) deletes the covered files first. Rows and their order
-within each batch are kept.
+the batches run. The merged file is written whole, fsync'd and renamed into place, and
+the rename is on disk, before the files it covers are deleted; a crash in between
+leaves both, and the next compaction (every run starts with one) deletes the covered
+files first. Rows and their order within each batch are kept.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import logging
 import os
 import re
 from pathlib import Path
+
+from tickwheel.pipeline.io import write_atomically
 
 __all__ = ["compact", "covered_batches", "settled_batch"]
 
@@ -80,15 +82,23 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
         first, last = group[0][0][0], group[-1][0][1]
         target = directory / f"batches-{first:09d}-{last:09d}.parquet"
         table = pa.concat_tables([pq.read_table(path) for _, path in group])
-        tmp = target.with_name(f".{target.stem}.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, target)
+        write_atomically(table, target)
+        # The rename is on disk before any file it covers is deleted.
+        _fsync_directory(directory)
         for _, path in group:
             path.unlink(missing_ok=True)
         log.info("compacted %d files of %s into %s", len(group), directory, target.name)
         merged += len(group) - 1
         files[start:stop] = [((first, last), target)]
     return merged
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _first_run(files: list[tuple[tuple[int, int], Path]], settled: int, fan_in: int,

@@ -400,12 +400,17 @@ def write_quarantine(rows: list[Quarantined], directory: Path) -> Path:
 
 
 def write_atomically(table: pa.Table, path: Path) -> None:
-    """A Parquet file written whole under a hidden name (which no reader takes), then
-    renamed into place: a crash leaves the old file or the new one, never half."""
+    """A Parquet file written whole and fsync'd under a hidden name (which no reader
+    takes), then renamed into place: a crash, even of the machine, leaves the old file
+    or the new one, never half; and a batch's outputs are on disk before the state that
+    commits the batch (which is fsync'd after them)."""
     _, pq = _pyarrow()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp")
-    pq.write_table(table, tmp)
+    with open(tmp, "wb") as out:
+        pq.write_table(table, out)
+        out.flush()
+        os.fsync(out.fileno())
     os.replace(tmp, path)
 
 
