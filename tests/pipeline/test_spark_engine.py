@@ -90,6 +90,23 @@ def test_all_the_input_and_its_end_go_in_one_micro_batch(spark: Any, tmp_path: P
         (stage, p) for stage in ("key", "op") for p in range(3)]
 
 
+def test_input_over_the_byte_budget_is_read_in_several_micro_batches(
+        spark: Any, tmp_path: Path) -> None:
+    # A micro-batch's outputs come to the driver, whose results Spark caps.
+    log = tmp_path / "in"
+    write_files(random_log(4), log, files=6)
+    expected = reference(log)
+    budget = sum(path.stat().st_size for path in log.iterdir()) // 3 + 1
+    engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
+                         lateness_ms=LATENESS_MS, partitions=2, max_bytes_per_trigger=budget)
+    result = engine.run()
+
+    assert result.batches >= 4  # two files or so each, then the end of the input
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
+    assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
+    assert (result.held, result.pending) == (0, expected.pending)
+
+
 @pytest.mark.parametrize(("seed", "retention"), [(1, None), (2, 300)])
 def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path: Path,
                                                             seed: int,

@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
 
+from tickwheel.pipeline.io import input_bytes
 from tickwheel.pipeline.spark import _input_log
 from tickwheel.pipeline.spark._input_log import PUBLISHED_LOG, InputLog
 from tickwheel.pipeline.spark._source import FilesPartition, InputReader, input_options
@@ -138,6 +139,31 @@ def test_a_file_gone_before_its_batch_committed_is_kept(
     inputs.publish()  # rewrites the log: 4 records, 1 file listed
     assert InputLog(inbox, checkpoint).files(0, 4) == [
         str(inbox / n) for n in ("a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl")]
+
+
+def test_the_reader_takes_files_up_to_its_byte_budget_and_one_at_least(
+        tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    inbox.mkdir()
+    for name, size in (("0", 400), ("1", 400), ("2", 1_500), ("3", 100)):
+        (inbox / f"{name}.jsonl").write_bytes(b" " * (size - 1) + b"\n")
+    # Encoded in a few hundred bytes; weighed by its rows, over 1 MB.
+    pq.write_table(pa.table({"ts_ms": [1] * 10_000, "type": ["tick"] * 10_000}),
+                   inbox / "4.parquet")
+    reader = InputReader(input_options(inbox, checkpoint, None, 2, True, max_bytes=1_000))
+    assert reader.getDefaultReadLimit() == ReadMaxBytes(1_000)
+    assert (inbox / "4.parquet").stat().st_size < 1_000 < input_bytes(inbox / "4.parquet")
+    ends = [0]
+    while ends[-1] < 5:
+        ends.append(reader.latestOffset({"next": ends[-1]}, ReadMaxBytes(1_000))["next"])
+        reader.commit({"next": ends[-1]})
+    assert ends == [0, 2, 3, 4, 5]  # 800 bytes; 1,500 alone; 100, and then not the Parquet
+    # Files per trigger, when asked for, are the limit instead.
+    assert _reader(inbox, tmp_path / "ckpt2", max_files=2).getDefaultReadLimit() == \
+        ReadMaxFiles(2)
 
 
 def test_odd_file_names_survive_the_log_and_the_source(tmp_path: Path) -> None:

@@ -33,11 +33,12 @@ from tickwheel.pipeline.reference import OutcomeRow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError", "check_spark_paths",
-           "checkpoint_id", "count_outputs", "input_files", "is_input_name", "json_lines",
-           "open_input", "outcomes_table", "output_owner", "parquet_events", "prepare_output",
-           "quarantine_table", "read_events", "read_output_table", "read_parquet_rows", "within",
-           "write_atomically", "write_outcomes", "write_quarantine"]
+__all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
+           "check_spark_paths", "checkpoint_id", "count_outputs", "input_bytes", "input_files",
+           "is_input_name", "json_lines", "open_input", "outcomes_table", "output_owner",
+           "parquet_events", "prepare_output", "quarantine_table", "read_events",
+           "read_output_table", "read_parquet_rows", "within", "write_atomically",
+           "write_outcomes", "write_quarantine"]
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +310,29 @@ def _parquet_events(stream: BinaryIO, name: str, batch_rows: int
         after = f" after {read} rows" if read else ""
         yield [Quarantined(f"unreadable Parquet file {name}{after}: {exc}",
                            Reason.UNPARSEABLE, None)]
+
+
+#: What a Parquet row weighs in a micro-batch's input budget: about a row of the
+#: generator's JSON Lines (compressed and encoded, a row takes a few bytes).
+PARQUET_ROW_BYTES = 128
+
+
+def input_bytes(path: Path) -> int:
+    """How much input a file holds, as a micro-batch's budget counts it: a JSON Lines
+    file's size, a Parquet file's rows (from its footer) at PARQUET_ROW_BYTES each; 0
+    for a file gone."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if path.suffix != ".parquet":
+        return size
+    pa, pq = _pyarrow()
+    try:
+        rows: int = pq.read_metadata(path).num_rows
+    except (pa.ArrowException, OSError):
+        return size  # its reader quarantines it
+    return max(size, rows * PARQUET_ROW_BYTES)
 
 
 def open_input(path: Path) -> BinaryIO | None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["DEFAULT_DRIVER_MEMORY", "DEFAULT_LATENESS_MS", "DEFAULT_TRIGGER_MS",
-           "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
-           "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "check_driver_memory"]
+__all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY", "DEFAULT_LATENESS_MS",
+           "DEFAULT_TRIGGER_MS", "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER",
+           "MAX_LATENESS_MS", "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS",
+           "check_driver_memory"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
 #: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can
@@ -21,6 +22,13 @@ MAX_RETENTION_MS: Final = 2**63 - 1
 MAX_PARTITIONS: Final = 4096
 #: Spark reads ``maxFilesPerTrigger`` as a Java int.
 MAX_FILES_PER_TRIGGER: Final = 2**31 - 1
+#: The Spark engine's micro-batch reads about this much input at most (as
+#: :func:`~tickwheel.pipeline.io.input_bytes` weighs it: a Parquet file by its rows;
+#: one file at least), unless files per trigger are asked for: its outputs come to
+#: the driver, whose results Spark caps at ``spark.driver.maxResultSize`` (1 GiB by
+#: default). 1 GiB of the generator's JSON Lines is about 8M events, whose outcomes
+#: take about 80 MB there.
+DEFAULT_BYTES_PER_TRIGGER: Final = 1 << 30
 #: Follow mode: how often a batch runs when nothing falls due sooner.
 DEFAULT_TRIGGER_MS: Final = 1000
 MAX_TRIGGER_MS: Final = 86_400_000

@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 
 from tickwheel.pipeline.batch_log import BatchLog
-from tickwheel.pipeline.io import input_files
+from tickwheel.pipeline.io import input_bytes, input_files
 
 __all__ = ["PUBLISHED_LOG", "InputLog"]
 
@@ -46,6 +46,7 @@ class InputLog:
         # for them again after a crash.
         self.uncommitted: dict[int, str] = {}
         self.committed = 0  # every number below this was committed
+        self._bytes: dict[str, int] = {}  # uncommitted paths -> their input_bytes
         for number, path in self._log.read():
             self.numbers[path] = number
             self.uncommitted[number] = path
@@ -79,11 +80,27 @@ class InputLog:
                                f"{self._log.path}: the checkpoint was changed by hand"
                                ) from None
 
+    def end_within(self, start: int, end: int, max_bytes: int) -> int:
+        """The end of the files from ``start`` (up to ``end``) that hold ``max_bytes``
+        of input at most (:func:`~tickwheel.pipeline.io.input_bytes`), one file at
+        least."""
+        total = 0
+        for number, path in enumerate(self.files(start, end), start):
+            size = self._bytes.get(path)
+            if size is None:
+                size = self._bytes[path] = input_bytes(Path(path))
+            total += size
+            if total > max_bytes and number > start:
+                return number
+        return end
+
     def commit(self, end: int) -> None:
         """Spark committed every number below ``end``: they will not be asked for."""
         if end > self.committed:
             self.uncommitted = {number: path for number, path in self.uncommitted.items()
                                 if number >= end}
+            kept = set(self.uncommitted.values())
+            self._bytes = {path: size for path, size in self._bytes.items() if path in kept}
             self.committed = end
 
     def _forget_gone(self, listed: list[Path]) -> None:

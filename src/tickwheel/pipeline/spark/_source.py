@@ -22,6 +22,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxFiles,
     SupportsTriggerAvailableNow,
 )
@@ -37,7 +38,8 @@ INPUT_SCHEMA = "file binary"
 
 
 def input_options(input_dir: Path, checkpoint_dir: Path, max_files: int | None,
-                  partitions: int, follow: bool = False) -> dict[str, str]:
+                  partitions: int, follow: bool = False, max_bytes: int | None = None,
+                  ) -> dict[str, str]:
     """The source's options. Paths go as JSON (ASCII): an option crosses the JVM as
     a Java string, where a lone surrogate (an undecodable byte) would not survive.
     ``follow``: list the input at every trigger; otherwise once, at the first, so that
@@ -47,6 +49,8 @@ def input_options(input_dir: Path, checkpoint_dir: Path, max_files: int | None,
                "partitions": str(partitions), "follow": json.dumps(follow)}
     if max_files is not None:
         options["maxFilesPerTrigger"] = str(max_files)
+    elif max_bytes is not None:
+        options["maxBytesPerTrigger"] = str(max_bytes)
     return options
 
 
@@ -67,6 +71,8 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.partitions_wanted = int(options["partitions"])
         limit = options.get("maxFilesPerTrigger")
         self.max_files = None if limit is None else int(limit)
+        budget = options.get("maxBytesPerTrigger")
+        self.max_bytes = None if budget is None else int(budget)
         self.follow = bool(json.loads(options.get("follow", "false")))
         self.until: int | None = None  # the last offset of the run, once listed for good
 
@@ -74,7 +80,11 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"next": 0}
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
-        return ReadAllAvailable() if self.max_files is None else ReadMaxFiles(self.max_files)
+        if self.max_files is not None:
+            return ReadMaxFiles(self.max_files)
+        if self.max_bytes is not None:
+            return ReadMaxBytes(self.max_bytes)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self.log.publish()
@@ -89,6 +99,8 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = self.log.next_number if self.until is None else self.until
         if isinstance(limit, ReadMaxFiles):
             end = min(end, start["next"] + limit.max_files)
+        elif isinstance(limit, ReadMaxBytes):
+            end = self.log.end_within(start["next"], end, limit.max_bytes)
         return {"next": max(end, start["next"])}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[FilesPartition]:

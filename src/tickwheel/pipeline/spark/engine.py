@@ -55,12 +55,15 @@ from tickwheel.pipeline.io import (
     OWNER_FILE,
     check_spark_paths,
     checkpoint_id,
+    input_bytes,
+    input_files,
     outcomes_table,
     prepare_output,
     quarantine_table,
     write_atomically,
 )
 from tickwheel.pipeline.limits import (
+    DEFAULT_BYTES_PER_TRIGGER,
     DEFAULT_LATENESS_MS,
     DEFAULT_TRIGGER_MS,
     MAX_FILES_PER_TRIGGER,
@@ -151,7 +154,8 @@ class SparkEngine:
                  max_files_per_trigger: int | None = None,
                  on_batch: Callable[[int, int, int], None] | None = None,
                  sink: OutcomeSink | None = None, overwrite: bool = False,
-                 wall_clock: bool = False) -> None:
+                 wall_clock: bool = False,
+                 max_bytes_per_trigger: int | None = DEFAULT_BYTES_PER_TRIGGER) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress). ``sink`` gets every outcome at
         least once: each micro-batch's once its files are written, delivered while the
@@ -167,7 +171,11 @@ class SparkEngine:
 
         With ``wall_clock``, time also follows the wall clock (``ts_ms`` are epoch
         milliseconds) in :meth:`follow`: deadlines fire without new rows. A checkpoint
-        keeps the clock of its first run."""
+        keeps the clock of its first run.
+
+        Unless ``max_files_per_trigger`` is given, a micro-batch reads about
+        ``max_bytes_per_trigger`` of input at most (None: all there is), since its
+        outputs come to the driver: a run over more input than that takes several."""
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
@@ -177,6 +185,8 @@ class SparkEngine:
         if max_files_per_trigger is not None:
             check_positive_int("max_files_per_trigger", max_files_per_trigger,
                                maximum=MAX_FILES_PER_TRIGGER)
+        if max_bytes_per_trigger is not None:
+            check_positive_int("max_bytes_per_trigger", max_bytes_per_trigger)
         if not input_dir.is_dir():
             raise FileNotFoundError(f"input directory {input_dir} does not exist")
         check_spark_paths(input_dir, checkpoint_dir)
@@ -189,6 +199,8 @@ class SparkEngine:
         self.lateness_ms = lateness_ms
         self.dedupe_retention_ms = dedupe_retention_ms
         self.max_files_per_trigger = max_files_per_trigger
+        self.max_bytes_per_trigger = (None if max_files_per_trigger is not None
+                                      else max_bytes_per_trigger)
         self.clock = "wall" if wall_clock else "event"
         self.partitions, self.labels = self._settle_partitions(partitions)
         self.checkpoint_id = str(checkpoint_id(checkpoint_dir))
@@ -255,7 +267,7 @@ class SparkEngine:
             raise RuntimeError(f"no distinct labels for {partitions} partitions")
         return [labels[p] for p in range(partitions)]
 
-    def _query(self, follow: bool = False) -> DataFrame:
+    def _query(self, follow: bool = False, max_bytes: int | None = None) -> DataFrame:
         from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
 
         from tickwheel.pipeline.spark._source import INPUT_FORMAT, InputSource, input_options
@@ -267,7 +279,7 @@ class SparkEngine:
         rows = (self.spark.readStream.format(INPUT_FORMAT)
                 .options(**input_options(self.input_dir, self.checkpoint_dir,
                                          self.max_files_per_trigger, self.partitions,
-                                         follow=follow))
+                                         follow=follow, max_bytes=max_bytes))
                 .load().select(no_path, "file", no_clock))
         control = (self.spark.readStream.format("binaryFile").schema(FILE_SCHEMA)
                    .load(str(self.checkpoint_dir / "control"))
@@ -380,7 +392,8 @@ class SparkEngine:
         try:
             with self._session_settings(follow=True):
                 self._warm_workers()
-                query = (self._query(follow=True).writeStream
+                query = (self._query(follow=True, max_bytes=self.max_bytes_per_trigger)
+                         .writeStream
                          .foreachBatch(self._write_batch)
                          .option("checkpointLocation", str(self.checkpoint_dir / "query"))
                          .trigger(processingTime=f"{trigger_ms} milliseconds")
@@ -423,12 +436,19 @@ class SparkEngine:
             time.sleep(0.01)
 
     def _run_query(self, final: bool) -> None:
+        # Input over the budget is read in several micro-batches; under it, in one,
+        # without a budget: a file landing since would otherwise push one that was
+        # there out of the micro-batch that ends the input.
+        budget = self.max_bytes_per_trigger
+        listed = input_files(self.input_dir, skipped=set())
+        if budget is not None and sum(map(input_bytes, listed)) <= budget:
+            budget = None
         with self._session_settings():
-            writer = (self._query().writeStream
+            writer = (self._query(max_bytes=budget).writeStream
                       .foreachBatch(self._write_batch)
                       .option("checkpointLocation", str(self.checkpoint_dir / "query")))
             if final:
-                if self.max_files_per_trigger is None:
+                if self.max_files_per_trigger is None and budget is None:
                     # Listed with the input by the first micro-batch, which then takes
                     # all the input there is: it ends the input too.
                     self._write_marker({"end": True})
