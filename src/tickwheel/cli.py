@@ -286,7 +286,7 @@ def run(
     reference = ReferenceEngine(lateness_ms=lateness_ms,
                                 dedupe_retention_ms=dedupe_retention_ms)
     started = time.monotonic()
-    total = sum(path.stat().st_size for path in files)
+    total = sum(_size(path) for path in files)
     with Progress(*Progress.get_default_columns(), DownloadColumn(), console=console,
                   transient=True) as progress:
         task = progress.add_task(f"reading {len(files)} files", total=total)
@@ -305,6 +305,14 @@ def run(
     if user_processor is not None:
         with console.status(f"delivering {len(result.outcomes):,} outcomes to {processor}"):
             _print_delivery(deliver_outcomes(result.outcomes, user_processor))
+
+
+def _size(path: Path) -> int:
+    """A file's size for progress; 0 once gone (its reader passes over it)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:

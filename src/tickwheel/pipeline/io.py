@@ -178,7 +178,7 @@ def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
                 for rows in parquet_events(stream):
                     yield from rows
                 if on_bytes is not None:
-                    on_bytes(path.stat().st_size)
+                    on_bytes(os.fstat(stream.fileno()).st_size)
                 continue
             counted: ByteStream = stream if on_bytes is None else _Counted(stream, on_bytes)
             for lines in json_lines(counted, max_chars=max_chars):

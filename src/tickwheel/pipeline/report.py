@@ -66,16 +66,16 @@ def _by_kind(output: Path, columns: list[str]) -> tuple[pa.Table, list[tuple[str
         kept = ranked.column("kind").slice(0, MAX_KINDS)
         kinds = pc.if_else(pc.is_in(kinds, value_set=kept.combine_chunks()), kinds,
                            OTHER_KINDS)
-    # OTHER_KINDS sorts last: a leading 1 before every kind's name, 2 before it.
-    order = pc.binary_join_element_wise(
-        pc.if_else(pc.equal(kinds, OTHER_KINDS), "2", "1"), kinds, "")
-    table = table.drop_columns(["op_id"]).append_column("kind", kinds).append_column(
-        "order", order).sort_by([("order", "ascending"), ("latency_ms", "ascending")])
+    # OTHER_KINDS last: false sorts before true.
+    order = [("other", "ascending"), ("kind", "ascending")]
+    table = (table.drop_columns(["op_id"]).append_column("kind", kinds)
+             .append_column("other", pc.equal(kinds, OTHER_KINDS))
+             .sort_by([*order, ("latency_ms", "ascending")]))
     groups = []
     first = 0
-    for group in table.group_by("order", use_threads=False).aggregate(
-            [("kind", "first"), ("kind", "count")]).sort_by("order").to_pylist():
-        groups.append((group["kind_first"], first, group["kind_count"]))
+    for group in table.group_by(["other", "kind"], use_threads=False).aggregate(
+            [("kind", "count")]).sort_by(order).to_pylist():
+        groups.append((group["kind"], first, group["kind_count"]))
         first += group["kind_count"]
     return table, groups
 
