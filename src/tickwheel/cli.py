@@ -10,6 +10,7 @@ import enum
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -23,6 +24,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise SystemExit("the tickwheel command needs its extra: pip install 'tickwheel[cli]'") \
         from exc
 
+from tickwheel.pipeline.events import Quarantined
 from tickwheel.pipeline.generator import (
     MAX_RATE,
     MIN_RATE,
@@ -34,15 +36,17 @@ from tickwheel.pipeline.io import (
     DEFAULT_CHECKPOINT,
     InputError,
     OutputDirError,
+    OutputWriter,
     check_spark_paths,
     checkpoint_id,
     count_outputs,
     input_files,
     is_input_name,
+    outcomes_table,
     prepare_output,
+    quarantine_table,
     read_events,
-    write_outcomes,
-    write_quarantine,
+    read_outcomes,
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_DRIVER_MEMORY,
@@ -283,28 +287,53 @@ def run(
     except (FileNotFoundError, InputError, OutputDirError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
+    _run_local(files, input, output, lateness_ms, dedupe_retention_ms, user_processor,
+               processor)
+
+
+_TAKE_EVERY = 4096  # quarantined rows held before they are written
+
+
+def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
+               dedupe_retention_ms: int | None,
+               user_processor: TaskProcessor[OutcomeRow] | None, processor: str | None
+               ) -> None:
+    """The reference engine over a log of any size: events past what it holds in
+    memory are sorted on disk (unnamed files in ``output``, gone with the process), and
+    outcomes and quarantined rows go to their files as they come."""
     reference = ReferenceEngine(lateness_ms=lateness_ms,
-                                dedupe_retention_ms=dedupe_retention_ms)
+                                dedupe_retention_ms=dedupe_retention_ms, spill_dir=output)
     started = time.monotonic()
     total = sum(_size(path) for path in files)
-    with Progress(*Progress.get_default_columns(), DownloadColumn(), console=console,
-                  transient=True) as progress:
-        task = progress.add_task(f"reading {len(files)} files", total=total)
-        rows = 0
-        for row in read_events(input, on_bytes=lambda n: progress.advance(task, n)):
-            reference.feed(row)
-            rows += 1
-    with console.status(f"resolving {rows:,} rows"):
-        result = reference.run()
-    elapsed = time.monotonic() - started
-    write_outcomes(result.outcomes, output / "outcomes")
-    write_quarantine(result.quarantine, output / "quarantine")
-    _print_run("local engine", elapsed, result.rows_in, result.rows_applied,
-               result.quarantined_by_reason(), len(result.outcomes), result.pending,
+    reasons: Counter[str] = Counter()
+
+    def quarantine(rows: list[Quarantined]) -> None:
+        reasons.update(q.reason.value for q in rows)
+        quarantined.write(rows)
+
+    with OutputWriter(output / "quarantine", quarantine_table) as quarantined, \
+            OutputWriter(output / "outcomes", outcomes_table) as outcomes:
+        with Progress(*Progress.get_default_columns(), DownloadColumn(), console=console,
+                      transient=True) as progress:
+            task = progress.add_task(f"reading {len(files)} files", total=total)
+            for row in read_events(input, on_bytes=lambda n: progress.advance(task, n)):
+                reference.feed(row)
+                if len(reference.result.quarantine) >= _TAKE_EVERY:
+                    quarantine(reference.take_quarantine())
+        quarantine(reference.take_quarantine())
+        spilled = reference.spilled_runs
+        with console.status(f"resolving {reference.result.rows_in:,} rows"
+                            + (f", sorted in {spilled} runs on disk" if spilled else "")):
+            for resolved, duplicates in reference.resolve():
+                outcomes.write(resolved)
+                quarantine(duplicates)
+    result = reference.result
+    _print_run("local engine", time.monotonic() - started, result.rows_in,
+               result.rows_applied, dict(reasons), outcomes.rows, result.pending,
                result.ignored_cancels, held=0)
     if user_processor is not None:
-        with console.status(f"delivering {len(result.outcomes):,} outcomes to {processor}"):
-            _print_delivery(deliver_outcomes(result.outcomes, user_processor))
+        with console.status(f"delivering {outcomes.rows:,} outcomes to {processor}"):
+            _print_delivery(deliver_outcomes(read_outcomes(outcomes.path), user_processor))
 
 
 def _size(path: Path) -> int:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from tickwheel.cli import app
 from tickwheel.pipeline.events import MAX_ROW_CHARS, TOO_LONG_KEPT_CHARS, Quarantined, Reason
 from tickwheel.pipeline.io import parquet_events, read_parquet_rows
+from tickwheel.pipeline.reference import ReferenceEngine
 
 runner = CliRunner()
 
@@ -663,3 +665,37 @@ def test_the_scaling_benchmark_runs_every_count_in_each_round(
     assert [(r.partitions, r.total_cpu_s, r.slowest_cpu_s) for r in rows] == [
         (1, 3.0, 1.5), (4, 4.0, 2.0)]
     assert rows[0].rows_per_event == 10 and rows[0].bytes_per_event == 100
+
+
+def _run_local(events: Path, out: Path, spill_events: int | None,
+               monkeypatch: pytest.MonkeyPatch) -> tuple[list[pa.Table], int]:
+    """A local run whose engine spills every ``spill_events`` events: its outcomes and
+    quarantine tables, and the runs it spilled."""
+    from tickwheel import cli
+
+    made: list[ReferenceEngine] = []
+
+    class Engine(ReferenceEngine):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs | {"spill_events": spill_events})
+            made.append(self)
+
+    monkeypatch.setattr(cli, "ReferenceEngine", Engine)
+    result = runner.invoke(app, ["run", "--input", str(events), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    # The runs on disk were files without a name.
+    assert sorted(p.name for p in out.iterdir()) == ["outcomes", "quarantine"]
+    return ([pq.read_table(out / sub / "part-00000.parquet") for sub in ("outcomes", "quarantine")],
+            made[0].spilled_runs)
+
+
+def test_a_local_run_sorted_on_disk_writes_what_one_held_in_memory_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = tmp_path / "events"
+    assert runner.invoke(app, ["generate", "--events", "6000", "--output", str(events),
+                               "--malformed", "0.02", "--disorder-ms", "50"]).exit_code == 0
+    in_memory, none = _run_local(events, tmp_path / "a", None, monkeypatch)
+    on_disk, runs = _run_local(events, tmp_path / "b", 500, monkeypatch)
+    assert (none, runs) == (0, 12)
+    assert in_memory[0].num_rows > 2_000 and in_memory[1].num_rows >= 120
+    assert in_memory[0].equals(on_disk[0]) and in_memory[1].equals(on_disk[1])

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.pipeline.logs import LATENESS_MS, random_log
 from tickwheel.pipeline.events import (
     MAX_ROW_CHARS,
     TOO_LONG_KEPT_CHARS,
@@ -26,6 +27,7 @@ from tickwheel.pipeline.events import (
     parse_row,
     parse_wire,
 )
+from tickwheel.pipeline.generator import GeneratorConfig, generate
 from tickwheel.pipeline.io import json_lines, read_events, read_parquet_rows, write_outcomes
 from tickwheel.pipeline.reference import OutcomeRow, ReferenceEngine, RunResult
 
@@ -594,3 +596,61 @@ def test_lines_come_in_slices_of_about_the_size_asked() -> None:
     assert [line for lines in slices for line in lines] == content.decode().splitlines()
     with pytest.raises(ValueError, match="slice_bytes"):
         list(json_lines(content, slice_bytes=0))
+
+
+# -- a log larger than memory ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("spill_events", [1, 7, 250])
+@pytest.mark.parametrize("retention", [None, 300])
+def test_a_log_sorted_on_disk_resolves_exactly_as_one_sorted_in_memory(
+        seed: int, spill_events: int, retention: int | None) -> None:
+    lines = random_log(seed)
+    in_memory = ReferenceEngine(lateness_ms=LATENESS_MS, dedupe_retention_ms=retention,
+                                spill_events=None)
+    in_memory.feed_lines(lines)
+    on_disk = ReferenceEngine(lateness_ms=LATENESS_MS, dedupe_retention_ms=retention,
+                              spill_events=spill_events)
+    on_disk.feed_lines(lines)
+    assert on_disk.spilled_runs >= len(lines) // spill_events // 2 > 0
+    # Equal as lists, in order: the same rows, outcomes and counts, in the same order.
+    assert on_disk.run() == in_memory.run()
+
+
+def _peak_bytes(events: int, spill_events: int | None,
+                retention: int | None = None) -> tuple[int, int]:
+    """The peak of memory allocated while a generated log is fed and resolved (its
+    lines made before), and its outcome count."""
+    lines = [json.dumps(row, separators=(",", ":"))
+             for row in generate(GeneratorConfig(events=events, seed=5))]
+    engine = ReferenceEngine(spill_events=spill_events, dedupe_retention_ms=retention)
+    tracemalloc.start()
+    try:
+        for line in lines:
+            engine.feed(parse_line(line))
+        outcomes = sum(len(resolved) for resolved, _ in engine.resolve())
+        return tracemalloc.get_traced_memory()[1], outcomes
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_log_sorted_on_disk_is_held_a_run_at_a_time() -> None:
+    # With a dedupe retention, what the resolver keeps is bounded too.
+    in_memory = [_peak_bytes(events, None, 2_000) for events in (10_000, 20_000)]
+    on_disk = [_peak_bytes(events, 1_000, 2_000) for events in (10_000, 20_000)]
+    assert [outcomes for _, outcomes in on_disk] == [outcomes for _, outcomes in in_memory]
+    assert on_disk[1][0] < in_memory[1][0] / 5
+    assert on_disk[1][0] - on_disk[0][0] < (in_memory[1][0] - in_memory[0][0]) / 10
+
+
+def test_rows_quarantined_on_reading_can_be_taken_as_they_come() -> None:
+    engine = ReferenceEngine(lateness_ms=10)
+    engine.feed_lines(['{"ts_ms": 100, "type": "tick"}', "not json",
+                       '{"ts_ms": 50, "type": "tick"}'])
+    taken = engine.take_quarantine()
+    assert [(q.reason, q.ts_ms) for q in taken] == [(Reason.UNPARSEABLE, None),
+                                                   (Reason.LATE, 50)]
+    assert engine.take_quarantine() == []
+    result = engine.run()
+    assert result.quarantine == [] and (result.rows_in, result.rows_applied) == (3, 1)

@@ -22,29 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tickwheel.pipeline.batch_log import write_bytes_atomically
-from tickwheel.pipeline.events import OutcomeKind
-from tickwheel.pipeline.resolver import OutcomeRow
+from tickwheel.pipeline.io import outcome_rows
 from tickwheel.pipeline.sink import OutcomeSink
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["BatchDelivery", "outcome_rows"]
+__all__ = ["BatchDelivery"]
 
 log = logging.getLogger(__name__)
 
 _BATCH_FILE = re.compile(r"batch-(\d+)\.parquet")
-# A dict lookup: OutcomeKind(value) goes through the enum's Python-level lookup.
-_OUTCOMES = {o.value: o for o in OutcomeKind}
-
-
-def outcome_rows(table: pa.Table) -> list[OutcomeRow]:
-    """The rows of an outcomes table (the contract's columns)."""
-    c = table.to_pydict()
-    return [OutcomeRow(op_id, _OUTCOMES[outcome], resolved, latency, tuple(keys), error)
-            for op_id, outcome, resolved, latency, keys, error in zip(
-                c["op_id"], c["outcome"], c["resolved_ms"], c["latency_ms"], c["keys"],
-                c["error"], strict=True)]
 
 
 class BatchDelivery:

@@ -407,10 +407,12 @@ def _loads(line: str) -> Any:
 
 
 def to_wire(row: Event | Quarantined) -> Wire:
+    # `_value_`: an enum's `.value` is a Python-level descriptor; the member's own
+    # attribute is a plain read.
     if isinstance(row, Quarantined):
-        return (row.raw, row.reason.value, row.ts_ms)
-    return (row.ts_ms, row.type.value, row.raw, row.op_id, row.keys, row.deadline_ms,
-            None if row.condition is None else row.condition.value, dict(row.targets),
+        return (row.raw, row.reason._value_, row.ts_ms)
+    return (row.ts_ms, row.type._value_, row.raw, row.op_id, row.keys, row.deadline_ms,
+            None if row.condition is None else row.condition._value_, dict(row.targets),
             row.min_total, row.key, row.value, row.error)
 
 

@@ -14,14 +14,15 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Generic, Protocol, TypeVar
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.events import (
     MAX_ROW_CHARS,
     Event,
+    OutcomeKind,
     Quarantined,
     Reason,
     is_utf8,
@@ -33,12 +34,12 @@ from tickwheel.pipeline.reference import OutcomeRow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
+__all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError", "OutputWriter",
            "check_spark_paths", "checkpoint_id", "count_outputs", "input_bytes", "input_files",
-           "is_input_name", "json_lines", "open_input", "outcomes_table", "output_owner",
-           "parquet_events", "prepare_output", "quarantine_table", "read_events",
-           "read_output_table", "read_parquet_rows", "within", "write_atomically",
-           "write_outcomes", "write_quarantine"]
+           "is_input_name", "json_lines", "open_input", "outcome_rows", "outcomes_table",
+           "output_owner", "parquet_events", "prepare_output", "quarantine_table",
+           "read_events", "read_outcomes", "read_output_table", "read_parquet_rows",
+           "within", "write_atomically", "write_outcomes", "write_quarantine"]
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,12 @@ DEFAULT_CHECKPOINT = "_checkpoint"
 # The files an engine writes in outcomes/ and quarantine/ (and the Spark engine's
 # temporary files on their way there): nothing else is read as output.
 _OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.parquet"
-                          r"|\.(batch-\d{9}|batches-\d{9}-\d{9})\.tmp")
+                          r"|\.(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.tmp")
 _OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error")
 _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
+# A dict lookup: OutcomeKind(value) goes through the enum's Python-level lookup.
+_OUTCOMES = {o.value: o for o in OutcomeKind}
+R = TypeVar("R")
 
 
 #: Characters Hadoop takes as a glob pattern in a path, both where Spark's file source
@@ -415,12 +419,25 @@ def quarantine_table(rows: list[Quarantined]) -> pa.Table:
     })
 
 
+def outcome_rows(table: pa.Table) -> list[OutcomeRow]:
+    """The rows of an outcomes table (the contract's columns)."""
+    c = table.to_pydict()
+    return [OutcomeRow(op_id, _OUTCOMES[outcome], resolved, latency, tuple(keys), error)
+            for op_id, outcome, resolved, latency, keys, error in zip(
+                c["op_id"], c["outcome"], c["resolved_ms"], c["latency_ms"], c["keys"],
+                c["error"], strict=True)]
+
+
 def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:
-    return _write(outcomes_table(rows), directory)
+    with OutputWriter(directory, outcomes_table) as writer:
+        writer.write(rows)
+    return writer.path
 
 
 def write_quarantine(rows: list[Quarantined], directory: Path) -> Path:
-    return _write(quarantine_table(rows), directory)
+    with OutputWriter(directory, quarantine_table) as writer:
+        writer.write(rows)
+    return writer.path
 
 
 def write_atomically(table: pa.Table, path: Path) -> None:
@@ -438,12 +455,78 @@ def write_atomically(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _write(table: pa.Table, directory: Path) -> Path:
-    _, pq = _pyarrow()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "part-00000.parquet"
-    pq.write_table(table, path)
-    return path
+class OutputWriter(Generic[R]):
+    """Rows written to ``directory/part-00000.parquet`` as they come, a row group at a
+    time, so that a run's outputs need not fit in memory. The file is written under a
+    hidden name (which no reader takes), then fsync'd and renamed into place when the
+    writer closes without an error; an error removes it. ``to_table`` makes a list of
+    rows into the contract's columns (:func:`outcomes_table`, :func:`quarantine_table`)."""
+
+    def __init__(self, directory: Path, to_table: Callable[[list[R]], pa.Table], *,
+                 group_rows: int = 65_536) -> None:
+        _, pq = _pyarrow()
+        self.path = directory / "part-00000.parquet"
+        self.rows = 0
+        self._to_table = to_table
+        self._group_rows = check_positive_int("group_rows", group_rows)
+        self._pending: list[R] = []
+        directory.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(f".{self.path.stem}.tmp")
+        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by close() or abort()
+        try:
+            self._writer = pq.ParquetWriter(self._file, to_table([]).schema)
+        except BaseException:
+            self._file.close()
+            self._tmp.unlink(missing_ok=True)
+            raise
+
+    def write(self, rows: Iterable[R]) -> None:
+        pending = self._pending
+        pending.extend(rows)
+        while len(pending) >= self._group_rows:
+            self._write_group(pending[:self._group_rows])
+            del pending[:self._group_rows]
+
+    def close(self) -> None:
+        """The file, whole, in place."""
+        if self._pending or self.rows == 0:  # an empty output still gets its file
+            self._write_group(self._pending)
+            self._pending = []
+        self._writer.close()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """No file: what was written is removed."""
+        try:
+            self._writer.close()
+        finally:
+            self._file.close()
+            self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> OutputWriter[R]:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _write_group(self, rows: list[R]) -> None:
+        self._writer.write_table(self._to_table(rows))
+        self.rows += len(rows)
+
+
+def read_outcomes(path: Path, *, batch_rows: int = 65_536) -> Iterator[OutcomeRow]:
+    """The outcomes of one output file, read ``batch_rows`` at a time."""
+    pa, pq = _pyarrow()
+    with pq.ParquetFile(path) as file:
+        for batch in file.iter_batches(batch_rows, columns=list(_OUTCOME_COLUMNS),
+                                       use_threads=False):
+            yield from outcome_rows(pa.Table.from_batches([batch]))
 
 
 def read_parquet_rows(directory: Path) -> list[dict[str, Any]]:

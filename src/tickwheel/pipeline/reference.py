@@ -24,19 +24,48 @@ It resolves an event log with the :class:`~tickwheel.Purgatory` on a
    cancel of an unknown or resolved operation is counted, not an outcome.
 5. Operations still pending when the input ends have no outcome; the run says how
    many.
+
+A log larger than ``spill_events`` is sorted on disk (:class:`SpilledRuns`): the
+events read are held that many at a time, then sorted and spilled, and :meth:`resolve`
+merges the runs as it applies them. The order, and so every outcome, is the same as
+sorting in memory; memory holds ``spill_events`` events, a block of each run, and what
+the resolver keeps (the pending operations, and the op ids it remembers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.events import Event, Quarantined, Reason, line_of, parse_line
-from tickwheel.pipeline.limits import DEFAULT_LATENESS_MS, MAX_LATENESS_MS, MAX_RETENTION_MS
-from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key
+from tickwheel.pipeline.events import (
+    Event,
+    Quarantined,
+    Reason,
+    Wire,
+    line_of,
+    parse_line,
+    to_wire,
+)
+from tickwheel.pipeline.limits import (
+    DEFAULT_LATENESS_MS,
+    DEFAULT_SPILL_EVENTS,
+    MAX_LATENESS_MS,
+    MAX_RETENTION_MS,
+)
+from tickwheel.pipeline.resolver import (
+    OutcomeRow,
+    Resolver,
+    first_order_at,
+    order_key,
+    wire_order,
+)
+from tickwheel.pipeline.spilled_runs import SpilledRuns
 
 __all__ = ["DEFAULT_LATENESS_MS", "OutcomeRow", "ReferenceEngine", "RunResult"]
+
+_FAN_IN = 32  # sorted runs merged at once
 
 
 @dataclass(slots=True)
@@ -62,18 +91,30 @@ class RunResult:
 
 
 class ReferenceEngine:
-    """Feed it rows (``feed_lines``), then ``run()``."""
+    """Feed it rows (:meth:`feed_lines`, :meth:`feed`), then :meth:`run` for the whole
+    result in memory, or :meth:`resolve` for outcomes as they come.
+
+    ``spill_events``: events held in memory before they are sorted and spilled to
+    files in ``spill_dir`` (None: the system's temporary directory); None never
+    spills."""
 
     def __init__(self, lateness_ms: int = DEFAULT_LATENESS_MS,
-                 dedupe_retention_ms: int | None = None) -> None:
+                 dedupe_retention_ms: int | None = None, *,
+                 spill_events: int | None = DEFAULT_SPILL_EVENTS,
+                 spill_dir: Path | None = None) -> None:
         self.lateness_ms = check_positive_int("lateness_ms", lateness_ms, minimum=0,
                                               maximum=MAX_LATENESS_MS)
         self.dedupe_retention_ms = (
             None if dedupe_retention_ms is None
             else check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
                                     maximum=MAX_RETENTION_MS))
+        self.spill_events = (None if spill_events is None
+                             else check_positive_int("spill_events", spill_events))
+        self._spill_dir = spill_dir
         self._result = RunResult()
         self._events: list[Event] = []
+        self._runs: SpilledRuns[Wire] | None = None
+        self._spilled = 0
         self._max_ts: int | None = None
 
     def feed_lines(self, lines: Iterable[str]) -> None:
@@ -94,19 +135,68 @@ class ReferenceEngine:
             return
         if self._max_ts is None or row.ts_ms > self._max_ts:
             self._max_ts = row.ts_ms
-        self._events.append(row)
+        events = self._events
+        events.append(row)
+        if self.spill_events is not None and len(events) >= self.spill_events:
+            if self._runs is None:
+                # A merge holds a block of each run it merges: blocks of a fan-in'th
+                # of a run keep that within one run's memory.
+                self._runs = SpilledRuns(
+                    wire_order, group_start=first_order_at, directory=self._spill_dir,
+                    fan_in=_FAN_IN, block_rows=max(1, min(2048, len(events) // _FAN_IN)))
+            self._runs.spill(sorted(events, key=order_key), to_wire)
+            self._spilled += 1
+            self._events = []
+
+    @property
+    def spilled_runs(self) -> int:
+        """Sorted runs of events spilled to disk."""
+        return self._spilled
+
+    def take_quarantine(self) -> list[Quarantined]:
+        """The rows quarantined on reading (malformed, late) since the last call: a
+        caller that writes them as it goes keeps them out of memory."""
+        taken = self._result.quarantine
+        self._result.quarantine = []
+        return taken
 
     def run(self) -> RunResult:
+        """Resolve everything fed; the result holds every outcome and quarantined
+        row not taken before."""
         result = self._result
-        events = sorted(self._events, key=order_key)
-        self._events = []
-        resolver = Resolver(dedupe_retention_ms=self.dedupe_retention_ms)
-        resolver.apply(events)
-        outcomes, duplicates = resolver.drain()
-        result.outcomes.extend(outcomes)
-        result.quarantine.extend(duplicates)
-        result.rows_applied = resolver.applied
-        result.pending = len(resolver.pending)
-        result.ignored_cancels = resolver.ignored_cancels
-        resolver.close()
+        for outcomes, duplicates in self.resolve():
+            result.outcomes.extend(outcomes)
+            result.quarantine.extend(duplicates)
         return result
+
+    def resolve(self) -> Iterator[tuple[list[OutcomeRow], list[Quarantined]]]:
+        """Resolve everything fed, yielding the outcomes and the duplicate watches
+        quarantined as they come: at once for a log held in memory, and a merged
+        batch at a time for one sorted on disk (a batch holds whole times: the events
+        at one ``ts_ms`` are applied together). Once it ends, :meth:`run`'s counts are
+        set on :attr:`result`."""
+        result = self._result
+        resolver = Resolver(dedupe_retention_ms=self.dedupe_retention_ms)
+        try:
+            last = sorted(self._events, key=order_key)
+            self._events = []
+            if self._runs is None:
+                resolver.apply(last)
+                yield resolver.drain()
+            else:
+                for batch in self._runs.merge(last, to_wire):
+                    resolver.apply_wire(batch)
+                    yield resolver.drain()
+            result.rows_applied = resolver.applied
+            result.pending = len(resolver.pending)
+            result.ignored_cancels = resolver.ignored_cancels
+        finally:
+            resolver.close()
+            if self._runs is not None:
+                self._runs.close()
+                self._runs = None
+
+    @property
+    def result(self) -> RunResult:
+        """The counts so far, and the rows not taken."""
+        return self._result

@@ -51,7 +51,7 @@ from tickwheel.pipeline.events import (
 from tickwheel.purgatory import DelayedOperation, Outcome, Purgatory
 from tickwheel.timers import TimingWheelTimer
 
-__all__ = ["OutcomeRow", "Resolver", "order_key", "wire_order"]
+__all__ = ["OutcomeRow", "Resolver", "first_order_at", "order_key", "wire_order"]
 
 # Within one ts_ms: watches, updates with a value, updates with an error, cancels.
 WATCH, VALUE, ERROR, CANCEL, TICK = range(5)
@@ -104,6 +104,12 @@ def wire_order(fields: Wire) -> int:
         order = TICK
     ts: int = fields[0]
     return ts * 8 + order
+
+
+def first_order_at(order: int) -> int:
+    """The smallest :func:`wire_order` at the ``ts_ms`` of ``order``: where the rows
+    applied together at one time begin."""
+    return order - order % 8
 
 
 _NO_COUNTS: dict[str, int] = {}  # shared, never written
