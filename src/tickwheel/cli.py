@@ -45,8 +45,8 @@ from tickwheel.pipeline.io import (
     outcomes_table,
     prepare_output,
     quarantine_table,
-    read_events,
     read_outcomes,
+    read_wire,
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_DRIVER_MEMORY,
@@ -316,8 +316,8 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
         with Progress(*Progress.get_default_columns(), DownloadColumn(), console=console,
                       transient=True) as progress:
             task = progress.add_task(f"reading {len(files)} files", total=total)
-            for row in read_events(input, on_bytes=lambda n: progress.advance(task, n)):
-                reference.feed(row)
+            for row in read_wire(input, on_bytes=lambda n: progress.advance(task, n)):
+                reference.feed_wire(row)
                 if len(reference.result.quarantine) >= _TAKE_EVERY:
                     quarantine(reference.take_quarantine())
         quarantine(reference.take_quarantine())

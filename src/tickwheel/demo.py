@@ -93,8 +93,8 @@ def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
 
     from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
     from tickwheel.pipeline.io import (
-        read_events,
         read_parquet_rows,
+        read_wire,
         write_outcomes,
         write_quarantine,
     )
@@ -115,8 +115,8 @@ def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
 
     engine = ReferenceEngine()
     started = _time.monotonic()
-    for row in read_events(out / "events"):
-        engine.feed(row)
+    for row in read_wire(out / "events"):
+        engine.feed_wire(row)
     result = engine.run()
     local_s = _time.monotonic() - started
     write_outcomes(result.outcomes, out / "local" / "outcomes")

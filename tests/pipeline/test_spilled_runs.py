@@ -28,7 +28,7 @@ def spill_all(runs: SpilledRuns[tuple[int, int]], rows: list[tuple[int, int]],
     start = 0
     for cut in sorted(set(cuts)):
         if start < cut < len(rows):
-            runs.spill(sorted(rows[start:cut], key=first), tuple)
+            runs.spill(sorted(rows[start:cut], key=first))
             start = cut
     return sorted(rows[start:], key=first)
 
@@ -43,7 +43,7 @@ def test_the_merge_is_one_stable_sort_of_every_row_and_never_splits_a_group(
     runs: SpilledRuns[tuple[int, int]] = SpilledRuns(first, group_start=group_of,
                                                      fan_in=fan_in, block_rows=block)
     last = spill_all(runs, rows, cuts)
-    batches = list(runs.merge(last, tuple))
+    batches = list(runs.merge(last))
     assert [row for batch in batches for row in batch] == sorted(rows, key=first)
     assert all(batches)
     for before, after in itertools.pairwise(batches):
@@ -54,11 +54,11 @@ def test_runs_of_one_tier_are_merged_once_fan_in_of_them_are_on_disk() -> None:
     runs: SpilledRuns[tuple[int, int]] = SpilledRuns(first, fan_in=3)
     files = []
     for i in range(13):
-        runs.spill([(i, 0), (i + 100, 1)], tuple)
+        runs.spill([(i, 0), (i + 100, 1)])
         files.append(runs.files)
     # 13 runs in base 3 is 111: a run of tier 2, one of tier 1, one of tier 0.
     assert files == [1, 2, 1, 2, 3, 2, 3, 4, 1, 2, 3, 2, 3]
-    merged = [row for batch in runs.merge([], tuple) for row in batch]
+    merged = [row for batch in runs.merge() for row in batch]
     assert merged == sorted([(i, 0) for i in range(13)] + [(i + 100, 1) for i in range(13)])
     assert runs.files == 0
 
@@ -66,17 +66,17 @@ def test_runs_of_one_tier_are_merged_once_fan_in_of_them_are_on_disk() -> None:
 def test_runs_leave_no_file_behind_even_while_they_exist(tmp_path: Path) -> None:
     runs: SpilledRuns[tuple[int, int]] = SpilledRuns(first, directory=tmp_path, fan_in=2)
     for i in range(5):
-        runs.spill([(i, i)] * 1000, tuple)
+        runs.spill([(i, i)] * 1000)
     assert runs.bytes_written > 0
     assert os.listdir(tmp_path) == []  # unnamed files: kill -9 leaves nothing
-    assert sum(len(batch) for batch in runs.merge([], tuple)) == 5000
+    assert sum(len(batch) for batch in runs.merge()) == 5000
 
 
 def test_a_merge_stopped_early_closes_its_files() -> None:
     runs: SpilledRuns[tuple[int, int]] = SpilledRuns(first)
     for i in range(3):
-        runs.spill([(j, i) for j in range(5000)], tuple)
-    merge = runs.merge([], tuple)
+        runs.spill([(j, i) for j in range(5000)])
+    merge = runs.merge()
     next(merge)
     merge.close()
     assert runs.files == 0

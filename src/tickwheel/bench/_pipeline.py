@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-from tickwheel.pipeline.io import read_events
+from tickwheel.pipeline.io import read_wire
 from tickwheel.pipeline.reference import ReferenceEngine
 
 __all__ = ["PipelineResult", "run_pipeline"]
@@ -61,8 +61,8 @@ class PipelineResult:
 def _reference(log: Path) -> tuple[int, float]:
     started = time.perf_counter()
     engine = ReferenceEngine()
-    for row in read_events(log):
-        engine.feed(row)
+    for row in read_wire(log):
+        engine.feed_wire(row)
     result = engine.run()
     return result.rows_in, time.perf_counter() - started
 

@@ -25,9 +25,12 @@ from tickwheel.pipeline.events import (
     OutcomeKind,
     Quarantined,
     Reason,
+    Wire,
     is_utf8,
     parse_line,
     parse_row,
+    parse_wire,
+    to_wire,
 )
 from tickwheel.pipeline.reference import OutcomeRow
 
@@ -39,7 +42,7 @@ __all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError", "O
            "is_input_name", "json_lines", "open_input", "outcome_rows", "outcomes_table",
            "output_owner", "parquet_events", "prepare_output", "quarantine_table",
            "read_events", "read_outcomes", "read_output_table", "read_parquet_rows",
-           "within", "write_atomically", "write_outcomes", "write_quarantine"]
+           "read_wire", "within", "write_atomically", "write_outcomes", "write_quarantine"]
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +175,30 @@ def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
     ``max_chars`` cut (a ``too_long`` row). ``on_bytes`` hears of the bytes read as
     they are (for progress): a JSON Lines file's a slice at a time, a Parquet file's
     once read."""
+    return _read(directory, max_chars, on_bytes, parse_line, _as_is)
+
+
+def read_wire(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
+              on_bytes: Callable[[int], object] | None = None) -> Iterator[Wire]:
+    """:func:`read_events`, each row in its wire form (as
+    :func:`~tickwheel.pipeline.events.parse_wire` gives it)."""
+    return _read(directory, max_chars, on_bytes, parse_wire, to_wire)
+
+
+def _as_is(row: Event | Quarantined) -> Event | Quarantined:
+    return row
+
+
+def _read(directory: Path, max_chars: int, on_bytes: Callable[[int], object] | None,
+          parse: Callable[[str], R], convert: Callable[[Event | Quarantined], R]
+          ) -> Iterator[R]:
     check_positive_int("max_chars", max_chars)
+    return _rows(directory, max_chars, on_bytes, parse, convert)
+
+
+def _rows(directory: Path, max_chars: int, on_bytes: Callable[[int], object] | None,
+          parse: Callable[[str], R], convert: Callable[[Event | Quarantined], R]
+          ) -> Iterator[R]:
     for path in input_files(directory):
         stream = open_input(path)
         if stream is None:
@@ -180,7 +206,7 @@ def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
         with stream:
             if path.suffix == ".parquet":
                 for rows in parquet_events(stream):
-                    yield from rows
+                    yield from map(convert, rows)
                 if on_bytes is not None:
                     on_bytes(os.fstat(stream.fileno()).st_size)
                 continue
@@ -188,7 +214,7 @@ def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
             for lines in json_lines(counted, max_chars=max_chars):
                 for line in lines:
                     if line.strip():
-                        yield parse_line(line)
+                        yield parse(line)
 
 
 class ByteStream(Protocol):

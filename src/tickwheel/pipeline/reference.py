@@ -44,9 +44,9 @@ from tickwheel.pipeline.events import (
     Quarantined,
     Reason,
     Wire,
-    line_of,
-    parse_line,
+    parse_wire,
     to_wire,
+    wire_line,
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
@@ -54,18 +54,13 @@ from tickwheel.pipeline.limits import (
     MAX_LATENESS_MS,
     MAX_RETENTION_MS,
 )
-from tickwheel.pipeline.resolver import (
-    OutcomeRow,
-    Resolver,
-    first_order_at,
-    order_key,
-    wire_order,
-)
+from tickwheel.pipeline.resolver import OutcomeRow, Resolver, first_order_at, wire_order
 from tickwheel.pipeline.spilled_runs import SpilledRuns
 
 __all__ = ["DEFAULT_LATENESS_MS", "OutcomeRow", "ReferenceEngine", "RunResult"]
 
 _FAN_IN = 32  # sorted runs merged at once
+_REASONS: dict[str, Reason] = {r.value: r for r in Reason}
 
 
 @dataclass(slots=True)
@@ -112,7 +107,7 @@ class ReferenceEngine:
                              else check_positive_int("spill_events", spill_events))
         self._spill_dir = spill_dir
         self._result = RunResult()
-        self._events: list[Event] = []
+        self._events: list[Wire] = []
         self._runs: SpilledRuns[Wire] | None = None
         self._spilled = 0
         self._max_ts: int | None = None
@@ -122,21 +117,34 @@ class ReferenceEngine:
         for line in lines:
             if not line.strip():
                 continue
-            self.feed(parse_line(line.rstrip("\n")))
+            self.feed_wire(parse_wire(line.rstrip("\n")))
 
     def feed(self, row: Event | Quarantined) -> None:
+        """One row, in file order."""
+        if isinstance(row, Quarantined):
+            self._result.rows_in += 1
+            self._result.quarantine.append(row)
+            return
+        self.feed_wire(to_wire(row))
+
+    def feed_wire(self, fields: Wire) -> None:
+        """One row in its wire form (:func:`~tickwheel.pipeline.events.parse_wire`),
+        in file order: the form the engine holds and spills, so rows read that way
+        become no :class:`Event` on the way."""
         result = self._result
         result.rows_in += 1
-        if isinstance(row, Quarantined):
-            result.quarantine.append(row)
+        if len(fields) == 3:
+            result.quarantine.append(Quarantined(fields[0], _REASONS[fields[1]], fields[2]))
             return
-        if self._max_ts is not None and row.ts_ms < self._max_ts - self.lateness_ms:
-            result.quarantine.append(Quarantined(line_of(row), Reason.LATE, row.ts_ms))
+        ts: int = fields[0]
+        max_ts = self._max_ts
+        if max_ts is not None and ts < max_ts - self.lateness_ms:
+            result.quarantine.append(Quarantined(wire_line(fields), Reason.LATE, ts))
             return
-        if self._max_ts is None or row.ts_ms > self._max_ts:
-            self._max_ts = row.ts_ms
+        if max_ts is None or ts > max_ts:
+            self._max_ts = ts
         events = self._events
-        events.append(row)
+        events.append(fields)
         if self.spill_events is not None and len(events) >= self.spill_events:
             if self._runs is None:
                 # A merge holds a block of each run it merges: blocks of a fan-in'th
@@ -144,7 +152,7 @@ class ReferenceEngine:
                 self._runs = SpilledRuns(
                     wire_order, group_start=first_order_at, directory=self._spill_dir,
                     fan_in=_FAN_IN, block_rows=max(1, min(2048, len(events) // _FAN_IN)))
-            self._runs.spill(sorted(events, key=order_key), to_wire)
+            self._runs.spill(sorted(events, key=wire_order))
             self._spilled += 1
             self._events = []
 
@@ -178,13 +186,13 @@ class ReferenceEngine:
         result = self._result
         resolver = Resolver(dedupe_retention_ms=self.dedupe_retention_ms)
         try:
-            last = sorted(self._events, key=order_key)
+            last = sorted(self._events, key=wire_order)
             self._events = []
             if self._runs is None:
-                resolver.apply(last)
+                resolver.apply_wire(last)
                 yield resolver.drain()
             else:
-                for batch in self._runs.merge(last, to_wire):
+                for batch in self._runs.merge(last):
                     resolver.apply_wire(batch)
                     yield resolver.drain()
             result.rows_applied = resolver.applied

@@ -43,7 +43,6 @@ from tickwheel._validate import check_positive_int
 __all__ = ["SpilledRuns"]
 
 T = TypeVar("T")
-S = TypeVar("S")
 
 _BLOCK_ROWS = 2048
 
@@ -120,10 +119,10 @@ class SpilledRuns(Generic[T]):
         self._runs: list[_Run] = []
         self.bytes_written = 0  # by every spill and every merge between tiers
 
-    def spill(self, run: Sequence[S], convert: Callable[[S], T]) -> None:
-        """Write out one run, sorted by ``key`` once each row is ``convert``-ed; then
-        merge the newest runs while ``fan_in`` of them share a tier."""
-        self._runs.append(self._write(self._blocks(run, convert), tier=0))
+    def spill(self, run: Sequence[T]) -> None:
+        """Write out one run, sorted by ``key``; then merge the newest runs while
+        ``fan_in`` of them share a tier."""
+        self._runs.append(self._write([run], tier=0))
         fan_in = self._fan_in
         while len(self._runs) >= fan_in and len({r.tier for r in self._runs[-fan_in:]}) == 1:
             newest = self._runs[-fan_in:]
@@ -133,13 +132,13 @@ class SpilledRuns(Generic[T]):
                 old.file.close()
             self._runs[-fan_in:] = [merged]
 
-    def merge(self, last: Sequence[S], convert: Callable[[S], T]) -> Iterator[list[T]]:
+    def merge(self, last: Sequence[T] = ()) -> Iterator[list[T]]:
         """Every row spilled, then those of ``last`` (a run kept in memory, sorted by
-        ``key`` once ``convert``-ed), in one stable sorted order, in lists that each
-        end at a group's end. The files are closed when it ends."""
+        ``key``), in one stable sorted order, in lists that each end at a group's end.
+        The files are closed when it ends."""
         try:
             yield from self._merged([*(r.blocks_in_order() for r in self._runs),
-                                     self._blocks(last, convert)])
+                                     self._blocks(last)])
         finally:
             self.close()
 
@@ -174,14 +173,12 @@ class SpilledRuns(Generic[T]):
                     if c.more and group_start(c.keys[-1]) == bound:
                         c.read()
 
-    def _blocks(self, rows: Sequence[S], convert: Callable[[S], T]) -> Iterator[list[T]]:
-        """``rows`` converted a block at a time: a converted copy of a whole run would
-        live long enough for the garbage collector to walk it, again and again."""
+    def _blocks(self, rows: Sequence[T]) -> Iterator[list[T]]:
         size = self._block_rows
         for i in range(0, len(rows), size):
-            yield list(map(convert, rows[i:i + size]))
+            yield list(rows[i:i + size])
 
-    def _write(self, batches: Iterable[list[T]], tier: int) -> _Run:
+    def _write(self, batches: Iterable[Sequence[T]], tier: int) -> _Run:
         """A run of the rows of ``batches``, in blocks of ``block_rows``."""
         file = tempfile.TemporaryFile(dir=self._directory)  # noqa: SIM115 - open for the merge
         try:
