@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise SystemExit("the tickwheel command needs its extra: pip install 'tickwheel[cli]'") \
         from exc
 
-from tickwheel.pipeline.events import Quarantined
+from tickwheel.pipeline.events import Quarantined, Reason
 from tickwheel.pipeline.generator import (
     MAX_RATE,
     MIN_RATE,
@@ -322,11 +322,17 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
                     quarantine(reference.take_quarantine())
         quarantine(reference.take_quarantine())
         spilled = reference.spilled_runs
-        with console.status(f"resolving {reference.result.rows_in:,} rows"
-                            + (f", sorted in {spilled} runs on disk" if spilled else "")):
+        events = reference.result.rows_in - sum(reasons.values())
+        with Progress(*Progress.get_default_columns(), console=console,
+                      transient=True) as progress:
+            task = progress.add_task(
+                "resolving" + (f" {spilled} runs sorted on disk" if spilled else ""),
+                total=events)
             for resolved, duplicates in reference.resolve():
                 outcomes.write(resolved)
                 quarantine(duplicates)
+                progress.update(task, completed=reference.result.rows_applied
+                                + reasons[Reason.DUPLICATE_OP_ID.value])
     result = reference.result
     _print_run("local engine", time.monotonic() - started, result.rows_in,
                result.rows_applied, dict(reasons), outcomes.rows, result.pending,

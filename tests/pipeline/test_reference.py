@@ -618,6 +618,15 @@ def test_a_log_sorted_on_disk_resolves_exactly_as_one_sorted_in_memory(
     assert on_disk.run() == in_memory.run()
 
 
+def test_a_log_sorted_on_disk_is_resolved_a_batch_at_a_time_counting_as_it_goes() -> None:
+    lines = random_log(1)
+    engine = ReferenceEngine(lateness_ms=LATENESS_MS, spill_events=100)
+    engine.feed_lines(lines)
+    applied = [engine.result.rows_applied for _ in engine.resolve()]
+    assert len(applied) > 10 and applied == sorted(applied)
+    assert 0 < applied[0] < applied[-1] == engine.result.rows_applied
+
+
 def _peak_bytes(events: int, spill_events: int | None,
                 retention: int | None = None) -> tuple[int, int]:
     """The peak of memory allocated while a generated log is fed and resolved (its

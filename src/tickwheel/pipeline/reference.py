@@ -181,8 +181,9 @@ class ReferenceEngine:
         """Resolve everything fed, yielding the outcomes and the duplicate watches
         quarantined as they come: at once for a log held in memory, and a merged
         batch at a time for one sorted on disk (a batch holds whole times: the events
-        at one ``ts_ms`` are applied together). Once it ends, :meth:`run`'s counts are
-        set on :attr:`result`."""
+        at one ``ts_ms`` are applied together). ``result.rows_applied`` counts the
+        events applied so far (for progress); the other counts of :meth:`run` are set
+        once it ends."""
         result = self._result
         resolver = Resolver(dedupe_retention_ms=self.dedupe_retention_ms)
         try:
@@ -194,6 +195,7 @@ class ReferenceEngine:
             else:
                 for batch in self._runs.merge(last):
                     resolver.apply_wire(batch)
+                    result.rows_applied = resolver.applied  # progress, as it goes
                     yield resolver.drain()
             result.rows_applied = resolver.applied
             result.pending = len(resolver.pending)
