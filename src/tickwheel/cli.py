@@ -311,28 +311,32 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
         reasons.update(q.reason.value for q in rows)
         quarantined.write(rows)
 
-    with OutputWriter(output / "quarantine", quarantine_table) as quarantined, \
-            OutputWriter(output / "outcomes", outcomes_table) as outcomes:
-        with Progress(*Progress.get_default_columns(), DownloadColumn(), console=console,
-                      transient=True) as progress:
-            task = progress.add_task(f"reading {len(files)} files", total=total)
-            for row in read_wire(input, on_bytes=lambda n: progress.advance(task, n)):
-                reference.feed_wire(row)
-                if len(reference.result.quarantine) >= _TAKE_EVERY:
-                    quarantine(reference.take_quarantine())
-        quarantine(reference.take_quarantine())
-        spilled = reference.spilled_runs
-        events = reference.result.rows_in - sum(reasons.values())
-        with Progress(*Progress.get_default_columns(), console=console,
-                      transient=True) as progress:
-            task = progress.add_task(
-                "resolving" + (f" {spilled} runs sorted on disk" if spilled else ""),
-                total=events)
-            for resolved, duplicates in reference.resolve():
-                outcomes.write(resolved)
-                quarantine(duplicates)
-                progress.update(task, completed=reference.result.rows_applied
-                                + reasons[Reason.DUPLICATE_OP_ID.value])
+    try:
+        with OutputWriter(output / "quarantine", quarantine_table) as quarantined, \
+                OutputWriter(output / "outcomes", outcomes_table) as outcomes:
+            with Progress(*Progress.get_default_columns(), DownloadColumn(), console=console,
+                          transient=True) as progress:
+                task = progress.add_task(f"reading {len(files)} files", total=total)
+                for row in read_wire(input, on_bytes=lambda n: progress.advance(task, n)):
+                    reference.feed_wire(row)
+                    if len(reference.result.quarantine) >= _TAKE_EVERY:
+                        quarantine(reference.take_quarantine())
+            quarantine(reference.take_quarantine())
+            spilled = reference.spilled_runs
+            events = reference.result.rows_in - sum(reasons.values())
+            with Progress(*Progress.get_default_columns(), console=console,
+                          transient=True) as progress:
+                task = progress.add_task(
+                    "resolving" + (f" {spilled} runs sorted on disk" if spilled else ""),
+                    total=events)
+                for resolved, duplicates in reference.resolve():
+                    outcomes.write(resolved)
+                    quarantine(duplicates)
+                    progress.update(task, completed=reference.result.rows_applied
+                                    + reasons[Reason.DUPLICATE_OP_ID.value])
+    except OSError as exc:  # a full disk, an input that cannot be read
+        console.print(f"[red]the run stopped, and wrote no outputs: {exc}[/red]")
+        raise typer.Exit(1) from exc
     result = reference.result
     _print_run("local engine", time.monotonic() - started, result.rows_in,
                result.rows_applied, dict(reasons), outcomes.rows, result.pending,

@@ -699,3 +699,28 @@ def test_a_local_run_sorted_on_disk_writes_what_one_held_in_memory_writes(
     assert (none, runs) == (0, 12)
     assert in_memory[0].num_rows > 2_000 and in_memory[1].num_rows >= 120
     assert in_memory[0].equals(on_disk[0]) and in_memory[1].equals(on_disk[1])
+
+
+def test_a_disk_that_fills_up_stops_the_local_run_with_no_outputs_and_a_message(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import tempfile
+
+    from tickwheel import cli
+
+    class Engine(ReferenceEngine):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs | {"spill_events": 500})
+
+    def no_space(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    events, out = tmp_path / "events", tmp_path / "out"
+    assert runner.invoke(app, ["generate", "--events", "2000", "--output", str(events),
+                               "--malformed", "0.05"]).exit_code == 0
+    monkeypatch.setattr(cli, "ReferenceEngine", Engine)
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_space)
+    result = runner.invoke(app, ["run", "--input", str(events), "--output", str(out)])
+    assert result.exit_code == 1
+    assert "wrote no outputs" in result.output and "No space left on device" in result.output
+    assert [p for p in out.rglob("*") if p.is_file()] == []
