@@ -175,25 +175,20 @@ def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
     ``max_chars`` cut (a ``too_long`` row). ``on_bytes`` hears of the bytes read as
     they are (for progress): a JSON Lines file's a slice at a time, a Parquet file's
     once read."""
-    return _read(directory, max_chars, on_bytes, parse_line, _as_is)
+    check_positive_int("max_chars", max_chars)
+    return _rows(directory, max_chars, on_bytes, parse_line, _as_is)
 
 
 def read_wire(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
               on_bytes: Callable[[int], object] | None = None) -> Iterator[Wire]:
     """:func:`read_events`, each row in its wire form (as
     :func:`~tickwheel.pipeline.events.parse_wire` gives it)."""
-    return _read(directory, max_chars, on_bytes, parse_wire, to_wire)
+    check_positive_int("max_chars", max_chars)
+    return _rows(directory, max_chars, on_bytes, parse_wire, to_wire)
 
 
 def _as_is(row: Event | Quarantined) -> Event | Quarantined:
     return row
-
-
-def _read(directory: Path, max_chars: int, on_bytes: Callable[[int], object] | None,
-          parse: Callable[[str], R], convert: Callable[[Event | Quarantined], R]
-          ) -> Iterator[R]:
-    check_positive_int("max_chars", max_chars)
-    return _rows(directory, max_chars, on_bytes, parse, convert)
 
 
 def _rows(directory: Path, max_chars: int, on_bytes: Callable[[int], object] | None,

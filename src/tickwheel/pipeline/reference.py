@@ -44,6 +44,7 @@ from tickwheel.pipeline.events import (
     Quarantined,
     Reason,
     Wire,
+    from_wire,
     parse_wire,
     to_wire,
     wire_line,
@@ -60,7 +61,6 @@ from tickwheel.pipeline.spilled_runs import SpilledRuns
 __all__ = ["DEFAULT_LATENESS_MS", "OutcomeRow", "ReferenceEngine", "RunResult"]
 
 _FAN_IN = 32  # sorted runs merged at once
-_REASONS: dict[str, Reason] = {r.value: r for r in Reason}
 
 
 @dataclass(slots=True)
@@ -134,7 +134,9 @@ class ReferenceEngine:
         result = self._result
         result.rows_in += 1
         if len(fields) == 3:
-            result.quarantine.append(Quarantined(fields[0], _REASONS[fields[1]], fields[2]))
+            refused = from_wire(fields)
+            assert isinstance(refused, Quarantined)
+            result.quarantine.append(refused)
             return
         ts: int = fields[0]
         max_ts = self._max_ts
