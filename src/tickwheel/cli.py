@@ -36,15 +36,14 @@ from tickwheel.pipeline.io import (
     DEFAULT_CHECKPOINT,
     InputError,
     OutputDirError,
-    OutputWriter,
     check_spark_paths,
     checkpoint_id,
     count_outputs,
     input_files,
     is_input_name,
-    outcomes_table,
+    outcome_writer,
     prepare_output,
-    quarantine_table,
+    quarantine_writer,
     read_outcomes,
     read_wire,
 )
@@ -291,9 +290,6 @@ def run(
                processor)
 
 
-_TAKE_EVERY = 4096  # quarantined rows held before they are written
-
-
 def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
                dedupe_retention_ms: int | None,
                user_processor: TaskProcessor[OutcomeRow] | None, processor: str | None
@@ -312,14 +308,14 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
         quarantined.write(rows)
 
     try:
-        with OutputWriter(output / "quarantine", quarantine_table) as quarantined, \
-                OutputWriter(output / "outcomes", outcomes_table) as outcomes:
+        with quarantine_writer(output / "quarantine") as quarantined, \
+                outcome_writer(output / "outcomes") as outcomes:
             with Progress(*Progress.get_default_columns(), DownloadColumn(), console=console,
                           transient=True) as progress:
                 task = progress.add_task(f"reading {len(files)} files", total=total)
                 for row in read_wire(input, on_bytes=lambda n: progress.advance(task, n)):
                     reference.feed_wire(row)
-                    if len(reference.result.quarantine) >= _TAKE_EVERY:
+                    if reference.result.quarantine:  # the writer holds it, within bounds
                         quarantine(reference.take_quarantine())
             quarantine(reference.take_quarantine())
             spilled = reference.spilled_runs

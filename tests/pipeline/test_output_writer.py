@@ -15,6 +15,7 @@ from tickwheel.pipeline.io import (
     outcomes_table,
     prepare_output,
     quarantine_table,
+    quarantine_writer,
     read_outcomes,
     read_parquet_rows,
 )
@@ -37,6 +38,23 @@ def test_rows_are_written_a_row_group_at_a_time_in_the_order_they_came(
     assert pq.ParquetFile(writer.path).metadata.num_row_groups == 4
     assert list(read_outcomes(writer.path, batch_rows=4)) == [outcome(i) for i in range(10)]
     assert [p.name for p in (tmp_path / "outcomes").iterdir()] == ["part-00000.parquet"]
+
+
+def test_rows_of_large_text_are_written_in_row_groups_of_bounded_bytes(
+        tmp_path: Path) -> None:
+    lines = [f"{i:04d}" + "x" * 300_000 for i in range(40)]  # 12 MB of text
+    with quarantine_writer(tmp_path / "quarantine") as writer:
+        writer.write(Quarantined(line, Reason.UNPARSEABLE, None) for line in lines[:30])
+        writer.write([Quarantined(line, Reason.UNPARSEABLE, None) for line in lines[30:]])
+    file = pq.ParquetFile(writer.path)
+    # 16 MB a row group at most: no group of all 40 rows, and none of one row.
+    assert file.metadata.num_row_groups == 1
+    with OutputWriter(tmp_path / "small" / "quarantine", quarantine_table, group_bytes=1_000_000,
+                      row_bytes=lambda q: len(q.raw)) as writer:
+        writer.write(Quarantined(line, Reason.UNPARSEABLE, None) for line in lines)
+    groups = pq.ParquetFile(writer.path).metadata
+    assert [groups.row_group(g).num_rows for g in range(groups.num_row_groups)] == [4] * 10
+    assert [r["raw"] for r in read_parquet_rows(tmp_path / "small" / "quarantine")] == lines
 
 
 def test_a_writer_of_no_rows_still_writes_a_file_with_the_columns(tmp_path: Path) -> None:

@@ -653,6 +653,34 @@ def test_a_log_sorted_on_disk_is_held_a_run_at_a_time() -> None:
     assert on_disk[1][0] - on_disk[0][0] < (in_memory[1][0] - in_memory[0][0]) / 10
 
 
+def test_a_log_of_large_rows_spills_by_their_text_and_resolves_the_same() -> None:
+    def padded(line: str) -> str:  # a malformed line stays as it is
+        try:
+            row = json.loads(line)
+        except ValueError:
+            return line
+        return json.dumps({**row, "note": "x" * 10_000}) if isinstance(row, dict) else line
+
+    lines = [padded(line) for line in random_log(2)]
+    in_memory = ReferenceEngine(lateness_ms=LATENESS_MS, spill_events=None)
+    in_memory.feed_lines(lines)
+    on_disk = ReferenceEngine(lateness_ms=LATENESS_MS, spill_bytes=100_000)
+    on_disk.feed_lines(lines)
+    assert on_disk.spilled_runs >= len(lines) // 20  # about 10 rows of text a run
+    assert on_disk.run() == in_memory.run()
+
+
+def test_rows_held_without_their_text_are_weighed_by_their_strings() -> None:
+    keys = [f"key-{i}-" + "k" * 1000 for i in range(50)]
+    engine = ReferenceEngine(spill_bytes=200_000)
+    for i in range(20):  # each watch holds 50 keys of about 1 KB
+        engine.feed(Event(ts_ms=i, type=EventType.WATCH, raw=None, op_id=f"op-{i}",
+                          keys=tuple(keys), deadline_ms=1_000,
+                          condition=Condition.ANY_UPDATE))
+    assert engine.spilled_runs >= 4
+    assert engine.run().pending == 20
+
+
 def test_rows_quarantined_on_reading_can_be_taken_as_they_come() -> None:
     engine = ReferenceEngine(lateness_ms=10)
     engine.feed_lines(['{"ts_ms": 100, "type": "tick"}', "not json",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,29 @@ def test_runs_of_one_tier_are_merged_once_fan_in_of_them_are_on_disk() -> None:
     merged = [row for batch in runs.merge() for row in batch]
     assert merged == sorted([(i, 0) for i in range(13)] + [(i + 100, 1) for i in range(13)])
     assert runs.files == 0
+
+
+def test_rows_of_any_size_are_merged_a_bounded_block_at_a_time() -> None:
+    # 8 runs of 20 rows of 100 KB: 16 MB in all, 2 MB in each run.
+    def row(key: int, i: int) -> tuple[int, str]:
+        return (key, f"{i:06d}" + "x" * 100_000)
+
+    def key_of(r: tuple[int, str]) -> int:
+        return r[0]
+
+    runs: SpilledRuns[tuple[int, str]] = SpilledRuns(key_of, block_rows=2048,
+                                                     block_bytes=150_000)
+    for r in range(8):
+        runs.spill([row(k, r * 20 + k) for k in range(20)])
+    tracemalloc.start()
+    try:
+        merged = [(r[0], r[1][:6]) for batch in runs.merge() for r in batch]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert merged == [(k, f"{r * 20 + k:06d}") for k in range(20) for r in range(8)]
+    # A block of one row from each run, and what one step takes: not a run of each.
+    assert peak < 4_000_000
 
 
 def test_runs_leave_no_file_behind_even_while_they_exist(tmp_path: Path) -> None:

@@ -37,12 +37,13 @@ from tickwheel.pipeline.reference import OutcomeRow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError", "OutputWriter",
-           "check_spark_paths", "checkpoint_id", "count_outputs", "input_bytes", "input_files",
-           "is_input_name", "json_lines", "open_input", "outcome_rows", "outcomes_table",
-           "output_owner", "parquet_events", "prepare_output", "quarantine_table",
-           "read_events", "read_outcomes", "read_output_table", "read_parquet_rows",
-           "read_wire", "within", "write_atomically", "write_outcomes", "write_quarantine"]
+__all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
+           "OutputWriter", "check_spark_paths", "checkpoint_id", "count_outputs", "input_bytes",
+           "input_files", "is_input_name", "json_lines", "open_input", "outcome_rows",
+           "outcome_writer", "outcomes_table", "output_owner", "parquet_events", "prepare_output",
+           "quarantine_table", "quarantine_writer", "read_events", "read_outcomes",
+           "read_output_table", "read_parquet_rows", "read_wire", "within", "write_atomically",
+           "write_outcomes", "write_quarantine"]
 
 log = logging.getLogger(__name__)
 
@@ -450,15 +451,33 @@ def outcome_rows(table: pa.Table) -> list[OutcomeRow]:
 
 
 def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:
-    with OutputWriter(directory, outcomes_table) as writer:
+    with outcome_writer(directory) as writer:
         writer.write(rows)
     return writer.path
 
 
 def write_quarantine(rows: list[Quarantined], directory: Path) -> Path:
-    with OutputWriter(directory, quarantine_table) as writer:
+    with quarantine_writer(directory) as writer:
         writer.write(rows)
     return writer.path
+
+
+def outcome_writer(directory: Path) -> OutputWriter[OutcomeRow]:
+    """An :class:`OutputWriter` of outcomes, weighing each by its strings."""
+    return OutputWriter(directory, outcomes_table, row_bytes=_outcome_size)
+
+
+def quarantine_writer(directory: Path) -> OutputWriter[Quarantined]:
+    """An :class:`OutputWriter` of quarantined rows, weighing each by its line."""
+    return OutputWriter(directory, quarantine_table, row_bytes=_quarantined_size)
+
+
+def _outcome_size(row: OutcomeRow) -> int:
+    return 64 + len(row.op_id) + sum(map(len, row.keys)) + len(row.error or "")
+
+
+def _quarantined_size(row: Quarantined) -> int:
+    return 64 + len(row.raw)
 
 
 def write_atomically(table: pa.Table, path: Path) -> None:
@@ -481,16 +500,23 @@ class OutputWriter(Generic[R]):
     time, so that a run's outputs need not fit in memory. The file is written under a
     hidden name (which no reader takes), then fsync'd and renamed into place when the
     writer closes without an error; an error removes it. ``to_table`` makes a list of
-    rows into the contract's columns (:func:`outcomes_table`, :func:`quarantine_table`)."""
+    rows into the contract's columns (:func:`outcomes_table`, :func:`quarantine_table`).
+    A row group holds ``group_rows`` rows, or fewer once ``row_bytes`` (a row's size,
+    roughly) adds up to ``group_bytes``: rows of up to a megabyte of text each (a
+    quarantined row keeps its line) must not be held 65,536 at a time."""
 
     def __init__(self, directory: Path, to_table: Callable[[list[R]], pa.Table], *,
-                 group_rows: int = 65_536) -> None:
+                 group_rows: int = 65_536, row_bytes: Callable[[R], int] | None = None,
+                 group_bytes: int = 16 << 20) -> None:
         _, pq = _pyarrow()
         self.path = directory / "part-00000.parquet"
         self.rows = 0
         self._to_table = to_table
         self._group_rows = check_positive_int("group_rows", group_rows)
+        self._row_bytes = row_bytes
+        self._group_bytes = check_positive_int("group_bytes", group_bytes)
         self._pending: list[R] = []
+        self._pending_bytes = 0
         directory.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(f".{self.path.stem}.tmp")
         self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by close() or abort()
@@ -503,10 +529,21 @@ class OutputWriter(Generic[R]):
 
     def write(self, rows: Iterable[R]) -> None:
         pending = self._pending
-        pending.extend(rows)
+        size = self._row_bytes
+        if size is None:
+            pending.extend(rows)
+        else:
+            for row in rows:
+                pending.append(row)
+                self._pending_bytes += size(row)
+                if self._pending_bytes >= self._group_bytes:
+                    self._write_group(pending)
+                    pending.clear()
+                    self._pending_bytes = 0
         while len(pending) >= self._group_rows:
             self._write_group(pending[:self._group_rows])
             del pending[:self._group_rows]
+            self._pending_bytes = 0  # an estimate: the rest starts a group afresh
 
     def close(self) -> None:
         """The file, whole, in place."""

@@ -7,9 +7,9 @@ import re
 from typing import Final
 
 __all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY", "DEFAULT_LATENESS_MS",
-           "DEFAULT_SPILL_EVENTS", "DEFAULT_TRIGGER_MS", "FOLLOW_DEDUPE_RETENTION_MS",
-           "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS", "MAX_PARTITIONS", "MAX_RETENTION_MS",
-           "MAX_TRIGGER_MS", "check_driver_memory"]
+           "DEFAULT_SPILL_BYTES", "DEFAULT_SPILL_EVENTS", "DEFAULT_TRIGGER_MS",
+           "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
+           "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "check_driver_memory"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
 #: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can
@@ -32,6 +32,8 @@ DEFAULT_BYTES_PER_TRIGGER: Final = 1 << 30
 #: The local batch engine sorts a log of more events than this on disk, this many at a
 #: time: about 50 MB of the generator's events in memory.
 DEFAULT_SPILL_EVENTS: Final = 100_000
+#: ... or once the events held reach this much row text (a log of large rows).
+DEFAULT_SPILL_BYTES: Final = 64 << 20
 #: Follow mode: how often a batch runs when nothing falls due sooner.
 DEFAULT_TRIGGER_MS: Final = 1000
 MAX_TRIGGER_MS: Final = 86_400_000

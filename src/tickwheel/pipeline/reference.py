@@ -51,6 +51,7 @@ from tickwheel.pipeline.events import (
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
+    DEFAULT_SPILL_BYTES,
     DEFAULT_SPILL_EVENTS,
     MAX_LATENESS_MS,
     MAX_RETENTION_MS,
@@ -85,17 +86,30 @@ class RunResult:
         return dict(sorted(counts.items()))
 
 
+def _text_size(fields: Wire) -> int:
+    """About the characters of a well-formed row's text: its raw line, or for one
+    held without it (see :func:`~tickwheel.pipeline.events.compact_wire`), its
+    strings."""
+    raw: str | None = fields[2]
+    if raw is not None:
+        return len(raw)
+    strings = [fields[3], fields[9], fields[11], *fields[4]]
+    return 64 + sum(len(text) for text in strings if text is not None)
+
+
 class ReferenceEngine:
     """Feed it rows (:meth:`feed_lines`, :meth:`feed`), then :meth:`run` for the whole
     result in memory, or :meth:`resolve` for outcomes as they come.
 
     ``spill_events``: events held in memory before they are sorted and spilled to
     files in ``spill_dir`` (None: the system's temporary directory); None never
-    spills."""
+    spills. ``spill_bytes``: the same bound on the events' row text, so that a log of
+    large rows spills as soon (a row's text is most of what it holds)."""
 
     def __init__(self, lateness_ms: int = DEFAULT_LATENESS_MS,
                  dedupe_retention_ms: int | None = None, *,
                  spill_events: int | None = DEFAULT_SPILL_EVENTS,
+                 spill_bytes: int = DEFAULT_SPILL_BYTES,
                  spill_dir: Path | None = None) -> None:
         self.lateness_ms = check_positive_int("lateness_ms", lateness_ms, minimum=0,
                                               maximum=MAX_LATENESS_MS)
@@ -105,9 +119,11 @@ class ReferenceEngine:
                                     maximum=MAX_RETENTION_MS))
         self.spill_events = (None if spill_events is None
                              else check_positive_int("spill_events", spill_events))
+        self.spill_bytes = check_positive_int("spill_bytes", spill_bytes)
         self._spill_dir = spill_dir
         self._result = RunResult()
         self._events: list[Wire] = []
+        self._held_bytes = 0  # the row text of self._events
         self._runs: SpilledRuns[Wire] | None = None
         self._spilled = 0
         self._max_ts: int | None = None
@@ -147,16 +163,20 @@ class ReferenceEngine:
             self._max_ts = ts
         events = self._events
         events.append(fields)
-        if self.spill_events is not None and len(events) >= self.spill_events:
+        self._held_bytes += _text_size(fields)
+        if self.spill_events is not None and (len(events) >= self.spill_events
+                                              or self._held_bytes >= self.spill_bytes):
             if self._runs is None:
                 # A merge holds a block of each run it merges: blocks of a fan-in'th
                 # of a run keep that within one run's memory.
                 self._runs = SpilledRuns(
                     wire_order, group_start=first_order_at, directory=self._spill_dir,
-                    fan_in=_FAN_IN, block_rows=max(1, min(2048, len(events) // _FAN_IN)))
+                    fan_in=_FAN_IN, block_rows=max(1, min(2048, len(events) // _FAN_IN)),
+                    block_bytes=max(1, self.spill_bytes // _FAN_IN))
             self._runs.spill(sorted(events, key=wire_order))
             self._spilled += 1
             self._events = []
+            self._held_bytes = 0
 
     @property
     def spilled_runs(self) -> int:

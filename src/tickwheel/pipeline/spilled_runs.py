@@ -45,6 +45,9 @@ __all__ = ["SpilledRuns"]
 T = TypeVar("T")
 
 _BLOCK_ROWS = 2048
+#: A block's pickled bytes at most (a lone row may take more): rows of any size keep a
+#: merge's memory to about ``fan_in`` blocks.
+_BLOCK_BYTES = 1 << 20
 
 
 class _Run:
@@ -101,17 +104,19 @@ class _Cursor(Generic[T]):
 class SpilledRuns(Generic[T]):
     """Sorted runs of rows on disk, merged by ``key`` (the key the runs are sorted
     by). ``directory`` is where the files go (None: the system's temporary
-    directory). A run is written and read ``block_rows`` rows at a time: what it
-    holds in memory while it is merged. Rows must pickle; a run is read back by this
-    process only."""
+    directory). A run is written and read in blocks of ``block_rows`` rows and
+    ``block_bytes`` pickled bytes at most (a row larger than that is a block alone):
+    what it holds in memory while it is merged. Rows must pickle; a run is read back by
+    this process only."""
 
     def __init__(self, key: Callable[[T], Any], *,
                  group_start: Callable[[Any], Any] | None = None,
                  directory: Path | None = None, fan_in: int = 32,
-                 block_rows: int = _BLOCK_ROWS) -> None:
+                 block_rows: int = _BLOCK_ROWS, block_bytes: int = _BLOCK_BYTES) -> None:
         if fan_in < 2:
             raise ValueError(f"fan_in must be at least 2, got {fan_in}")
         self._block_rows = check_positive_int("block_rows", block_rows)
+        self._block_bytes = check_positive_int("block_bytes", block_bytes)
         self._key = key
         self._group_start = group_start or (lambda k: k)
         self._directory = directory
@@ -190,15 +195,23 @@ class SpilledRuns(Generic[T]):
                 if len(pending) >= size:
                     end = len(pending) - len(pending) % size
                     for i in range(0, end, size):
-                        pickle.dump(pending[i:i + size], file, protocol=pickle.HIGHEST_PROTOCOL)
-                    blocks += end // size
+                        blocks += self._dump(pending[i:i + size], file)
                     del pending[:end]
             if pending:
-                pickle.dump(pending, file, protocol=pickle.HIGHEST_PROTOCOL)
-                blocks += 1
+                blocks += self._dump(pending, file)
             file.flush()
             self.bytes_written += file.tell()
         except BaseException:
             file.close()
             raise
         return _Run(file, tier, blocks)
+
+    def _dump(self, rows: list[T], file: IO[bytes]) -> int:
+        """Write ``rows`` as one block, or halved until each block is within
+        ``block_bytes``; the number of blocks written."""
+        data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(data) <= self._block_bytes or len(rows) == 1:
+            file.write(data)
+            return 1
+        half = len(rows) // 2
+        return self._dump(rows[:half], file) + self._dump(rows[half:], file)
