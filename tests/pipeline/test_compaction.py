@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tickwheel.pipeline.compaction import batch_files as files_of_batch
 from tickwheel.pipeline.compaction import compact, covered_batches
 from tickwheel.pipeline.io import read_parquet_rows
 
@@ -52,6 +53,37 @@ def test_files_left_by_a_crash_during_a_merge_are_removed_before_reading(
     assert len(rows(tmp_path / "outcomes")) == 8
     assert [p.name for p in (tmp_path / "outcomes").iterdir()] == [
         "batches-000000000-000000003.parquet"]
+
+
+def partition_files(directory: Path, ids: range, partitions: int) -> None:
+    """A batch's files as the Spark engine's executors write them, one per partition."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in ids:
+        for p in range(partitions):
+            pq.write_table(pa.table({"batch": [i], "row": [p]}),
+                           directory / f"batch-{i:09d}-{p:05d}.parquet")
+
+
+def test_the_files_of_one_batchs_partitions_are_kept_then_merge_in_order(
+        tmp_path: Path) -> None:
+    partition_files(tmp_path, range(3), partitions=3)
+    assert compact(tmp_path, settled=-1, fan_in=4) == 0
+    assert len(list(tmp_path.iterdir())) == 9  # none taken for a leftover of another
+    assert [p.name for p in files_of_batch(tmp_path, 1)] == [
+        f"batch-000000001-{p:05d}.parquet" for p in range(3)]
+    compact(tmp_path, settled=2, fan_in=3)  # three merges of a batch each, then one
+    assert [p.name for p in tmp_path.iterdir()] == ["batches-000000000-000000002.parquet"]
+    assert rows(tmp_path) == [(i, p) for i in range(3) for p in range(3)]
+
+
+def test_partition_files_a_merged_file_covers_are_removed_before_reading(
+        tmp_path: Path) -> None:
+    partition_files(tmp_path, range(2), partitions=2)
+    compact(tmp_path, settled=1, fan_in=4)
+    partition_files(tmp_path, range(1, 2), partitions=2)  # as if not yet deleted
+    compact(tmp_path, settled=1, fan_in=4)
+    assert [p.name for p in tmp_path.iterdir()] == ["batches-000000000-000000001.parquet"]
+    assert len(rows(tmp_path)) == 4
 
 
 def test_the_readers_take_merged_files(tmp_path: Path) -> None:

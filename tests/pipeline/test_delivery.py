@@ -91,6 +91,28 @@ def test_a_run_first_delivers_the_batches_after_the_mark(tmp_path: Path) -> None
     assert (delivery.caught_up_batches, delivery.last_settled()) == (2, 4)
 
 
+def test_a_batch_written_a_file_per_partition_is_delivered_whole_before_its_mark(
+        tmp_path: Path) -> None:
+    def write(directory: Path, b: int) -> list[Path]:
+        directory.mkdir(exist_ok=True)
+        table = batch(b)
+        for p, start in enumerate((0, 15, 30)):
+            pq.write_table(table.slice(start, 15), directory / f"batch-{b:09d}-{p:05d}.parquet")
+        return sorted(directory.glob(f"batch-{b:09d}-*.parquet"))
+
+    outcomes = tmp_path / "outcomes"
+    for b in (2, 3):  # 2 was settled before the last run stopped, 3 was not
+        write(outcomes, b)
+    (tmp_path / "delivered").write_text("2")
+    processor = Flaky()
+    with sink_for(processor) as sink:
+        delivery = BatchDelivery(sink, outcomes, tmp_path / "delivered")
+        delivery.submit(4, write(tmp_path / "new", 4))
+        delivery.close()
+    assert sorted(processor.seen) == sorted(f"b{b}-op{i}" for b in (3, 4) for i in range(40))
+    assert (delivery.caught_up_batches, delivery.last_settled()) == (1, 4)
+
+
 def test_a_batch_run_again_is_delivered_again_without_moving_the_mark_back(
         tmp_path: Path) -> None:
     (tmp_path / "delivered").write_text("5")

@@ -88,11 +88,14 @@ def test_all_the_input_and_its_end_go_in_one_micro_batch(spark: Any, tmp_path: P
     assert (result.held, result.pending) == (0, expected.pending)
     assert sorted((s.stage, s.partition) for s in result.partitions) == [
         (stage, p) for stage in ("key", "op") for p in range(3)]
+    # Each op partition's executor task wrote its own outputs.
+    assert sorted(p.name for p in (tmp_path / "out" / "outcomes").iterdir()) == [
+        f"batch-000000000-{p:05d}.parquet" for p in range(3)]
 
 
 def test_input_over_the_byte_budget_is_read_in_several_micro_batches(
         spark: Any, tmp_path: Path) -> None:
-    # A micro-batch's outputs come to the driver, whose results Spark caps.
+    # A stage's task holds its partition's share of a micro-batch.
     log = tmp_path / "in"
     write_files(random_log(4), log, files=6)
     expected = reference(log)

@@ -10,6 +10,7 @@ import gc
 import json
 import logging
 import os
+import random
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +20,10 @@ import pandas as pd
 import pytest
 
 from tickwheel.pipeline import partition as partition_module
-from tickwheel.pipeline.events import compact_wire
+from tickwheel.pipeline.events import OutcomeKind, Quarantined, Reason, compact_wire
 from tickwheel.pipeline.io import outcomes_table, quarantine_table
+from tickwheel.pipeline.partition import PartitionStatus
+from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.spark import _tasks, _wire
 
 
@@ -98,8 +101,14 @@ def _op_frame(rows: list[str], point: int) -> pd.DataFrame:
                          "status": pd.Series([None, "{}"], dtype=object)})
 
 
+def _call(processor: Any, frame: pd.DataFrame) -> pd.DataFrame:
+    """The frames one call yields, as one."""
+    return pd.concat(list(processor.handleInputRows((0,), iter([frame]), None)),
+                     ignore_index=True)
+
+
 def _run(processor: Any, frame: pd.DataFrame) -> list[tuple[str, str]]:
-    (out,) = processor.handleInputRows((0,), iter([frame]), None)
+    out = _call(processor, frame)
     table = _wire.from_ipc(out["outcomes"].tolist(), outcomes_table([]))
     return sorted(zip(table["op_id"].to_pylist(), table["outcome"].to_pylist(), strict=True))
 
@@ -157,8 +166,8 @@ def _watch(op_id: str, ts: int) -> str:
 
 
 def _duplicates(processor: Any, frame: pd.DataFrame) -> list[str]:
-    (out,) = processor.handleInputRows((0,), iter([frame]), None)
-    table = _wire.from_ipc(out["quarantine"].tolist()[:1], quarantine_table([]))
+    out = _call(processor, frame)
+    table = _wire.from_ipc(out["quarantine"].tolist(), quarantine_table([]))
     return sorted(json.loads(raw)["op_id"] for raw, reason in zip(
         table["raw"].to_pylist(), table["reason"].to_pylist(), strict=True)
         if reason == "duplicate_op_id")
@@ -169,9 +178,9 @@ def test_a_partitions_status_counts_the_bytes_its_state_and_seen_log_hold() -> N
     here, there = _processor(handle), _processor(handle)
 
     def state_bytes(processor: Any, op_id: str, ts: int) -> int:
-        (out,) = processor.handleInputRows(
-            (0,), iter([_op_frame([_watch(op_id, ts)], ts + 1)]), None)
-        status = json.loads(out["status"].tolist()[0])  # its own, then stage 1's passed on
+        out = _call(processor, _op_frame([_watch(op_id, ts)], ts + 1))
+        # Its own, then stage 1's passed on.
+        status = json.loads(out["status"].dropna().tolist()[0])
         assert status["stage"] == "op"
         saved = len(handle.values["snapshot"].get()[0])
         chunks = sum(len(chunk) for (chunk,) in handle.lists["seen"].items)
@@ -308,3 +317,23 @@ def test_a_packer_passes_over_an_input_file_gone_before_it_reads_it(
             for row in _wire.decoded(blob)]
     assert [row[0] for row in rows] == [5]  # the file still there, and nothing else
     assert sum("went away before it was read" in r.message for r in caplog.records) == 2
+
+
+def test_outputs_leave_a_worker_in_blobs_and_frames_of_bounded_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_wire, "BLOB_BYTES", 50_000)
+    monkeypatch.setattr(_wire, "FRAME_BYTES", 120_000)
+    # 800 KB of hex text: zstd makes it about half, not nothing.
+    lines = [random.Random(i).randbytes(10_000).hex() for i in range(40)]
+    quarantined = [Quarantined(line, Reason.UNPARSEABLE, None) for line in lines]
+    outcomes = [OutcomeRow(f"op-{i}", OutcomeKind.EXPIRED, i, 0, (), None) for i in range(3)]
+    status = PartitionStatus("op", 0, 1, None, None, 0, 0, 0, 0, 0, 0)
+    out = list(_wire.output_frames(outcomes, quarantined, [status], [(None, "{}")]))
+    blobs = [b for frame in out for b in frame["quarantine"].tolist() if b is not None]
+    assert len(blobs) == 14  # about 50 KB of rows each: 3 rows of 20 KB
+    assert len(out) > 1
+    table = _wire.from_ipc(blobs, quarantine_table([]))
+    assert table["raw"].to_pylist() == lines
+    assert _wire.from_ipc([b for f in out for b in f["outcomes"]], outcomes_table([])
+                          )["op_id"].to_pylist() == ["op-0", "op-1", "op-2"]
+    assert [s for f in out for s in f["status"] if s is not None][-1] == "{}"

@@ -21,11 +21,13 @@ from pathlib import Path
 
 from tickwheel.pipeline.io import write_atomically
 
-__all__ = ["compact", "covered_batches", "settled_batch"]
+__all__ = ["batch_files", "compact", "covered_batches", "settled_batch"]
 
 log = logging.getLogger(__name__)
 
-_BATCH = re.compile(r"batch-(\d{9})\.parquet")
+# One batch's file: the local engine writes one, the Spark engine's executors one per
+# partition (batch-<id>-<partition>).
+_BATCH = re.compile(r"batch-(\d{9})(?:-\d{5})?\.parquet")
 _MERGED = re.compile(r"batches-(\d{9})-(\d{9})\.parquet")
 
 FAN_IN = 64
@@ -41,6 +43,13 @@ def covered_batches(path: Path) -> tuple[int, int] | None:
     return None
 
 
+def batch_files(directory: Path, batch_id: int) -> list[Path]:
+    """The files of one batch in ``directory`` (before any compaction), in name
+    order: its partitions' order."""
+    return sorted(path for path in directory.glob(f"batch-{batch_id:09d}*.parquet")
+                  if covered_batches(path) == (batch_id, batch_id))
+
+
 def settled_batch(committed: int, delivered_mark: Path) -> int:
     """The last batch whose files may merge: committed, and, once a sink has ever
     been used (its mark exists), delivered too; a later start delivers the files of
@@ -51,10 +60,13 @@ def settled_batch(committed: int, delivered_mark: Path) -> int:
         return committed
 
 
-def _level(span: tuple[int, int], fan_in: int) -> int:
-    """0 for one batch's file; a merge of ``fan_in`` files of one level spans at
-    least ``fan_in`` times more batches, and so has a higher level."""
-    level, width = 0, span[1] - span[0] + 1
+def _level(span: tuple[int, int], path: Path, fan_in: int) -> int:
+    """0 for one batch's file (or one of its partitions'); a merged file is 1 and up,
+    and a merge of ``fan_in`` files of one level spans at least ``fan_in`` times more
+    batches, and so has a higher level."""
+    if _is_batch(path):
+        return 0
+    level, width = 1, span[1] - span[0] + 1
     while width >= fan_in:
         width //= fan_in
         level += 1
@@ -109,7 +121,7 @@ def _first_run(files: list[tuple[tuple[int, int], Path]], settled: int, fan_in: 
     for i, (span, path) in enumerate(files):
         if span[1] > settled:
             return None
-        here = _level(span, fan_in) if path.stat().st_size < max_bytes else -2
+        here = _level(span, path, fan_in) if path.stat().st_size < max_bytes else -2
         if here != level or here < 0:
             start, level = i, here
         if here >= 0 and i + 1 - start == fan_in:
@@ -122,12 +134,17 @@ def _finish(directory: Path) -> list[tuple[tuple[int, int], Path]]:
     (left by a crash during a compaction)."""
     files = sorted(((span, path) for path in directory.iterdir()
                     if (span := covered_batches(path)) is not None),
-                   key=lambda item: (item[0][0], -item[0][1]))
+                   key=lambda item: (item[0][0], -item[0][1], _is_batch(item[1]), item[1]))
     kept: list[tuple[tuple[int, int], Path]] = []
     for span, path in files:  # the widest of those starting at a batch comes first
-        if kept and span[1] <= kept[-1][0][1]:
+        # Only a merged file covers others: the partitions of one batch do not.
+        if kept and span[1] <= kept[-1][0][1] and not _is_batch(kept[-1][1]):
             log.info("deleting %s: %s covers it", path.name, kept[-1][1].name)
             path.unlink(missing_ok=True)
         else:
             kept.append((span, path))
     return kept
+
+
+def _is_batch(path: Path) -> bool:
+    return _BATCH.fullmatch(path.name) is not None

@@ -9,19 +9,20 @@ most ``max_behind`` batches queued behind the one it is delivering (then
 before its outcomes are settled, so the engine keeps its own mark: the last batch whose
 outcomes the processor has settled. A run starts by delivering the outcome files of
 every later batch, so a crash repeats deliveries and never skips one. Outcome files are
-named by batch id (``batch-<id>``).
+named by batch id (``batch-<id>``, or ``batch-<id>-<partition>`` for the Spark engine's
+executors, a file per partition: all of a batch's files are delivered before its mark).
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tickwheel.pipeline.batch_log import write_bytes_atomically
+from tickwheel.pipeline.compaction import covered_batches
 from tickwheel.pipeline.io import outcome_rows
 from tickwheel.pipeline.sink import OutcomeSink
 
@@ -31,9 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["BatchDelivery"]
 
 log = logging.getLogger(__name__)
-
-_BATCH_FILE = re.compile(r"batch-(\d+)\.parquet")
-
 
 class BatchDelivery:
     """Delivers micro-batches' outcomes to ``sink`` on a thread of its own and records
@@ -46,7 +44,8 @@ class BatchDelivery:
         self.mark = mark
         self.delivered_batches = 0
         self.caught_up_batches = 0  # batches delivered from their files at the start
-        self._work: queue.Queue[tuple[int, pa.Table] | None] = queue.Queue(max_behind)
+        self._work: queue.Queue[tuple[int, pa.Table | list[Path]] | None] = queue.Queue(
+            max_behind)
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="tickwheel-delivery",
                                         daemon=True)
@@ -59,9 +58,10 @@ class BatchDelivery:
         except FileNotFoundError:
             return -1
 
-    def submit(self, batch_id: int, outcomes: pa.Table) -> None:
-        """Queue a batch's outcomes (after its files are written); waits while
-        ``max_behind`` batches are queued. Raises what stopped the thread."""
+    def submit(self, batch_id: int, outcomes: pa.Table | list[Path]) -> None:
+        """Queue a batch's outcomes, or its outcome files (read by the delivery
+        thread), after its files are written; waits while ``max_behind`` batches are
+        queued. Raises what stopped the thread."""
         self._raise_failure()
         while True:
             try:
@@ -99,19 +99,25 @@ class BatchDelivery:
             self._failure = exc
 
     def _catch_up(self) -> None:
-        import pyarrow.parquet as pq
 
         settled = self.last_settled()
-        later = sorted((int(m.group(1)), path) for path in self.outcomes_dir.glob("*.parquet")
-                       if (m := _BATCH_FILE.fullmatch(path.name)) and int(m.group(1)) > settled)
-        for batch_id, path in later:
+        later: dict[int, list[Path]] = {}
+        for path in sorted(self.outcomes_dir.glob("batch-*.parquet")):
+            span = covered_batches(path)
+            if span is not None and span[0] == span[1] > settled:
+                later.setdefault(span[0], []).append(path)
+        for batch_id, paths in sorted(later.items()):
             log.info("delivering batch %d again from %s: its outcomes were not settled "
-                     "before the last run stopped", batch_id, path)
-            self._deliver(batch_id, pq.read_table(path))
+                     "before the last run stopped", batch_id, ", ".join(p.name for p in paths))
+            self._deliver(batch_id, paths)
             self.caught_up_batches += 1
 
-    def _deliver(self, batch_id: int, outcomes: pa.Table) -> None:
-        self.sink.deliver(outcome_rows(outcomes))
+    def _deliver(self, batch_id: int, outcomes: pa.Table | list[Path]) -> None:
+        import pyarrow.parquet as pq
+
+        for table in ([pq.read_table(path) for path in outcomes]
+                      if isinstance(outcomes, list) else [outcomes]):
+            self.sink.deliver(outcome_rows(table))
         if not self.sink.flush():
             raise RuntimeError(f"the sink closed before batch {batch_id} was settled")
         if batch_id > self.last_settled():  # a batch run again after a crash

@@ -40,10 +40,10 @@ if TYPE_CHECKING:
 __all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
            "OutputWriter", "check_spark_paths", "checkpoint_id", "count_outputs", "input_bytes",
            "input_files", "is_input_name", "json_lines", "open_input", "outcome_rows",
-           "outcome_writer", "outcomes_table", "output_owner", "parquet_events", "prepare_output",
-           "quarantine_table", "quarantine_writer", "read_events", "read_outcomes",
-           "read_output_table", "read_parquet_rows", "read_wire", "within", "write_atomically",
-           "write_outcomes", "write_quarantine"]
+           "outcome_size", "outcome_writer", "outcomes_table", "output_owner", "parquet_events",
+           "prepare_output", "quarantine_table", "quarantine_writer", "quarantined_size",
+           "read_events", "read_outcomes", "read_output_table", "read_parquet_rows", "read_wire",
+           "within", "write_atomically", "write_outcomes", "write_quarantine"]
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,9 @@ REPORT_FILE = "report.png"
 DEFAULT_CHECKPOINT = "_checkpoint"
 # The files an engine writes in outcomes/ and quarantine/ (and the Spark engine's
 # temporary files on their way there): nothing else is read as output.
-_OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.parquet"
-                          r"|\.(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.tmp")
+_OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}(-\d{5})?|batches-\d{9}-\d{9})\.parquet"
+                          r"|\.(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.tmp"
+                          r"|\.batch-\d{9}-\d{5}\.\d+\.tmp")
 _OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error")
 _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
 # A dict lookup: OutcomeKind(value) goes through the enum's Python-level lookup.
@@ -464,19 +465,21 @@ def write_quarantine(rows: list[Quarantined], directory: Path) -> Path:
 
 def outcome_writer(directory: Path) -> OutputWriter[OutcomeRow]:
     """An :class:`OutputWriter` of outcomes, weighing each by its strings."""
-    return OutputWriter(directory, outcomes_table, row_bytes=_outcome_size)
+    return OutputWriter(directory, outcomes_table, row_bytes=outcome_size)
 
 
 def quarantine_writer(directory: Path) -> OutputWriter[Quarantined]:
     """An :class:`OutputWriter` of quarantined rows, weighing each by its line."""
-    return OutputWriter(directory, quarantine_table, row_bytes=_quarantined_size)
+    return OutputWriter(directory, quarantine_table, row_bytes=quarantined_size)
 
 
-def _outcome_size(row: OutcomeRow) -> int:
+def outcome_size(row: OutcomeRow) -> int:
+    """About the bytes an outcome takes, to cut output into pieces of bounded size."""
     return 64 + len(row.op_id) + sum(map(len, row.keys)) + len(row.error or "")
 
 
-def _quarantined_size(row: Quarantined) -> int:
+def quarantined_size(row: Quarantined) -> int:
+    """About the bytes a quarantined row takes (its line is most of it)."""
     return 64 + len(row.raw)
 
 
@@ -496,20 +499,23 @@ def write_atomically(table: pa.Table, path: Path) -> None:
 
 
 class OutputWriter(Generic[R]):
-    """Rows written to ``directory/part-00000.parquet`` as they come, a row group at a
-    time, so that a run's outputs need not fit in memory. The file is written under a
-    hidden name (which no reader takes), then fsync'd and renamed into place when the
-    writer closes without an error; an error removes it. ``to_table`` makes a list of
-    rows into the contract's columns (:func:`outcomes_table`, :func:`quarantine_table`).
-    A row group holds ``group_rows`` rows, or fewer once ``row_bytes`` (a row's size,
-    roughly) adds up to ``group_bytes``: rows of up to a megabyte of text each (a
-    quarantined row keeps its line) must not be held 65,536 at a time."""
+    """Rows written to ``directory/name`` as they come, a row group at a time, so that
+    a run's outputs need not fit in memory. The file is written under a hidden name
+    (``tmp_name``; by default the name's stem after a dot, which no reader takes), then
+    fsync'd and renamed into place when the writer closes without an error; an error
+    removes it. ``to_table`` makes a list of rows into the contract's columns
+    (:func:`outcomes_table`, :func:`quarantine_table`); :meth:`write_table` takes rows
+    already in them. A row group holds ``group_rows`` rows, or fewer once
+    ``row_bytes`` (a row's size, roughly) adds up to ``group_bytes``: rows of up to a
+    megabyte of text each (a quarantined row keeps its line) must not be held 65,536
+    at a time."""
 
     def __init__(self, directory: Path, to_table: Callable[[list[R]], pa.Table], *,
                  group_rows: int = 65_536, row_bytes: Callable[[R], int] | None = None,
-                 group_bytes: int = 16 << 20) -> None:
+                 group_bytes: int = 16 << 20, name: str = "part-00000.parquet",
+                 tmp_name: str | None = None) -> None:
         _, pq = _pyarrow()
-        self.path = directory / "part-00000.parquet"
+        self.path = directory / name
         self.rows = 0
         self._to_table = to_table
         self._group_rows = check_positive_int("group_rows", group_rows)
@@ -518,7 +524,7 @@ class OutputWriter(Generic[R]):
         self._pending: list[R] = []
         self._pending_bytes = 0
         directory.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(f".{self.path.stem}.tmp")
+        self._tmp = self.path.with_name(tmp_name or f".{self.path.stem}.tmp")
         self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by close() or abort()
         try:
             self._writer = pq.ParquetWriter(self._file, to_table([]).schema)
@@ -544,6 +550,15 @@ class OutputWriter(Generic[R]):
             self._write_group(pending[:self._group_rows])
             del pending[:self._group_rows]
             self._pending_bytes = 0  # an estimate: the rest starts a group afresh
+
+    def write_table(self, table: pa.Table) -> None:
+        """Rows already in the contract's columns, after those written before."""
+        if self._pending:
+            self._write_group(self._pending)
+            self._pending = []
+            self._pending_bytes = 0
+        self._writer.write_table(table, row_group_size=self._group_rows)
+        self.rows += table.num_rows
 
     def close(self) -> None:
         """The file, whole, in place."""

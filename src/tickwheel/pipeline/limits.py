@@ -24,10 +24,9 @@ MAX_PARTITIONS: Final = 4096
 MAX_FILES_PER_TRIGGER: Final = 2**31 - 1
 #: The Spark engine's micro-batch reads about this much input at most (as
 #: :func:`~tickwheel.pipeline.io.input_bytes` weighs it: a Parquet file by its rows;
-#: one file at least), unless files per trigger are asked for: its outputs come to
-#: the driver, whose results Spark caps at ``spark.driver.maxResultSize`` (1 GiB by
-#: default). 1 GiB of the generator's JSON Lines is about 8M events, whose outcomes
-#: take about 80 MB there.
+#: one file at least), unless files per trigger are asked for: a stage's task holds
+#: its partition's share of a micro-batch's rows and outputs. 1 GiB of the
+#: generator's JSON Lines is about 8M events.
 DEFAULT_BYTES_PER_TRIGGER: Final = 1 << 30
 #: The local batch engine sorts a log of more events than this on disk, this many at a
 #: time: about 50 MB of the generator's events in memory.

@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.events import Quarantined, compact_wire, to_wire
-from tickwheel.pipeline.io import json_lines, open_input, parquet_events
+from tickwheel.pipeline.io import (
+    OutputWriter,
+    json_lines,
+    open_input,
+    outcomes_table,
+    parquet_events,
+    quarantine_table,
+)
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.routing import partition_of, route
 from tickwheel.pipeline.spark._seen_log import SeenLog
@@ -44,8 +51,9 @@ from tickwheel.pipeline.spark._wire import (
     NONE,
     decoded,
     encoded,
-    output_frame,
-    quarantine_ipc,
+    frames,
+    output_frames,
+    quarantine_ipcs,
     status_json,
 )
 
@@ -54,7 +62,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, TimerValues
 
-__all__ = ["key_processor", "local_file", "op_processor", "packer", "warm_worker"]
+__all__ = ["batch_writer", "key_processor", "local_file", "op_processor", "packer",
+           "warm_worker"]
+
+_PROGRESS_COLUMNS = {"grp": "int32", "ts": "int64", "rows": "object", "progress": "object",
+                     "quarantine": "object", "status": "object"}
 
 
 def local_file(uri: str) -> str:
@@ -77,6 +89,55 @@ def warm_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     import pandas  # noqa: F401 (kept by the worker, which Spark reuses)
 
     yield from batches
+
+
+def batch_writer(output_dir: str, batch_id: int) -> Any:
+    """The ``mapInArrow`` function that writes a micro-batch's outputs, run in the
+    executors over stage 2's rows: each task writes its partition's outcomes and
+    quarantined rows to ``outcomes/`` and ``quarantine/`` as
+    ``batch-<id>-<partition>.parquet`` (under a hidden name, fsync'd, renamed into
+    place), and hands the driver only its statuses and counts. The outputs never pass
+    through the driver, and a batch run again after a crash writes the same files
+    again: its rows and their partitions are those of the first run."""
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None  # in a task
+        name = f"batch-{batch_id:09d}-{context.partitionId():05d}"
+        writers: dict[str, OutputWriter[Any]] = {}
+        statuses: list[str] = []
+        try:
+            for batch in batches:
+                for column, to_table in (("outcomes", outcomes_table),
+                                         ("quarantine", quarantine_table)):
+                    for blob in batch.column(column).to_pylist():
+                        if not blob:
+                            continue
+                        writer = writers.get(column)
+                        if writer is None:
+                            writer = writers[column] = OutputWriter(
+                                Path(output_dir) / column, to_table, name=f"{name}.parquet",
+                                tmp_name=f".{name}.{context.attemptNumber()}.tmp")
+                        writer.write_table(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
+                statuses += [s for s in batch.column("status").to_pylist() if s is not None]
+            for writer in writers.values():
+                writer.close()
+        except BaseException:
+            for writer in writers.values():
+                writer.abort()
+            raise
+        counts = [writers[c].rows if c in writers else 0 for c in ("outcomes", "quarantine")]
+        zeros = [0] * len(statuses)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([*statuses, None], pa.string()),
+             pa.array([*zeros, counts[0]], pa.int64()),
+             pa.array([*zeros, counts[1]], pa.int64())],
+            names=["status", "outcomes", "quarantined"])
+
+    return write
 
 
 def _chunk_batch(chunks: list[tuple[int, int, int, bytes]]) -> pa.RecordBatch:
@@ -243,7 +304,6 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
         # Spark's method and argument names.
         def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],  # noqa: N802
                             timerValues: TimerValues) -> Iterator[pd.DataFrame]:  # noqa: N803
-            import pandas as pd
 
             with collector_paused():
                 p = partition_of_label[int(key[0])]
@@ -274,38 +334,22 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
                 by_op: list[list[Any]] = [[] for _ in range(partitions)]
                 for row in progress:
                     by_op[partition_of(row[2], partitions)].append(row)
-                groups: list[int] = []
-                times: list[int] = []
-                blobs: list[bytes] = []
-                made: list[bytes] = []
-                for q, blob in forwarded:
-                    groups.append(labels[q])
-                    times.append(NONE)
-                    blobs.append(blob)
-                    made.append(b"")
-                for q, rows_for_q in enumerate(by_op):
-                    if rows_for_q:
-                        groups.append(labels[q])
-                        times.append(NONE)
-                        blobs.append(b"")
-                        made.append(encoded(rows_for_q))
+                out: list[tuple[Any, ...]] = [
+                    (labels[q], NONE, blob, b"", None, None) for q, blob in forwarded]
+                out += [(labels[q], NONE, b"", encoded(rows_for_q), None, None)
+                        for q, rows_for_q in enumerate(by_op) if rows_for_q]
+                # Late updates go to stage 2's partition of the same number, which
+                # writes them out; the status comes last.
+                out += [(labels[p], NONE, b"", b"", blob, None)
+                        for blob in quarantine_ipcs(quarantine)]
                 counted = part.status()  # counts the call: before saving
                 saved = part.snapshot()
                 self.state.update((saved,))
                 status = status_json(replace(counted, state_bytes=len(saved)))
                 _keep_partition(where, self.token, part)
-                n = len(groups)
-                frame = pd.DataFrame({
-                    "grp": pd.Series([*groups, labels[p]], dtype="int32"),
-                    "ts": pd.Series([*times, NONE if point is None else point],
-                                    dtype="int64"),
-                    "rows": pd.Series([*blobs, b""], dtype=object),
-                    "progress": pd.Series([*made, b""], dtype=object),
-                    "quarantine": pd.Series([None] * n + [quarantine_ipc(quarantine)],
-                                            dtype=object),
-                    "status": pd.Series([None] * n + [status], dtype=object),
-                })
-            yield frame
+                out.append((labels[p], NONE if point is None else point, b"", b"", None,
+                            status))
+            yield from frames(_PROGRESS_COLUMNS, out)
 
         def close(self) -> None:
             pass
@@ -346,7 +390,7 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                     part.stage.track_seen_changes()
                 point: int | None = None
                 quarantine: list[Quarantined] = []
-                passed: list[tuple[bytes | None, str]] = []
+                passed: list[tuple[bytes | None, str | None]] = []
                 progress: list[Any] = []
                 for frame in rows:
                     for ts, blob, made, late, status in zip(
@@ -357,10 +401,10 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                             quarantine += part.take(decoded(blob), [])
                         if made:
                             progress += decoded(made)
-                        if status is not None:  # stage 1's partition of this number
-                            passed.append((late, status))
-                            if ts != NONE:
-                                point = ts if point is None else max(point, ts)
+                        if late is not None or status is not None:
+                            passed.append((late, status))  # from stage 1's partition
+                        if status is not None and ts != NONE:
+                            point = ts if point is None else max(point, ts)
                 part.take([], progress)
                 outcomes, duplicates = part.release(point)
                 status = part.status()  # counts the call: before saving
@@ -375,8 +419,8 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                 self.state.update((saved,))
                 status = replace(status, state_bytes=len(saved) + seen.bytes)
                 _keep_partition(where, self.token, (part, seen))
-                out = output_frame(outcomes, quarantine + duplicates, [status], passed)
-            yield out
+                out = output_frames(outcomes, quarantine + duplicates, [status], passed)
+            yield from out
 
         def close(self) -> None:
             pass

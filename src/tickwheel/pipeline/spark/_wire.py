@@ -4,7 +4,12 @@ outcomes travel in them.
 Rows travel in blobs, ``marshal``'d lists of their wire form (parsed once, in the
 packers, in parallel over the input), compressed with zstd: each crosses the JVM and a
 shuffle as bytes, never converted value by value. Outcomes and quarantined rows leave
-the last stage as Arrow IPC streams, read once by the driver.
+the last stage as Arrow IPC streams, which the executors write to the output files.
+
+Every value and every frame a worker hands the JVM is of bounded size (a blob of
+:data:`BLOB_ROWS` rows or about :data:`BLOB_BYTES`, a frame of about
+:data:`FRAME_BYTES`): a micro-batch whose input is all malformed rows of a megabyte
+each must not become one value, or one Arrow batch, past the JVM's limits.
 """
 
 from __future__ import annotations
@@ -12,11 +17,17 @@ from __future__ import annotations
 import json
 import marshal
 import struct
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tickwheel.pipeline.events import Quarantined
-from tickwheel.pipeline.io import outcomes_table, quarantine_table
+from tickwheel.pipeline.io import (
+    outcome_size,
+    outcomes_table,
+    quarantine_table,
+    quarantined_size,
+)
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.resolver import OutcomeRow
 
@@ -24,9 +35,12 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-__all__ = ["CHUNK_SCHEMA", "END", "FILE_SCHEMA", "FORWARD", "KEY_ROWS", "NONE",
-           "OUTPUT_SCHEMA", "PROGRESS_SCHEMA", "decoded", "encoded", "from_ipc",
-           "output_frame", "quarantine_ipc", "status_json"]
+__all__ = ["BLOB_BYTES", "BLOB_ROWS", "CHUNK_SCHEMA", "END", "FILE_SCHEMA", "FORWARD",
+           "FRAME_BYTES", "KEY_ROWS", "NONE", "OUTPUT_SCHEMA", "PROGRESS_SCHEMA",
+           "WRITTEN_SCHEMA", "decoded", "encoded", "frames", "from_ipc", "ipc_pieces",
+           "output_frames", "quarantine_ipcs", "status_json"]
+
+T = TypeVar("T")
 
 #: The file sources' columns (the query never selects ``content``: no file is read).
 FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
@@ -42,6 +56,16 @@ PROGRESS_SCHEMA = ("grp int, ts long, rows binary, progress binary, quarantine b
                    "status string")
 #: Stage 2's output, one or more rows per partition and micro-batch.
 OUTPUT_SCHEMA = "outcomes binary, quarantine binary, status string"
+#: What the executors that write a micro-batch's output files tell the driver: each
+#: partition's statuses, and the rows they wrote.
+WRITTEN_SCHEMA = "status string, outcomes long, quarantined long"
+#: A blob of outcomes or quarantined rows holds at most this many rows ...
+BLOB_ROWS = 65_536
+#: ... and about this many bytes (by :func:`~tickwheel.pipeline.io.outcome_size` and
+#: :func:`~tickwheel.pipeline.io.quarantined_size`).
+BLOB_BYTES = 16 << 20
+#: A frame a worker yields holds about this many bytes of blobs (one blob at least).
+FRAME_BYTES = 64 << 20
 
 KEY_ROWS = -1
 END = -2
@@ -87,8 +111,24 @@ def _ipc(table: pa.Table) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def quarantine_ipc(rows: list[Quarantined]) -> bytes | None:
-    return _ipc(quarantine_table(rows)) if rows else None
+def ipc_pieces(rows: Sequence[T], to_table: Callable[[list[T]], pa.Table],
+               size: Callable[[T], int]) -> list[bytes]:
+    """``rows`` as Arrow IPC blobs of at most :data:`BLOB_ROWS` rows and about
+    :data:`BLOB_BYTES` each; none for no rows."""
+    pieces: list[bytes] = []
+    start = weight = 0
+    for i, row in enumerate(rows):
+        weight += size(row)
+        if i + 1 - start >= BLOB_ROWS or weight >= BLOB_BYTES:
+            pieces.append(_ipc(to_table(list(rows[start:i + 1]))))
+            start, weight = i + 1, 0
+    if start < len(rows):
+        pieces.append(_ipc(to_table(list(rows[start:]))))
+    return pieces
+
+
+def quarantine_ipcs(rows: list[Quarantined]) -> list[bytes]:
+    return ipc_pieces(rows, quarantine_table, quarantined_size)
 
 
 def status_json(status: PartitionStatus) -> str:
@@ -102,22 +142,39 @@ def from_ipc(blobs: list[bytes | None], empty: pa.Table) -> pa.Table:
     return pa.concat_tables(tables) if tables else empty
 
 
-def output_frame(outcomes: list[OutcomeRow], quarantine: list[Quarantined],
-                 statuses: list[PartitionStatus], forwarded: list[tuple[bytes | None, str]],
-                 ) -> pd.DataFrame:
-    """Stage 2's rows for one call: its outcomes and quarantined rows as Arrow IPC and
-    its status, then stage 1's late updates and status, passed on as they came."""
+def frames(columns: dict[str, str], rows: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
+    """``rows`` (tuples in the order of ``columns``, which maps a column to its dtype) as
+    frames of about :data:`FRAME_BYTES` of bytes values each; one frame at least."""
     import pandas as pd
 
-    outcome_blobs: list[bytes | None] = [_ipc(outcomes_table(outcomes)) if outcomes else None]
-    quarantine_blobs: list[bytes | None] = [quarantine_ipc(quarantine)]
-    texts = [status_json(s) for s in statuses]
-    for blob, text in forwarded:
-        outcome_blobs.append(None)
-        quarantine_blobs.append(blob)
-        texts.append(text)
-    outcome_blobs += [None] * (len(texts) - len(outcome_blobs))
-    quarantine_blobs += [None] * (len(texts) - len(quarantine_blobs))
-    return pd.DataFrame({"outcomes": pd.Series(outcome_blobs, dtype=object),
-                         "quarantine": pd.Series(quarantine_blobs, dtype=object),
-                         "status": pd.Series(texts, dtype=object)})
+    def frame(part: list[tuple[Any, ...]]) -> pd.DataFrame:
+        cells = list(zip(*part, strict=True)) if part else [() for _ in columns]
+        return pd.DataFrame({name: pd.Series(list(values), dtype=dtype)
+                             for (name, dtype), values in zip(columns.items(), cells,
+                                                               strict=True)})
+
+    start = weight = 0
+    for i, row in enumerate(rows):
+        weight += sum(len(v) for v in row if isinstance(v, bytes))
+        if weight >= FRAME_BYTES:
+            yield frame(rows[start:i + 1])
+            start, weight = i + 1, 0
+    if start < len(rows) or not rows:
+        yield frame(rows[start:])
+
+
+_OUTPUT_COLUMNS = {"outcomes": "object", "quarantine": "object", "status": "object"}
+
+
+def output_frames(outcomes: list[OutcomeRow], quarantine: list[Quarantined],
+                  statuses: list[PartitionStatus], forwarded: list[tuple[bytes | None, str | None]],
+                  ) -> Iterator[pd.DataFrame]:
+    """Stage 2's rows for one call: its outcomes and quarantined rows as Arrow IPC
+    blobs and its status, then stage 1's late updates and statuses, passed on as they
+    came."""
+    rows: list[tuple[Any, ...]] = [
+        *((blob, None, None) for blob in ipc_pieces(outcomes, outcomes_table, outcome_size)),
+        *((None, blob, None) for blob in quarantine_ipcs(quarantine)),
+        *((None, None, status_json(s)) for s in statuses),
+        *((None, blob, text) for blob, text in forwarded)]
+    return frames(_OUTPUT_COLUMNS, rows)

@@ -21,10 +21,12 @@ partition count.
 4. ``transformWithStateInPandas`` grouped by op-id partition (stage 2, an
    :class:`~tickwheel.pipeline.partition.OpPartition` each): the resolver's rules over
    watches, cancels and progress; outcomes out.
-5. ``foreachBatch`` writes the outcomes, the quarantined rows and the partitions'
-   counters to ``batch-<id>.parquet`` files, atomically and named by batch id, so a
-   batch that runs again after a crash replaces its own files: exactly once; then it
-   hands the outcomes to an optional :class:`~tickwheel.pipeline.sink.OutcomeSink`.
+5. ``foreachBatch`` has the executors write the outcomes and the quarantined rows,
+   each partition's to ``batch-<id>-<partition>.parquet`` (``mapInArrow``, so no output
+   passes through the driver), atomically and named by batch id and partition, so a
+   batch that runs again after a crash replaces its own files: exactly once. The
+   driver writes the partitions' counters, then hands the batch's outcome files to an
+   optional :class:`~tickwheel.pipeline.sink.OutcomeSink`.
 
 Time is the input's own, carried in the data: both stages release rows below the
 largest ``ts_ms`` read less the lateness bound, the same point in every partition (see
@@ -49,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.batch_log import write_bytes_atomically
-from tickwheel.pipeline.compaction import compact, settled_batch
+from tickwheel.pipeline.compaction import batch_files, compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.io import (
     OWNER_FILE,
@@ -57,9 +59,7 @@ from tickwheel.pipeline.io import (
     checkpoint_id,
     input_bytes,
     input_files,
-    outcomes_table,
     prepare_output,
-    quarantine_table,
     write_atomically,
 )
 from tickwheel.pipeline.limits import (
@@ -74,13 +74,20 @@ from tickwheel.pipeline.limits import (
 )
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
-from tickwheel.pipeline.spark._tasks import key_processor, op_processor, packer, warm_worker
+from tickwheel.pipeline.spark._tasks import (
+    batch_writer,
+    key_processor,
+    op_processor,
+    packer,
+    warm_worker,
+)
 from tickwheel.pipeline.spark._wire import (
     CHUNK_SCHEMA,
     FILE_SCHEMA,
+    FRAME_BYTES,
     OUTPUT_SCHEMA,
     PROGRESS_SCHEMA,
-    from_ipc,
+    WRITTEN_SCHEMA,
 )
 
 if TYPE_CHECKING:
@@ -308,22 +315,25 @@ class SparkEngine:
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
         import pyarrow as pa
 
-        table = frame.toArrow()
-        name = f"batch-{batch_id:09d}.parquet"
-        outcomes = from_ipc(table["outcomes"].to_pylist(), outcomes_table([]))
-        quarantine = from_ipc(table["quarantine"].to_pylist(), quarantine_table([]))
-        status = table.select(["status"])
-        for sub, where in ((outcomes, self.output_dir / "outcomes"),
-                           (quarantine, self.output_dir / "quarantine")):
-            if sub.num_rows:
-                write_atomically(sub, where / name)
-        if status.num_rows:
-            write_atomically(pa.table({"status": status["status"]}),
-                              self.checkpoint_dir / "status" / name)
-            if status.num_rows == 2 * self.partitions:
+        # The executors write the outputs; the driver gets statuses and counts.
+        written = frame.mapInArrow(batch_writer(str(self.output_dir.absolute()), batch_id),
+                                   WRITTEN_SCHEMA).toArrow()
+        name = f"batch-{batch_id:09d}"
+        for sub in ("outcomes", "quarantine"):
+            # What a task attempt that failed, or was superseded, left half written.
+            for tmp in (self.output_dir / sub).glob(f".{name}-*.tmp"):
+                tmp.unlink(missing_ok=True)
+        statuses = [s for s in written["status"].to_pylist() if s is not None]
+        outcomes = sum(written["outcomes"].to_pylist())
+        quarantined = sum(written["quarantined"].to_pylist())
+        if statuses:
+            write_atomically(pa.table({"status": pa.array(statuses, pa.string())}),
+                             self.checkpoint_dir / "status" / f"{name}.parquet")
+            if len(statuses) == 2 * self.partitions:
                 self._forget_statuses_before(batch_id)
         if self._delivery is not None:
-            self._delivery.submit(batch_id, outcomes)
+            self._delivery.submit(batch_id, batch_files(self.output_dir / "outcomes",
+                                                        batch_id))
         # Batches before this one have committed (and, with a sink, those up to its
         # mark are delivered): their files may merge.
         settled = settled_batch(batch_id - 1, self.checkpoint_dir / "delivered")
@@ -331,9 +341,8 @@ class SparkEngine:
             compact(self.output_dir / sub, settled)
         self.batches += 1
         if self.on_batch is not None:
-            self.on_batch(batch_id, outcomes.num_rows, quarantine.num_rows)
-        log.info("batch %d: %d outcomes, %d quarantined", batch_id, outcomes.num_rows,
-                 quarantine.num_rows)
+            self.on_batch(batch_id, outcomes, quarantined)
+        log.info("batch %d: %d outcomes, %d quarantined", batch_id, outcomes, quarantined)
 
     def _forget_statuses_before(self, batch_id: int) -> None:
         """Every partition reported in this batch: earlier statuses are superseded (a
@@ -352,6 +361,10 @@ class SparkEngine:
             "spark.sql.streaming.noDataMicroBatches.enabled": "false",
             # A state-store commit then writes the changes, not a new RocksDB checkpoint.
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+            # Arrow batches into the Python workers by size as well as rows: the stages'
+            # rows are blobs of up to BLOB_BYTES, and a batch of 20,000 of them would be
+            # past what the JVM can hold, or past Arrow's 2 GiB.
+            "spark.sql.execution.arrow.maxBytesPerBatch": str(FRAME_BYTES),
         }
         if follow:
             # A service runs a micro-batch a second: Spark's default keeps the state of
