@@ -110,13 +110,14 @@ def test_a_spark_run_is_exported_from_its_partitions_counters() -> None:
                         {"completed": 3, "expired": 3}, state_bytes=5_000)]
     result = SparkRunResult(rows_in=15, rows_applied=11, quarantined=3, held=1, pending=6,
                             ignored_cancels=1, release_ms=100, batches=3, seconds=1.0,
-                            partitions=partitions)
+                            partitions=partitions, files_skipped=2)
     registry = prometheus_client.CollectorRegistry()
     registry.register(TickwheelCollector().add_pipeline_run("spark", result))
     value = registry.get_sample_value
     assert value("tickwheel_pipeline_rows_in_total", {"pipeline": "spark"}) == 15
     assert value("tickwheel_pipeline_held", {"pipeline": "spark"}) == 1
     assert value("tickwheel_pipeline_state_bytes", {"pipeline": "spark"}) == 5_700
+    assert value("tickwheel_pipeline_files_skipped", {"pipeline": "spark"}) == 2
     assert value("tickwheel_pipeline_quarantined_total",
                  {"pipeline": "spark", "reason": "late"}) == 2
     assert value("tickwheel_pipeline_outcomes_total",

@@ -477,7 +477,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             lag = "" if batch.lag_ms is None else f", time {batch.lag_ms:,} ms behind the clock"
             console.print(f"batch {batch.batch_id}: {batch.files} files, {batch.rows:,} rows, "
                           f"{batch.outcomes:,} outcomes, {batch.quarantined:,} quarantined; "
-                          f"{counts.pending:,} pending, {counts.held:,} held{lag}")
+                          f"{counts.pending:,} pending, {counts.held:,} held{lag}"
+                          f"{_skipped_note(counts.files_skipped)}")
             last_print = now
 
     console.print(f"following {input} (trigger {trigger_ms} ms, {clock.value} clock, "
@@ -579,7 +580,7 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
             behind = "" if lag is None else f", time {lag:,} ms behind the clock"
             console.print(f"batch {batch_id}: {outcomes:,} outcomes, {quarantined:,} "
                           f"quarantined; {live.pending:,} pending, {live.held:,} held"
-                          f"{behind}")
+                          f"{behind}{_skipped_note(live.files_skipped)}")
             last_print = now
 
     spark_engine.on_batch = progress
@@ -594,6 +595,10 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
                   f"{result.pending:,} pending, {result.held:,} held")
 
 
+def _skipped_note(files: int) -> str:
+    return f"; {files} input file{'' if files == 1 else 's'} skipped" if files else ""
+
+
 class _SparkCounts:
     """The Spark engine's latest counters, for the metrics export and the console:
     read from the partitions' statuses after each micro-batch."""
@@ -602,6 +607,7 @@ class _SparkCounts:
         self.engine = spark_engine
         self.rows_in = self.rows_applied = self.ignored_cancels = 0
         self.pending = self.held = self.batches = self.state_bytes = 0
+        self.files_skipped = 0
         self.release_ms: int | None = None
         self._by_reason: dict[str, int] = {}
         self._by_outcome: dict[str, int] = {}
@@ -613,6 +619,7 @@ class _SparkCounts:
             result.ignored_cancels, result.pending, result.held)
         self.batches, self.release_ms = result.batches, result.release_ms
         self.state_bytes = result.state_bytes
+        self.files_skipped = result.files_skipped
         self._by_reason = result.quarantined_by_reason()
         self._by_outcome = result.outcomes_by_outcome()
 

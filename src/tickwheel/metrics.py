@@ -233,7 +233,9 @@ class TickwheelCollector(Collector):
              ("held", "Rows read but not applied yet (time has not passed them)"),
              ("batches", "Batches run (follow mode)"),
              ("lag_ms", "How far time stands behind the wall clock (follow mode)"),
-             ("state_bytes", "Bytes of state saved at the last batch")],
+             ("state_bytes", "Bytes of state saved at the last batch"),
+             ("files_skipped", "Input files the last listing skipped: a name that is not "
+                               "UTF-8, a symlink out of the input directory or to nothing")],
             [])
         quarantined = CounterMetricFamily("tickwheel_pipeline_quarantined",
                                           "Rows quarantined, by reason",
@@ -246,7 +248,8 @@ class TickwheelCollector(Collector):
             values = {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
                       "ignored_cancels": r.ignored_cancels, "pending": r.pending,
                       "held": held}
-            for gauge in ("batches", "lag_ms", "state_bytes"):  # where the result has them
+            # Where the result has them.
+            for gauge in ("batches", "lag_ms", "state_bytes", "files_skipped"):
                 value = getattr(r, gauge, None)
                 if value is not None:
                     values[gauge] = value

@@ -129,9 +129,11 @@ def test_a_file_that_lands_with_an_undecodable_name_is_skipped_with_one_warning(
         assert follower.step() is None and follower.step() is None
     assert [r.getMessage() for r in caplog.records].count(
         f"skipping input file {str(bad)!r}: its name is not valid UTF-8: rename it") == 1
+    assert follower.counts().files_skipped == 1
     bad.rename(inbox / "b.jsonl")
     batch = follower.step()
     assert batch is not None and (batch.files, batch.rows) == (1, 1)
+    assert follower.counts().files_skipped == 0
 
 
 # -- time passes without input --------------------------------------------------------

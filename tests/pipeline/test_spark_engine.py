@@ -649,7 +649,7 @@ def test_a_wall_clock_checkpoint_runs_in_follow_mode_only(spark: Any, tmp_path: 
 
 
 def test_follow_mode_on_both_engines_gives_equal_outcomes_for_files_fed_while_running(
-        spark: Any, tmp_path: Path) -> None:
+        spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import threading
 
     from tickwheel.pipeline.follow import LocalFollowEngine
@@ -666,14 +666,21 @@ def test_follow_mode_on_both_engines_gives_equal_outcomes_for_files_fed_while_ru
     try:
         landed = 0
         for n, part in enumerate(parts):
-            _land(inbox, f"part-{n}.jsonl", part)
-            landed += len(part)
-            _wait_until(lambda rows=landed: engine.result().rows_in >= rows,
-                        "the file's rows", runner)
+            if n == 2:  # the streaming source lists it: the driver tells of it
+                (inbox / "part-9.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+            with caplog.at_level("WARNING", logger="tickwheel.pipeline.spark.engine"):
+                _land(inbox, f"part-{n}.jsonl", part)
+                landed += len(part)
+                _wait_until(lambda rows=landed: engine.result().rows_in >= rows,
+                            "the file's rows", runner)
     finally:
         stop.set()
         runner.join(timeout=120)
     assert not runner.is_alive()
+    assert engine.result().files_skipped == 1
+    assert [r.getMessage() for r in caplog.records].count(
+        f"skipping input file {str(inbox / 'part-9.jsonl')!r}: a symlink that leads to "
+        "no file") == 1
     local = LocalFollowEngine(inbox, tmp_path / "local", lateness_ms=LATENESS_MS,
                               dedupe_retention_ms=60_000)
     local.step()

@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 
 from tickwheel.pipeline.io import input_bytes
 from tickwheel.pipeline.spark import _input_log
-from tickwheel.pipeline.spark._input_log import PUBLISHED_LOG, InputLog
+from tickwheel.pipeline.spark._input_log import PUBLISHED_LOG, InputLog, skipped_files
 from tickwheel.pipeline.spark._source import FilesPartition, InputReader, input_options
 
 
@@ -54,12 +54,20 @@ def test_a_file_landing_with_an_undecodable_name_waits_until_it_is_renamed(
     _land(inbox, "a.jsonl")
     inputs = InputLog(inbox, checkpoint)
     assert inputs.publish() == 1
+    assert skipped_files(checkpoint) == {}
     bad = inbox / os.fsdecode(b"b\xff.jsonl")
     bad.write_text('{"ts_ms":1,"type":"tick"}\n')
+    (inbox / "c.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
     assert inputs.publish() == 0
+    # For the driver to report: this process's log reaches no user.
+    assert skipped_files(checkpoint) == {
+        bad.name: "its name is not valid UTF-8: rename it",
+        "c.jsonl": "a symlink that leads to no file"}
     bad.rename(inbox / "b.jsonl")
+    (inbox / "c.jsonl").unlink()
     assert inputs.publish() == 1
     assert inputs.files(1, 2) == [str(inbox / "b.jsonl")]
+    assert skipped_files(checkpoint) == {}
 
 
 def test_a_restart_numbers_nothing_again_and_never_reuses_a_number(tmp_path: Path) -> None:

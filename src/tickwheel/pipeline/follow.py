@@ -120,6 +120,7 @@ class FollowCounts:
     release_ms: int | None = None
     clock_ms: int | None = None
     state_bytes: int = 0  # the state file and the seen op ids' log, as last saved
+    files_skipped: int = 0  # input files the last listing skipped (see input_files)
     by_reason: dict[str, int] = field(default_factory=dict)
     by_outcome: dict[str, int] = field(default_factory=dict)
 
@@ -198,7 +199,7 @@ class LocalFollowEngine:
         self.dedupe_retention_ms = dedupe_retention_ms
         self.clock = clock
         self.sink = sink
-        self._skipped: set[str] = set()  # input files skipped (see input_files)
+        self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
         self._settle_checkpoint()
         output_dir.mkdir(parents=True, exist_ok=True)
         write_bytes_atomically(json.dumps({"checkpoint": checkpoint_id(checkpoint)}).encode(),
@@ -473,5 +474,6 @@ class LocalFollowEngine:
 
     def counts(self) -> FollowCounts:
         """The counters after the last batch: a snapshot, safe to read from any thread
-        (the metrics export reads it while batches run)."""
-        return self._counts
+        (the metrics export reads it while batches run), with the input files skipped
+        at the last listing, which may have run no batch."""
+        return replace(self._counts, files_skipped=len(self._skipped))

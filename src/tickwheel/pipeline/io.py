@@ -100,7 +100,7 @@ def is_input_name(name: str) -> bool:
     return name.endswith(SUFFIXES) and not name.startswith((".", "_"))
 
 
-def input_files(directory: Path, *, skipped: set[str] | None = None) -> list[Path]:
+def input_files(directory: Path, *, skipped: dict[str, str] | None = None) -> list[Path]:
     """The input files of ``directory``, in name order, as both engines read them.
 
     A symlink is followed only while it points inside ``directory``: one that leads
@@ -109,12 +109,12 @@ def input_files(directory: Path, *, skipped: set[str] | None = None) -> list[Pat
     not valid UTF-8 raises :class:`InputError` (refused before any work), unless
     ``skipped`` is given: a running service's listing skips such a file instead of
     stopping, and logs each name it skips once while the name stays: ``skipped``
-    holds the names skipped at the last listing."""
+    holds the names skipped at the last listing, each with the reason."""
     if not directory.is_dir():
         raise FileNotFoundError(f"input directory {directory} does not exist")
     root = directory.resolve()
     files = []
-    skipping: set[str] = set()
+    skipping: dict[str, str] = {}
     for path in sorted(directory.iterdir()):
         name = path.name
         if not is_input_name(name):
@@ -143,10 +143,11 @@ def input_files(directory: Path, *, skipped: set[str] | None = None) -> list[Pat
     return files
 
 
-def _skip(path: Path, why: str, skipped: set[str] | None, skipping: set[str]) -> None:
+def _skip(path: Path, why: str, skipped: dict[str, str] | None,
+          skipping: dict[str, str]) -> None:
     if skipped is None or path.name not in skipped:
         log.warning("skipping input file %r: %s", str(path), why)
-    skipping.add(path.name)
+    skipping[path.name] = why
 
 
 def check_spark_paths(directory: Path, checkpoint: Path) -> list[Path]:

@@ -18,17 +18,21 @@ they are most of what it holds, except those not yet committed.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
-from tickwheel.pipeline.batch_log import BatchLog
+from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
 from tickwheel.pipeline.io import input_bytes, input_files
 
-__all__ = ["PUBLISHED_LOG", "InputLog"]
+__all__ = ["PUBLISHED_LOG", "SKIPPED_FILES", "InputLog", "skipped_files"]
 
 log = logging.getLogger(__name__)
 
 PUBLISHED_LOG = "published.log"
+#: The input files the last listing skipped, by name, with the reason: written by the
+#: streaming source, whose process's log reaches no user, and read by the driver.
+SKIPPED_FILES = "skipped.json"
 #: Entries the log may hold beyond twice those it must keep before it is rewritten.
 _SLACK = 1024
 
@@ -38,7 +42,8 @@ class InputLog:
 
     def __init__(self, input_dir: Path, checkpoint_dir: Path) -> None:
         self.input_dir = input_dir
-        self._skipped: set[str] = set()  # input files skipped (see input_files)
+        self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
+        self._skipped_path = checkpoint_dir / SKIPPED_FILES
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self._log = BatchLog(checkpoint_dir / PUBLISHED_LOG)
         self.numbers: dict[str, int] = {}  # input path -> its number
@@ -55,7 +60,12 @@ class InputLog:
     def publish(self) -> int:
         """Number every input file not numbered yet, in name order; returns how many
         were new. They are in the log when this returns."""
+        before = dict(self._skipped)
         listed = input_files(self.input_dir, skipped=self._skipped)
+        if self._skipped != before or not self._skipped_path.exists():
+            # This process's log reaches no user: the driver reports them.
+            write_bytes_atomically(json.dumps(self._skipped, sort_keys=True).encode(),
+                                   self._skipped_path)
         new: list[tuple[int, str]] = []
         for path in listed:
             text = str(path.absolute())
@@ -117,3 +127,13 @@ class InputLog:
         self._log.rewrite(self.next_number,
                           [[number, path] for path, number in self.numbers.items()])
         log.info("published log rewritten: %d input files kept", len(self.numbers))
+
+
+def skipped_files(checkpoint_dir: Path) -> dict[str, str]:
+    """The input files the source's last listing skipped (name: reason); none before
+    its first."""
+    try:
+        skipped: dict[str, str] = json.loads((checkpoint_dir / SKIPPED_FILES).read_bytes())
+    except FileNotFoundError:
+        return {}
+    return skipped

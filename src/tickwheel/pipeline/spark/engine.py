@@ -74,6 +74,7 @@ from tickwheel.pipeline.limits import (
 )
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
+from tickwheel.pipeline.spark._input_log import skipped_files
 from tickwheel.pipeline.spark._tasks import (
     batch_writer,
     key_processor,
@@ -123,6 +124,9 @@ class SparkRunResult:
     batches: int
     seconds: float
     partitions: list[PartitionStatus] = field(default_factory=list)
+    #: Input files the last listing skipped (a name that is not UTF-8, a symlink out
+    #: of the input directory or to nothing): not read until that changes.
+    files_skipped: int = 0
 
     @property
     def state_bytes(self) -> int:
@@ -220,6 +224,7 @@ class SparkEngine:
         self.sink = sink
         self._delivery: BatchDelivery | None = None
         self.batches = 0
+        self._skipped: dict[str, str] = {}  # input files skipped, as last reported
 
     def _settle_partitions(self, partitions: int | None) -> tuple[int, list[int]]:
         meta = self.checkpoint_dir / "tickwheel.json"
@@ -339,10 +344,20 @@ class SparkEngine:
         settled = settled_batch(batch_id - 1, self.checkpoint_dir / "delivered")
         for sub in ("outcomes", "quarantine"):
             compact(self.output_dir / sub, settled)
+        self._report_skipped()
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, outcomes, quarantined)
         log.info("batch %d: %d outcomes, %d quarantined", batch_id, outcomes, quarantined)
+
+    def _report_skipped(self) -> None:
+        """Warn of each input file the streaming source skips, once while it is (the
+        source's own log goes to no user)."""
+        skipped = skipped_files(self.checkpoint_dir)
+        for name, why in sorted(skipped.items()):
+            if name not in self._skipped:
+                log.warning("skipping input file %r: %s", str(self.input_dir / name), why)
+        self._skipped = skipped
 
     def _forget_statuses_before(self, batch_id: int) -> None:
         """Every partition reported in this batch: earlier statuses are superseded (a
@@ -453,7 +468,7 @@ class SparkEngine:
         # without a budget: a file landing since would otherwise push one that was
         # there out of the micro-batch that ends the input.
         budget = self.max_bytes_per_trigger
-        listed = input_files(self.input_dir, skipped=set())
+        listed = input_files(self.input_dir, skipped=self._skipped)
         if budget is not None and sum(map(input_bytes, listed)) <= budget:
             budget = None
         with self._session_settings():
@@ -578,4 +593,5 @@ class SparkEngine:
             batches=self.batches,
             seconds=0.0 if started is None else time.perf_counter() - started,
             partitions=statuses,
+            files_skipped=len(skipped_files(self.checkpoint_dir)),
         )
