@@ -34,6 +34,9 @@ def test_settled_files_merge_in_batch_order_and_later_ones_wait(tmp_path: Path) 
         "batch-000000008.parquet", "batch-000000009.parquet",
         "batches-000000000-000000003.parquet", "batches-000000004-000000007.parquet"]
     assert sorted(rows(tmp_path)) == [(i, r) for i in range(10) for r in (0, 1)]
+    # Merged a row group at a time, never read whole: a group per file it covers.
+    merged = pq.ParquetFile(tmp_path / "batches-000000000-000000003.parquet")
+    assert merged.metadata.num_row_groups == 4
 
 
 def test_merged_files_merge_again_while_they_are_small(tmp_path: Path) -> None:

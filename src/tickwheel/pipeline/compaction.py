@@ -17,9 +17,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tickwheel.pipeline.io import write_atomically
+from tickwheel.pipeline.io import write_tables_atomically
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["batch_files", "compact", "covered_batches", "settled_batch"]
 
@@ -79,7 +84,6 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
     ``settled``) of one level and under ``max_bytes`` in ``directory``, as long as
     there are any; returns the files merged away. A file is rewritten once per
     level, not once per merge."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     if fan_in < 2:
@@ -93,8 +97,9 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
         group = files[start:stop]
         first, last = group[0][0][0], group[-1][0][1]
         target = directory / f"batches-{first:09d}-{last:09d}.parquet"
-        table = pa.concat_tables([pq.read_table(path) for _, path in group])
-        write_atomically(table, target)
+        # A row group at a time: 64 files of up to 64 MB are never held at once.
+        write_tables_atomically(pq.read_schema(group[0][1]),
+                                _tables([path for _, path in group]), target)
         # The rename is on disk before any file it covers is deleted.
         _fsync_directory(directory)
         for _, path in group:
@@ -103,6 +108,16 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
         merged += len(group) - 1
         files[start:stop] = [((first, last), target)]
     return merged
+
+
+def _tables(paths: list[Path]) -> Iterator[pa.Table]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for path in paths:
+        with pq.ParquetFile(path) as file:
+            for batch in file.iter_batches(use_threads=False):
+                yield pa.Table.from_batches([batch])
 
 
 def _fsync_directory(directory: Path) -> None:

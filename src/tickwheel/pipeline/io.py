@@ -43,7 +43,8 @@ __all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
            "outcome_size", "outcome_writer", "outcomes_table", "output_owner", "parquet_events",
            "prepare_output", "quarantine_table", "quarantine_writer", "quarantined_size",
            "read_events", "read_outcomes", "read_output_table", "read_parquet_rows", "read_wire",
-           "within", "write_atomically", "write_outcomes", "write_quarantine"]
+           "within", "write_atomically", "write_outcomes", "write_quarantine",
+           "write_tables_atomically"]
 
 log = logging.getLogger(__name__)
 
@@ -489,13 +490,25 @@ def write_atomically(table: pa.Table, path: Path) -> None:
     takes), then renamed into place: a crash, even of the machine, leaves the old file
     or the new one, never half; and a batch's outputs are on disk before the state that
     commits the batch (which is fsync'd after them)."""
+    write_tables_atomically(table.schema, [table], path)
+
+
+def write_tables_atomically(schema: pa.Schema, tables: Iterable[pa.Table], path: Path) -> None:
+    """:func:`write_atomically` for tables that come one at a time, each its own row
+    group: a merge of files never holds them all."""
     _, pq = _pyarrow()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp")
-    with open(tmp, "wb") as out:
-        pq.write_table(table, out)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with open(tmp, "wb") as out:
+            with pq.ParquetWriter(out, schema) as writer:
+                for table in tables:
+                    writer.write_table(table)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
