@@ -87,6 +87,29 @@ def test_rows_of_any_size_are_merged_a_bounded_block_at_a_time() -> None:
     assert peak < 4_000_000
 
 
+def test_a_merge_between_tiers_cuts_blocks_by_the_rows_size() -> None:
+    # Eight runs of 10 rows of 100 KB, two to a tier: the last spill merges all eight
+    # (8 MB). Gathered by count (2,048 rows a block), it peaked at 24 MB.
+    def key_of(r: tuple[int, str]) -> int:
+        return r[0]
+
+    runs: SpilledRuns[tuple[int, str]] = SpilledRuns(
+        key_of, fan_in=2, block_bytes=150_000, row_bytes=lambda r: len(r[1]))
+    for r in range(7):
+        runs.spill([(k, f"{r}" * 100_000) for k in range(10)])
+    last = [(k, "7" * 100_000) for k in range(10)]
+    tracemalloc.start()
+    try:
+        runs.spill(last)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert runs.files == 1
+    assert [(k, v[0]) for batch in runs.merge() for k, v in batch] == [
+        (k, f"{r}") for k in range(10) for r in range(8)]
+    assert peak < 4_000_000
+
+
 def test_runs_leave_no_file_behind_even_while_they_exist(tmp_path: Path) -> None:
     runs: SpilledRuns[tuple[int, int]] = SpilledRuns(first, directory=tmp_path, fan_in=2)
     for i in range(5):

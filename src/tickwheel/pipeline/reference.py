@@ -172,7 +172,7 @@ class ReferenceEngine:
                 self._runs = SpilledRuns(
                     wire_order, group_start=first_order_at, directory=self._spill_dir,
                     fan_in=_FAN_IN, block_rows=max(1, min(2048, len(events) // _FAN_IN)),
-                    block_bytes=max(1, self.spill_bytes // _FAN_IN))
+                    block_bytes=max(1, self.spill_bytes // _FAN_IN), row_bytes=_text_size)
             self._runs.spill(sorted(events, key=wire_order))
             self._spilled += 1
             self._events = []

@@ -106,17 +106,20 @@ class SpilledRuns(Generic[T]):
     by). ``directory`` is where the files go (None: the system's temporary
     directory). A run is written and read in blocks of ``block_rows`` rows and
     ``block_bytes`` pickled bytes at most (a row larger than that is a block alone):
-    what it holds in memory while it is merged. Rows must pickle; a run is read back by
-    this process only."""
+    what it holds in memory while it is merged. ``row_bytes`` (about a row's size)
+    lets a merge between tiers cut its blocks by size before it has pickled them. Rows
+    must pickle; a run is read back by this process only."""
 
     def __init__(self, key: Callable[[T], Any], *,
                  group_start: Callable[[Any], Any] | None = None,
                  directory: Path | None = None, fan_in: int = 32,
-                 block_rows: int = _BLOCK_ROWS, block_bytes: int = _BLOCK_BYTES) -> None:
+                 block_rows: int = _BLOCK_ROWS, block_bytes: int = _BLOCK_BYTES,
+                 row_bytes: Callable[[T], int] | None = None) -> None:
         if fan_in < 2:
             raise ValueError(f"fan_in must be at least 2, got {fan_in}")
         self._block_rows = check_positive_int("block_rows", block_rows)
         self._block_bytes = check_positive_int("block_bytes", block_bytes)
+        self._row_bytes = row_bytes
         self._key = key
         self._group_start = group_start or (lambda k: k)
         self._directory = directory
@@ -190,13 +193,22 @@ class SpilledRuns(Generic[T]):
             size = self._block_rows
             blocks = 0
             pending: list[T] = []
+            weight = 0
             for batch in batches:
                 pending.extend(batch)
+                if self._row_bytes is not None:
+                    weight += sum(map(self._row_bytes, batch))
+                    if weight >= self._block_bytes:  # rows too large to gather by count
+                        for i in range(0, len(pending), size):
+                            blocks += self._dump(pending[i:i + size], file)
+                        pending, weight = [], 0
+                        continue
                 if len(pending) >= size:
                     end = len(pending) - len(pending) % size
                     for i in range(0, end, size):
                         blocks += self._dump(pending[i:i + size], file)
                     del pending[:end]
+                    weight = 0  # an estimate: the rest starts a block afresh
             if pending:
                 blocks += self._dump(pending, file)
             file.flush()
