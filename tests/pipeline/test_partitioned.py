@@ -5,6 +5,7 @@ grow with the count."""
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pytest
@@ -20,6 +21,9 @@ from tickwheel.pipeline.partition import KeyPartition, OpPartition, PartitionSta
 from tickwheel.pipeline.partitioned import run_partitioned
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.routing import partition_of, route
+from tickwheel.pipeline.spark import _entry_log as entry_log
+from tickwheel.pipeline.spark._entry_log import EntryLog
+from tickwheel.pipeline.spark._seen_log import SeenLog
 
 
 def reference(lines: list[str], retention: int | None = None) -> RunResult:
@@ -250,13 +254,90 @@ def test_at_one_time_values_come_before_errors_and_errors_before_cancels() -> No
 # -- partitions behind the input's clock, micro-batch after micro-batch -------------------
 
 
+class _SavedLog:
+    """One partition saved as the Spark engine saves it (its head, and its entries as a
+    log of chunks; its seen op ids too, for an op partition), run by one of two
+    workers at a time: each keeps the copy it last ran, caught up from the log when
+    the partition comes back to it, or reads the log whole the first time."""
+
+    def __init__(self, op: bool) -> None:
+        self.op = op
+        self.chunks: dict[int, bytes] = {}
+        self.digests: dict[int, bytes] = {}
+        self.seen_chunks: list[bytes] = []
+        self.head = b""
+        self.copies: dict[int, tuple[Any, EntryLog, SeenLog]] = {}
+        self.caught_up = 0
+
+    def save(self, part: Any, log: EntryLog, seen: SeenLog) -> None:
+        changed = part.entries(part.take_changes())
+        written, first, rewrite = log.record(changed, part.live_entries(), part.entries,
+                                             part.entry_bytes)
+        if rewrite:
+            self.chunks.clear()
+            self.digests.clear()
+        for number, (blob, digest) in enumerate(written, first):
+            self.chunks[number] = blob
+            self.digests[number] = digest
+        if isinstance(part, OpPartition):
+            changes = part.stage.take_seen_changes()
+            if changes:
+                chunk, whole = seen.record(changes)
+                self.seen_chunks = [chunk] if whole else [*self.seen_chunks, chunk]
+        self.head = part.head()
+
+    def load(self, worker: int) -> tuple[Any, EntryLog, SeenLog]:
+        copy = self.copies.pop(worker, None)
+        chunks = list(self.chunks.items())[::-1]  # in any order
+        seen = SeenLog.read(self.seen_chunks, None if copy is None else copy[2])
+        later = (None if copy is None
+                 else copy[1].catch_up(len(chunks), self.digests.get, self.chunks.__getitem__))
+        if later is not None:
+            assert copy is not None
+            part = copy[0]
+            if (part.catch_up(self.head, later) if isinstance(part, KeyPartition)
+                    else part.catch_up(self.head, later, seen.seen.ids)):
+                self.caught_up += 1
+                return part, copy[1], seen
+        log, held = EntryLog.read(chunks)
+        restored: Any
+        if self.op:
+            restored = OpPartition.from_state(self.head, held.items(), seen.seen.ids)
+            restored.stage.track_seen_changes()
+        else:
+            restored = KeyPartition.from_state(self.head, held.items())
+        restored.track_changes()
+        return restored, log, seen
+
+    def step(self, part: Any, log: EntryLog, seen: SeenLog, worker: int,
+             next_worker: int) -> tuple[Any, EntryLog, SeenLog]:
+        """Save what ``worker`` ran, and load it for ``next_worker``."""
+        self.save(part, log, seen)
+        self.copies[worker] = (part, log, seen)
+        return self.load(next_worker)
+
+
 def run_in_batches(lines: list[str], partitions: int, batches: int,
-                   retention: int | None = None, save: bool = False,
+                   retention: int | None = None, save: bool | str = False,
+                   caught_up: list[int] | None = None, alternate: bool = False,
                    ) -> tuple[list[Any], list[Any], list[PartitionStatus]]:
     """The engine's flow without Spark: each micro-batch's rows to both stages, each
-    stage 1 partition told every slice's top, and the input ended after the last."""
+    stage 1 partition told every slice's top, and the input ended after the last.
+    ``save``: each partition goes through a snapshot after each batch (True), or
+    through its head and the log of its entries (``"log"``), run by either of two
+    workers, at random or taking turns (``alternate``); ``caught_up`` gets how often
+    a worker caught its copy up."""
     keys = [KeyPartition(p, partitions, LATENESS_MS) for p in range(partitions)]
     ops = [OpPartition(p, LATENESS_MS, retention) for p in range(partitions)]
+    saved = [_SavedLog(op=n >= partitions) for n in range(2 * partitions)]
+    logs = [(EntryLog(), SeenLog()) for _ in range(2 * partitions)]
+    workers = [0] * (2 * partitions)
+    choose = random.Random(batches * 100 + partitions)
+    if save == "log":
+        for part in [*keys, *ops]:
+            part.track_changes()
+        for part in ops:
+            part.stage.track_seen_changes()
     outs: list[Any] = []
     quarantined: list[Any] = []
     size = -(-len(lines) // batches)
@@ -280,21 +361,42 @@ def run_in_batches(lines: list[str], partitions: int, batches: int,
             done, duplicates = part.release(points[p])
             outs.extend(done)
             quarantined.extend(duplicates)
-        if save:
+        if save == "log":
+            for n, ran in enumerate([*keys, *ops]):
+                worker = (b + 1) % 2 if alternate else choose.randrange(2)
+                part, log, seen = saved[n].step(ran, *logs[n], workers[n], worker)
+                logs[n], workers[n] = (log, seen), worker
+                if n < partitions:
+                    keys[n] = part
+                else:
+                    ops[n - partitions] = part
+        elif save:
             keys = [KeyPartition.restore(part.snapshot()) for part in keys]
             ops = [OpPartition.restore(part.snapshot()) for part in ops]
     statuses = [part.status() for part in [*keys, *ops]]
+    if caught_up is not None:
+        caught_up[:] = [log.caught_up for log in saved]
     return outs, quarantined, statuses
 
 
 @pytest.mark.parametrize(("seed", "partitions", "batches", "retention", "save"), [
     (1, 1, 1, None, False), (2, 3, 4, None, True), (3, 4, 7, 300, True), (4, 8, 13, None, True),
+    (5, 1, 9, None, "log"), (6, 3, 11, 300, "log"), (7, 4, 17, 200, "log"),
+    (8, 8, 13, None, "log"),
 ])
 def test_micro_batches_and_saved_states_change_no_outcome(
-        seed: int, partitions: int, batches: int, retention: int | None, save: bool) -> None:
+        seed: int, partitions: int, batches: int, retention: int | None, save: bool | str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small chunks and early rewrites, so that a log of a few hundred rows has both.
+    monkeypatch.setattr(entry_log, "REWRITE_SLACK", 8)
+    monkeypatch.setattr(entry_log, "CHUNK_ENTRIES", 5)
     lines = random_log(seed)
     expected = reference(lines, retention)
-    outs, quarantined, statuses = run_in_batches(lines, partitions, batches, retention, save)
+    caught_up: list[int] = []
+    outs, quarantined, statuses = run_in_batches(lines, partitions, batches, retention, save,
+                                                 caught_up)
+    if save == "log":
+        assert sum(caught_up) > 0  # workers' older copies were caught up from the log
     assert outcomes(outs) == outcomes(expected.outcomes)
     assert quarantine(quarantined) == quarantine(expected.quarantine)
     assert sum(s.rows_in for s in statuses) == expected.rows_in
@@ -302,6 +404,44 @@ def test_micro_batches_and_saved_states_change_no_outcome(
     assert sum(s.quarantined for s in statuses) == len(expected.quarantine)
     assert sum(s.held for s in statuses) == 0
     assert sum(s.pending for s in statuses if s.stage == "op") == expected.pending
+
+
+@pytest.mark.parametrize("condition", ["all_at_least", "sum_at_least"])
+def test_an_operations_progress_from_earlier_batches_survives_its_log(condition: str) -> None:
+    """Each part an operation's keys gave, in batches after its watch's, is in the log:
+    restored or caught up from it, the operation completes on the last part and not
+    before."""
+    targets = {"a": 0, "b": 0}
+    lines = [watch(0, "op", ["a", "b"], 60_000, condition, targets=targets, min_total=2),
+             update(5_000, "a", value=1), update(10_000, "b", value=1),
+             update(15_000, "c", value=1)]
+    for partitions, alternate in ((1, False), (2, False), (1, True), (2, True)):
+        # Taking turns, each batch's worker catches up the copy it ran two batches ago.
+        outs, _, _ = run_in_batches(lines, partitions, batches=4, save="log",
+                                    alternate=alternate)
+        assert outcomes(outs) == outcomes(reference(lines).outcomes)
+        assert [(o.op_id, o.outcome.value, o.resolved_ms) for o in outs] == [
+            ("op", "completed", 10_000)]
+
+
+def test_an_id_past_its_retention_while_pending_is_judged_alike_after_its_log() -> None:
+    """The log does not say that an id has passed its retention while its operation is
+    pending: restored or caught up, the stage moves it apart again before it judges
+    the next watch, so a copy stays a duplicate and a watch after the operation
+    resolved starts a new one."""
+    lines = [watch(0, "op", ["k"], 60_000, "any_update"),
+             watch(2_000, "op", ["k"], 60_000, "any_update"),  # duplicate: still pending
+             line(ts_ms=4_000, type="cancel", op_id="op"),
+             watch(6_000, "op", ["k"], 9_000, "any_update"),  # a new operation
+             watch(8_000, "op", ["k"], 9_000, "any_update"),  # its duplicate
+             update(20_000, "z", value=1)]
+    expected = reference(lines, retention=1_000)
+    assert [q.reason.value for q in expected.quarantine] == ["duplicate_op_id"] * 2
+    for alternate in (False, True):
+        outs, quarantined, _ = run_in_batches(lines, 1, batches=6, retention=1_000,
+                                              save="log", alternate=alternate)
+        assert outcomes(outs) == outcomes(expected.outcomes)
+        assert quarantine(quarantined) == quarantine(expected.quarantine)
 
 
 def test_a_row_below_the_point_time_has_reached_is_late_in_the_stage_that_owns_it() -> None:

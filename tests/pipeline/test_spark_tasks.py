@@ -9,6 +9,7 @@ import copy
 import gc
 import json
 import logging
+import marshal
 import os
 import random
 import weakref
@@ -56,12 +57,30 @@ class _List:
         self.items = list(items)
 
 
+class _Map:
+    def __init__(self) -> None:
+        self.items: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+    def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
+        self.items[key] = value
+
+    def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        return self.items.get(key)
+
+    def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        return iter(list(self.items.items()))
+
+    def clear(self) -> None:
+        self.items = {}
+
+
 class _Handle:
     """The state of one grouping key, as Spark's state store commits it."""
 
     def __init__(self) -> None:
         self.values: dict[str, _Value] = {}
         self.lists: dict[str, _List] = {}
+        self.maps: dict[str, _Map] = {}
 
     def getValueState(self, name: str, schema: str) -> _Value:
         return self.values.setdefault(name, _Value())
@@ -69,16 +88,22 @@ class _Handle:
     def getListState(self, name: str, schema: str) -> _List:
         return self.lists.setdefault(name, _List())
 
-    def committed(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        return ({n: v.value for n, v in self.values.items()},
-                {n: list(v.items) for n, v in self.lists.items()})
+    def getMapState(self, name: str, key_schema: str, value_schema: str) -> _Map:
+        return self.maps.setdefault(name, _Map())
 
-    def roll_back(self, to: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    def committed(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        return ({n: v.value for n, v in self.values.items()},
+                {n: list(v.items) for n, v in self.lists.items()},
+                {n: dict(v.items) for n, v in self.maps.items()})
+
+    def roll_back(self, to: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
         """As if the batches since ``to`` never committed."""
         for name, value in to[0].items():
             self.values[name].value = value
         for name, items in to[1].items():
             self.lists[name].items = list(items)
+        for name, entries in to[2].items():
+            self.maps[name].items = dict(entries)
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +157,7 @@ def test_a_worker_goes_on_from_the_partition_it_kept_without_reading_the_state(
     def no_restore(*args: Any) -> None:
         raise AssertionError("the state was read")
 
-    monkeypatch.setattr(partition_module.OpPartition, "restore", no_restore)
+    monkeypatch.setattr(partition_module.OpPartition, "from_state", no_restore)
     assert _run(processor, _op_frame([], 2_000)) == [("a", "expired")]
 
 
@@ -146,6 +171,20 @@ def test_a_batch_that_did_not_commit_sends_the_worker_back_to_the_state() -> Non
     # already expired "a", must not be used.
     handle.roll_back(committed)
     assert _run(processor, _op_frame([], 2_000)) == [("a", "expired")]
+
+
+def test_a_copy_ahead_of_the_state_in_time_is_not_caught_up() -> None:
+    handle = _Handle()
+    processor = _processor(handle)
+    far = json.dumps({"ts_ms": 1_000, "type": "watch", "op_id": "a", "keys": [],
+                      "deadline_ms": 5_000, "condition": "none"})
+    _run(processor, _op_frame([far], 1_001))
+    committed = handle.committed()
+    _run(processor, _op_frame([], 3_000))  # only time moves: no entry changes
+    handle.roll_back(committed)
+    # Its entries' log is the state's, but its time is not: read the state instead.
+    assert _run(processor, _op_frame([], 2_000)) == []
+    assert _run(processor, _op_frame([], 5_001)) == [("a", "expired")]
 
 
 def test_a_partition_another_worker_ran_since_is_read_from_the_state() -> None:
@@ -182,9 +221,10 @@ def test_a_partitions_status_counts_the_bytes_its_state_and_seen_log_hold() -> N
         # Its own, then stage 1's passed on.
         status = json.loads(out["status"].dropna().tolist()[0])
         assert status["stage"] == "op"
-        saved = len(handle.values["snapshot"].get()[0])
+        saved = len(handle.values["head"].get()[0])
+        entries = sum(len(chunk) for chunk, _ in handle.maps["entries"].items.values())
         chunks = sum(len(chunk) for (chunk,) in handle.lists["seen"].items)
-        assert status["state_bytes"] == saved + chunks
+        assert status["state_bytes"] == saved + entries + chunks
         return int(status["state_bytes"])
 
     first = state_bytes(here, "a", 1_000)  # a new partition
@@ -196,6 +236,21 @@ def test_a_partitions_status_counts_the_bytes_its_state_and_seen_log_hold() -> N
     third = state_bytes(here, "c", 1_200)  # an older copy, caught up
     assert 0 < first < second < third
     assert len(handle.lists["seen"].items) == 3
+
+
+def test_a_batch_writes_the_operations_it_changed_not_every_one_pending() -> None:
+    handle = _Handle()
+    processor = _processor(handle)
+    far = [json.dumps({"ts_ms": 1_000, "type": "watch", "op_id": f"op-{i}", "keys": [],
+                       "deadline_ms": 10**9, "condition": "none"}) for i in range(2_000)]
+    _call(processor, _op_frame(far, 1_001))
+    before = dict(handle.maps["entries"].items)
+    _call(processor, _op_frame([_watch("new", 1_500)], 1_501))
+    after = handle.maps["entries"].items
+    assert {k: after[k] for k in before} == before  # what was written stays
+    (added,) = (value for key, value in after.items() if key not in before)
+    assert [op_id for op_id, _ in marshal.loads(added[0])] == ["new"]
+    assert len(handle.values["head"].get()[0]) < 1_000  # counters, time: no operation
 
 
 def test_a_worker_back_on_a_partition_catches_its_seen_ids_up_from_the_later_chunks(

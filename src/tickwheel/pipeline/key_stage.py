@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from typing import Any
 
 from tickwheel.pipeline.events import Wire
 from tickwheel.pipeline.routing import partition_of
@@ -56,6 +57,10 @@ def key_order(fields: Wire) -> int:
 
 
 _NEVER = 2**63  # no part of one key is enough on its own
+
+#: What a key stage saves apart: a key (its value), or ``(key, op_id, watch_ts)`` (a
+#: registration).
+EntryId = str | tuple[str, str, int]
 
 
 class _Registration:
@@ -96,6 +101,10 @@ class KeyStage:
         self.progress: list[Progress] = []
         self.applied = 0  # updates
         self.now: int | None = None
+        # Kept only for a caller that saves the state an entry at a time (see
+        # `take_changes`): the keys whose value changed, and (key, op_id, watch_ts)
+        # of the registrations added, changed or gone.
+        self._changed: dict[EntryId, None] | None = None
 
     def apply(self, rows: Iterable[Wire]) -> None:
         """Apply watches and updates sorted by :func:`key_order`, none earlier than
@@ -138,6 +147,8 @@ class KeyStage:
                 self.registered -= 1
                 if not on_key:
                     del self.registrations[key]
+                if self._changed is not None:
+                    self._changed[key, op_id, watch_ts] = None
 
     def forget(self, op_id: str, watch_ts: int, keys: Iterable[str]) -> None:
         """Drop the registrations of an operation already resolved: where stage 2 can
@@ -149,6 +160,8 @@ class KeyStage:
                 self.registered -= 1
                 if not on_key:
                     del registrations[key]
+                if self._changed is not None:
+                    self._changed[key, op_id, watch_ts] = None
         # A forgotten registration's deadline stays in the heap until it passes; once
         # most entries are such, the heap is rebuilt from the live ones, so that it
         # (and every snapshot) follows what is registered, not what has passed.
@@ -171,6 +184,94 @@ class KeyStage:
             if on_key is not None and (entry[2], entry[3]) in on_key:
                 live.append(entry)
         return live
+
+    def track_changes(self) -> None:
+        """Keep the keys that change for :meth:`take_changes`."""
+        if self._changed is None:
+            self._changed = {}
+
+    def take_changes(self) -> list[EntryId]:
+        """The entries that changed since the last call or :meth:`track_changes`: a
+        key (its value) or ``(key, op_id, watch_ts)`` (a registration). A caller can
+        save just these (:meth:`entry`) instead of everything again."""
+        changed = self._changed
+        if changed is None:
+            raise RuntimeError("call track_changes() first")
+        self._changed = {}
+        return list(changed)
+
+    def entry(self, ident: EntryId) -> Any:
+        """The value of a key, or a registration's fields (as :meth:`restore_entries`
+        takes them back); None if the stage holds none."""
+        if isinstance(ident, str):
+            return self.values.get(ident)
+        key, op_id, watch_ts = ident
+        on_key = self.registrations.get(key)
+        reg = None if on_key is None else on_key.get((op_id, watch_ts))
+        if reg is None:
+            return None
+        return (reg.deadline_ms, reg.condition, reg.target, reg.given, reg.enough,
+                reg.alone)
+
+    def entries_held(self) -> list[EntryId]:
+        """Every entry held: the keys with a value, then the registrations."""
+        held: list[EntryId] = list(self.values)
+        held += [(key, op_id, watch_ts) for key, on_key in self.registrations.items()
+                 for op_id, watch_ts in on_key]
+        return held
+
+    def restore_entries(self, entries: Iterable[tuple[EntryId, Any]], applied: int,
+                        now: int | None) -> None:
+        """Take back a state saved an entry at a time (``(ident, entry(ident))``)."""
+        values: dict[str, int] = {}
+        registrations: list[tuple[str, str, int, int, str, int, int, int, bool]] = []
+        deadlines: list[tuple[int, str, str, int]] = []
+        for ident, entry in entries:
+            if isinstance(ident, str):
+                values[ident] = entry
+                continue
+            key, op_id, watch_ts = ident
+            deadline, condition, target, given, enough, alone = entry
+            registrations.append((key, op_id, watch_ts, deadline, condition, target, given,
+                                  enough, alone))
+            deadlines.append((deadline, key, op_id, watch_ts))
+        self.restore_state(values, registrations, deadlines, applied, now)
+
+    def catch_up(self, later: dict[EntryId, Any], applied: int, now: int | None) -> None:
+        """Bring an older copy up to date with the entries saved since (None: held no
+        more), and the count and time saved with them."""
+        values = self.values
+        registrations = self.registrations
+        for ident, entry in later.items():
+            if isinstance(ident, str):
+                if entry is None:
+                    values.pop(ident, None)
+                else:
+                    values[ident] = entry
+                continue
+            key, op_id, watch_ts = ident
+            on_key = registrations.get(key)
+            if entry is None:
+                if on_key is not None and on_key.pop((op_id, watch_ts), None) is not None:
+                    self.registered -= 1
+                    if not on_key:
+                        del registrations[key]
+                continue
+            deadline, condition, target, given, enough, alone = entry
+            if on_key is None:
+                on_key = registrations[key] = {}
+            reg = on_key.get((op_id, watch_ts))
+            if reg is not None:
+                reg.given = given
+                continue
+            on_key[op_id, watch_ts] = _Registration(op_id, watch_ts, deadline, condition,
+                                                    target, given, enough, alone)
+            self.registered += 1
+            heapq.heappush(self._deadlines, (deadline, key, op_id, watch_ts))
+        self.applied = applied
+        self.now = now
+        if self._changed is not None:
+            self._changed = {}
 
     def restore_state(self, values: dict[str, int],
                       registrations: list[tuple[str, str, int, int, str, int, int, int, bool]],
@@ -228,6 +329,8 @@ class KeyStage:
             on_key[op_id, ts] = _Registration(op_id, ts, deadline, condition,
                                               targets.get(key, 0), given, enough, alone)
             heapq.heappush(self._deadlines, (deadline, key, op_id, ts))
+            if self._changed is not None:
+                self._changed[key, op_id, ts] = None
 
     def _value(self, key: str, value: int, ts: int) -> None:
         self.applied += 1
@@ -235,9 +338,12 @@ class KeyStage:
         known = values.get(key)
         if known is None or value > known:
             values[key] = known = value
+            if self._changed is not None:
+                self._changed[key] = None
         on_key = self.registrations.get(key)
         if not on_key:
             return
+        changed = self._changed
         out = self.progress
         done: list[tuple[str, int]] = []
         for ident, reg in on_key.items():
@@ -246,18 +352,24 @@ class KeyStage:
                 if reg.given or known < reg.target:
                     continue
                 reg.given = 1
+                if changed is not None:
+                    changed[key, reg.op_id, reg.watch_ts] = None
                 out.append((ts, VALUE_PROGRESS, reg.op_id, reg.watch_ts, key, 1))
             elif condition == "sum_at_least":
                 part = known - reg.target
                 if part <= reg.given:
                     continue
                 reg.given = part
+                if changed is not None:
+                    changed[key, reg.op_id, reg.watch_ts] = None
                 if part < reg.enough and reg.alone:
                     continue
                 out.append((ts, VALUE_PROGRESS, reg.op_id, reg.watch_ts, key, part))
             else:  # any_update: done with the first update
                 out.append((ts, VALUE_PROGRESS, reg.op_id, reg.watch_ts, key, 1))
                 done.append(ident)
+                if changed is not None:
+                    changed[key, reg.op_id, reg.watch_ts] = None
                 continue
             if reg.given >= reg.enough:
                 done.append(ident)
@@ -275,6 +387,9 @@ class KeyStage:
             on_key = self.registrations.pop(key, None)
             if on_key is None:
                 continue
+            if self._changed is not None:
+                for op_id, watch_ts in on_key:
+                    self._changed[key, op_id, watch_ts] = None
             self.registered -= len(on_key)
             for reg in on_key.values():
                 out.append((ts, ERROR_PROGRESS, reg.op_id, reg.watch_ts, key, error))

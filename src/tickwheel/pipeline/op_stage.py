@@ -118,6 +118,8 @@ class OpStage(Resolver):
                 errors[op_id] = amount if known is None or amount < known else known
             else:
                 op.seen_updates[key] = amount
+                if self._op_changes is not None:
+                    self._op_changes[op_id] = None
                 op.safe_try_complete()
         if errors is not None:
             for op_id, error in errors.items():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import marshal
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,14 @@ from tickwheel.pipeline.resolver import OutcomeRow
 __all__ = ["KeyPartition", "OpPartition", "PartitionStatus"]
 
 _LONG_MAX = 2**63 - 1
+#: The format of a partition's :meth:`~_Partition.head`.
+_HEAD_VERSION = 1
+
+
+def _check_head(version: int, stage: str) -> None:
+    if version != _HEAD_VERSION:
+        raise ValueError(f"{stage} partition head version {version} is not supported "
+                         f"(this version of tickwheel reads {_HEAD_VERSION})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,34 @@ class _Partition:
         due = held[:cut]
         del held[:cut]
         return due
+
+    def track_changes(self) -> None:
+        """Keep what changes, entry by entry, for :meth:`take_changes`."""
+        raise NotImplementedError
+
+    def take_changes(self) -> list[Any]:
+        """The ids of the entries that changed since the last call or
+        :meth:`track_changes` (a key stage's keys and registrations, an op stage's op
+        ids)."""
+        raise NotImplementedError
+
+    def entries(self, ids: list[Any] | None = None) -> list[tuple[Any, Any]]:
+        """``(id, entry)`` for ``ids`` (every entry held if None); an entry is None
+        where the partition holds nothing for its id any more."""
+        raise NotImplementedError
+
+    def live_entries(self) -> int:
+        """How many entries the partition holds, or at most twice that."""
+        raise NotImplementedError
+
+    def head(self) -> bytes:
+        """The partition less its entries: with them, what :meth:`snapshot` holds."""
+        raise NotImplementedError
+
+    @staticmethod
+    def entry_bytes(item: tuple[Any, Any]) -> int:
+        """About how many bytes ``(id, entry)`` takes saved."""
+        raise NotImplementedError
 
     def _status(self, pending: int, ignored_cancels: int, held: int) -> PartitionStatus:
         self.seq += 1
@@ -170,6 +207,70 @@ class KeyPartition(_Partition):
                               self.rows_applied, self.quarantined, self.seq,
                               self.quarantined_by_reason, stage.values, registrations,
                               stage.deadlines_list(), stage.applied, stage.now))
+
+    def track_changes(self) -> None:
+        self.stage.track_changes()
+
+    def take_changes(self) -> list[Any]:
+        return self.stage.take_changes()
+
+    def entries(self, ids: list[Any] | None = None) -> list[tuple[Any, Any]]:
+        stage = self.stage
+        return [(ident, stage.entry(ident))
+                for ident in (stage.entries_held() if ids is None else ids)]
+
+    def live_entries(self) -> int:
+        return len(self.stage.values) + self.stage.registered
+
+    @staticmethod
+    def entry_bytes(item: tuple[Any, Any]) -> int:
+        ident = item[0]
+        if isinstance(ident, str):
+            return 24 + len(ident)
+        return 96 + len(ident[0]) + len(ident[1])
+
+    def head(self) -> bytes:
+        stage = self.stage
+        return marshal.dumps((_HEAD_VERSION, self.partition, stage.partitions,
+                              self.lateness_ms, self.held, self.release_ms, self.top_ms,
+                              self.rows_in, self.rows_applied, self.quarantined, self.seq,
+                              self.quarantined_by_reason, stage.applied, stage.now))
+
+    @classmethod
+    def from_state(cls, head: bytes, entries: Iterable[tuple[Any, Any]]) -> KeyPartition:
+        """The partition saved as its :meth:`head` and its :meth:`entries` (in the
+        order first saved)."""
+        (version, partition, partitions, lateness_ms, held, release_ms, top_ms, rows_in,
+         applied, quarantined, seq, by_reason, stage_applied, now) = marshal.loads(head)
+        _check_head(version, "key")
+        part = cls(partition, partitions, lateness_ms)
+        part.held = held
+        part.release_ms, part.top_ms = release_ms, top_ms
+        part.rows_in, part.rows_applied, part.quarantined, part.seq = (
+            rows_in, applied, quarantined, seq)
+        part.quarantined_by_reason = by_reason
+        part.stage.restore_entries(entries, stage_applied, now)
+        return part
+
+    def catch_up(self, head: bytes, later: dict[Any, Any]) -> bool:
+        """Bring this older copy up to date with the :meth:`head` saved since and the
+        entries saved since (None: held no more). False if ``head`` is not this
+        partition's."""
+        (version, partition, partitions, lateness_ms, held, release_ms, top_ms, rows_in,
+         applied, quarantined, seq, by_reason, stage_applied, now) = marshal.loads(head)
+        _check_head(version, "key")
+        stage = self.stage
+        if ((partition, partitions, lateness_ms) != (self.partition, stage.partitions,
+                                                     self.lateness_ms)
+                or (stage.now is not None and (now is None or now < stage.now))):
+            return False
+        self.held = held
+        self.release_ms, self.top_ms = release_ms, top_ms
+        self.rows_in, self.rows_applied, self.quarantined, self.seq = (
+            rows_in, applied, quarantined, seq)
+        self.quarantined_by_reason = by_reason
+        stage.catch_up(later, stage_applied, now)
+        return True
 
     @classmethod
     def restore(cls, blob: bytes) -> KeyPartition:
@@ -256,6 +357,73 @@ class OpPartition(_Partition):
                              self.release_ms, self.top_ms, self.rows_in, self.rows_applied,
                              self.quarantined, self.seq, self.quarantined_by_reason,
                              self.outcomes_by_outcome), protocol=5)
+
+    def track_changes(self) -> None:
+        self.stage.track_op_changes()
+
+    def take_changes(self) -> list[str]:
+        return self.stage.take_op_changes()
+
+    def entries(self, ids: list[str] | None = None) -> list[tuple[str, Any]]:
+        stage = self.stage
+        return [(op_id, stage.op_entry(op_id))
+                for op_id in (list(stage.pending) if ids is None else ids)]
+
+    def live_entries(self) -> int:
+        return len(self.stage.pending)
+
+    @staticmethod
+    def entry_bytes(item: tuple[str, Any]) -> int:
+        op_id, entry = item
+        if entry is None:
+            return 32 + len(op_id)
+        fields = entry[0]  # the watch's: ts_ms, raw, op_id, keys, ...
+        return 160 + len(op_id) + len(fields[1] or "") + sum(64 + len(k) for k in fields[3])
+
+    def head(self) -> bytes:
+        """Without the seen op ids, which the caller keeps as a log of
+        :meth:`Resolver.take_seen_changes
+        <tickwheel.pipeline.resolver.Resolver.take_seen_changes>`."""
+        return marshal.dumps((_HEAD_VERSION, self.partition, self.lateness_ms,
+                              self.stage.head(), self.held, self.release_ms, self.top_ms,
+                              self.rows_in, self.rows_applied, self.quarantined, self.seq,
+                              self.quarantined_by_reason, self.outcomes_by_outcome))
+
+    @classmethod
+    def from_state(cls, head: bytes, entries: Iterable[tuple[str, Any]],
+                   seen: dict[str, int]) -> OpPartition:
+        """The partition saved as its :meth:`head`, its :meth:`entries` (in the order
+        first saved) and its seen op ids."""
+        (version, partition, lateness_ms, stage, held, release_ms, top_ms, rows_in, applied,
+         quarantined, seq, by_reason, by_outcome) = marshal.loads(head)
+        _check_head(version, "op")
+        part = cls(partition, lateness_ms)
+        restored = OpStage.restore_ops(stage, (entry for _, entry in entries), seen)
+        assert isinstance(restored, OpStage)
+        part.stage = restored
+        part.held = held
+        part.release_ms, part.top_ms = release_ms, top_ms
+        part.rows_in, part.rows_applied, part.quarantined, part.seq = (
+            rows_in, applied, quarantined, seq)
+        part.quarantined_by_reason, part.outcomes_by_outcome = by_reason, by_outcome
+        return part
+
+    def catch_up(self, head: bytes, later: dict[Any, Any], seen: dict[str, int]) -> bool:
+        """Bring this older copy up to date with the :meth:`head`, entries (None: no
+        longer pending) and seen op ids saved since. False if it cannot be: the copy
+        must then be let go of (:meth:`OpStage.close`) and the state read whole."""
+        (version, partition, lateness_ms, stage, held, release_ms, top_ms, rows_in, applied,
+         quarantined, seq, by_reason, by_outcome) = marshal.loads(head)
+        _check_head(version, "op")
+        if ((partition, lateness_ms) != (self.partition, self.lateness_ms)
+                or not self.stage.catch_up_ops(stage, later, seen)):
+            return False
+        self.held = held
+        self.release_ms, self.top_ms = release_ms, top_ms
+        self.rows_in, self.rows_applied, self.quarantined, self.seq = (
+            rows_in, applied, quarantined, seq)
+        self.quarantined_by_reason, self.outcomes_by_outcome = by_reason, by_outcome
+        return True
 
     @classmethod
     def restore(cls, blob: bytes, seen: dict[str, int] | None = None) -> OpPartition:

@@ -211,6 +211,9 @@ class Resolver:
         # Kept only for a caller that saves the seen ids as a log of changes (see
         # `take_seen_changes`): id -> its first watch's ts_ms, or None once forgotten.
         self._seen_changes: dict[str, int | None] | None = None
+        # Kept only for a caller that saves the operations one at a time (see
+        # `take_op_changes`): the ids of operations added, changed or resolved.
+        self._op_changes: dict[str, None] | None = None
         self.pending: dict[str, _LogOperation] = {}
         self.outcomes: list[OutcomeRow] = []
         self.quarantine: list[Quarantined] = []
@@ -312,6 +315,8 @@ class Resolver:
     def record(self, ev: Event, outcome: OutcomeKind, resolved_ms: int, error: str | None) -> None:
         assert ev.op_id is not None
         self.pending.pop(ev.op_id, None)
+        if self._op_changes is not None:
+            self._op_changes[ev.op_id] = None
         if self._lingering and ev.op_id in self._lingering:
             self._lingering.discard(ev.op_id)
             self._forgotten(ev.op_id)
@@ -417,6 +422,95 @@ class Resolver:
                 resolver._register(ev, seen_updates)
         return resolver
 
+    def track_op_changes(self) -> None:
+        """Keep the ids of the operations that change for :meth:`take_op_changes`."""
+        if self._op_changes is None:
+            self._op_changes = {}
+
+    def take_op_changes(self) -> list[str]:
+        """The ids of the operations added, changed or resolved since the last call or
+        :meth:`track_op_changes`: a caller can save just these (:meth:`op_entry`)
+        instead of every pending operation again."""
+        changes = self._op_changes
+        if changes is None:
+            raise RuntimeError("call track_op_changes() first")
+        self._op_changes = {}
+        return list(changes)
+
+    def op_entry(self, op_id: str) -> tuple[Any, ...] | None:
+        """The pending operation ``op_id`` as :meth:`restore_ops` takes it back (its
+        watch and the parts its keys gave), or None if none is pending.
+
+        Whether its id is past its retention is left out: a resolver restored without
+        it holds such an id among those seen, and moves it apart again the next time
+        it forgets ids, which it does before it judges any watch. So an id is not
+        written again when it passes its retention."""
+        op = self.pending.get(op_id)
+        if op is None:
+            return None
+        return _event_fields(op.event), op.seen_updates
+
+    def head(self) -> tuple[Any, ...]:
+        """What :meth:`snapshot` holds besides the seen ids and the pending
+        operations, which a caller saves apart (:meth:`take_seen_changes`,
+        :meth:`op_entry`); :meth:`restore_ops` takes all three back. A resolver that
+        applied updates (values and counts) is saved whole instead."""
+        if self.values or self.update_counts:
+            raise ValueError("a resolver holding values is saved whole: use snapshot()")
+        return self.now, self.applied, self.ignored_cancels, self.dedupe_retention_ms
+
+    @classmethod
+    def restore_ops(cls, head: tuple[Any, ...], ops: Iterable[tuple[Any, ...]],
+                    seen: dict[str, int]) -> Resolver:
+        """The resolver saved as its :meth:`head`, its operations' entries (in the
+        order they were first added) and its seen ids."""
+        now, applied, ignored, retention = head
+        return cls.restore((2, now, {}, {}, None, list(ops), applied, ignored, retention,
+                            None, []), seen)
+
+    def catch_up_ops(self, head: tuple[Any, ...], later: dict[str, Any],
+                     seen: dict[str, int]) -> bool:
+        """Bring an older copy of a resolver saved as :meth:`head`, entries and seen
+        ids up to date: ``head`` and ``seen`` as saved since, ``later`` the entries
+        saved since (None: no longer pending). False if the copy cannot be (it is not
+        older, or time fired an operation on the way): it must then be let go of."""
+        now, applied, ignored, retention = head
+        if retention != self.dedupe_retention_ms or (
+                self.now is not None and (now is None or now < self.now)):
+            return False
+        pending = self.pending
+        lingering = self._lingering
+        new = []
+        for op_id, entry in later.items():
+            op = pending.get(op_id)
+            if op is not None:
+                if entry is not None and op.event.ts_ms == entry[0][0]:  # the same watch
+                    op.seen_updates = entry[1]
+                    continue
+                del pending[op_id]
+                op.cancel()
+            lingering.discard(op_id)
+            if entry is not None:
+                new.append(entry)
+        # Every operation the copy holds that expired since is gone: moving time
+        # fires none.
+        if now is not None:
+            self.advance_to(now)
+        for fields, seen_updates in new:
+            self._register(_event_from_fields(fields), seen_updates)
+        self._seen = dict(seen)
+        for op_id in lingering:
+            self._seen.pop(op_id, None)
+        if retention is not None:
+            self._seen_order = deque(self._seen)
+        self.applied = applied
+        self.ignored_cancels = ignored
+        if self._seen_changes is not None:
+            self._seen_changes = {}
+        if self._op_changes is not None:
+            self._op_changes = {}
+        return not self.outcomes and not self.quarantine
+
     # -- internals ---------------------------------------------------------------
 
     def _the_purgatory(self) -> Purgatory:
@@ -488,6 +582,8 @@ class Resolver:
         assert ev.op_id is not None and self.now is not None
         op = self._new_operation(ev, ev.deadline_ms - self.now, seen_updates)
         self.pending[ev.op_id] = op
+        if self._op_changes is not None:
+            self._op_changes[ev.op_id] = None
         self._the_purgatory().try_complete_else_watch(op, self._watch_keys(ev))
 
     def _new_operation(self, ev: Event, delay_ms: int,

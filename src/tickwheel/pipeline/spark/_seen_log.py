@@ -19,10 +19,11 @@ from collections.abc import Iterable
 
 from tickwheel.pipeline.seen_ids import SeenIds
 
-__all__ = ["SeenLog"]
+__all__ = ["SeenLog", "chain_digest"]
 
 
-def _chained(digest: bytes, chunk: bytes) -> bytes:
+def chain_digest(digest: bytes, chunk: bytes) -> bytes:
+    """The digest of a log of chunks that ``digest`` was, with ``chunk`` after them."""
     return hashlib.blake2b(chunk, digest_size=16, key=digest).digest()
 
 
@@ -48,7 +49,7 @@ class SeenLog:
         if kept is not None and kept.chunks <= len(blobs):
             digest = b""
             for blob in blobs[:kept.chunks]:
-                digest = _chained(digest, blob)
+                digest = chain_digest(digest, blob)
             if digest == kept.digest:
                 for blob in blobs[kept.chunks:]:
                     kept._apply(blob)
@@ -66,14 +67,14 @@ class SeenLog:
         seen.apply(changes)
         if seen.needs_rewrite():
             blob = marshal.dumps(seen.rewrite())
-            self.chunks, self.bytes, self.digest = 1, len(blob), _chained(b"", blob)
+            self.chunks, self.bytes, self.digest = 1, len(blob), chain_digest(b"", blob)
             return blob, True
         blob = marshal.dumps(changes)
-        self.chunks, self.digest = self.chunks + 1, _chained(self.digest, blob)
+        self.chunks, self.digest = self.chunks + 1, chain_digest(self.digest, blob)
         self.bytes += len(blob)
         return blob, False
 
     def _apply(self, blob: bytes) -> None:
         self.seen.apply(marshal.loads(blob))
-        self.chunks, self.digest = self.chunks + 1, _chained(self.digest, blob)
+        self.chunks, self.digest = self.chunks + 1, chain_digest(self.digest, blob)
         self.bytes += len(blob)

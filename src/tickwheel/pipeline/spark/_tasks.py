@@ -2,13 +2,15 @@
 input files and cut their rows into chunks per partition, and the two stages'
 stateful processors.
 
-Each partition's state is one blob in the state store (a :class:`ValueState`), loaded
-at the start of a call and saved at its end: a micro-batch that fails and runs again
-finds the state of the last committed one. An op partition keeps the op ids it has
-seen apart, as a log of changes in a :class:`ListState`: one element per batch that
-changed them, rewritten whole only once it holds twice what it must keep
-(:class:`~tickwheel.pipeline.spark._seen_log.SeenLog`), so a running service does not
-write every id it remembers on every batch.
+Each partition's state is a small head (a :class:`ValueState`: its counters, the rows
+it holds back, its time) and its entries, a key stage's keys or an op stage's
+operations, as a log of the entries each batch changed (a :class:`MapState` of chunks,
+:class:`~tickwheel.pipeline.spark._entry_log.EntryLog`), read when a call starts and
+extended when it ends: a micro-batch that fails and runs again finds the state of the
+last committed one, and a batch writes what it changed, not everything held. An op
+partition keeps the op ids it has seen apart, in the same way, as a log of changes in
+a :class:`ListState` (:class:`~tickwheel.pipeline.spark._seen_log.SeenLog`), so a
+running service does not write every id it remembers on every batch.
 
 A worker keeps the partitions it last ran in memory, each with the random token it
 wrote beside the partition's state (:func:`_kept_partition`): when the same partition
@@ -43,6 +45,7 @@ from tickwheel.pipeline.io import (
 )
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.routing import partition_of, route
+from tickwheel.pipeline.spark._entry_log import EntryLog
 from tickwheel.pipeline.spark._seen_log import SeenLog
 from tickwheel.pipeline.spark._wire import (
     END,
@@ -206,8 +209,52 @@ def packer(labels: list[int], lateness_ms: int) -> Any:
     return pack_files
 
 
-def _snapshot_state(handle: StatefulProcessorHandle) -> Any:
-    return handle.getValueState("snapshot", "snapshot binary")
+def _head_state(handle: StatefulProcessorHandle) -> Any:
+    # The partition's head, and how many chunks its entries' log holds.
+    return handle.getValueState("head", "head binary, chunks long")
+
+
+def _entries_state(handle: StatefulProcessorHandle) -> Any:
+    # Each chunk with the digest of the log up to it (EntryLog.catch_up).
+    return handle.getMapState("entries", "chunk long", "entries binary, digest binary")
+
+
+def _read_entries(entries: Any, kept: EntryLog | None, chunks: int,
+                  ) -> tuple[EntryLog, dict[Any, Any], bool]:
+    """The log and its entries, read whole; or ``kept``, the log of a worker's older
+    copy of the partition, caught up (True), with the entries written since."""
+    if kept is not None:
+        def digest_of(number: int) -> bytes | None:
+            found = entries.getValue((number,))
+            return None if found is None else found[1]
+
+        def chunk_of(number: int) -> bytes:
+            found = entries.getValue((number,))
+            if found is None:
+                raise ValueError(f"the partition's state lacks chunk {number} of its entries")
+            chunk: bytes = found[0]
+            return chunk
+
+        later = kept.catch_up(chunks, digest_of, chunk_of)
+        if later is not None:
+            return kept, later, True
+    log, held = EntryLog.read((key[0], value[0]) for key, value in entries.iterator())
+    return log, held, False
+
+
+def _save(part: KeyPartition | OpPartition, log: EntryLog, head: Any, entries: Any) -> int:
+    """Write the partition's head and the entries it changed (all of them, when the
+    log is rewritten); returns the bytes of its state in the store."""
+    changed = part.entries(part.take_changes())
+    written, first, rewrite = log.record(changed, part.live_entries(), part.entries,
+                                         part.entry_bytes)
+    if rewrite:
+        entries.clear()
+    for number, chunk in enumerate(written, first):
+        entries.updateValue((number,), chunk)
+    saved = part.head()
+    head.update((saved, log.chunks))
+    return len(saved) + log.bytes
 
 
 def _token_state(handle: StatefulProcessorHandle) -> Any:
@@ -223,15 +270,14 @@ _KEPT_MAX = 4
 
 def _kept_partition(where: tuple[str, str, int], token: Any) -> tuple[Any, Any]:
     """``(fresh, stale)``: the objects kept for ``where`` as ``fresh`` if the state's
-    token (a ``ValueState``) is the one they were kept with, else as ``stale``, let go
-    of (:func:`_discard`) but for what can be caught up from the state. Taken out of
-    the worker's memory either way: a call that fails part way leaves nothing behind
-    that the state does not match."""
+    token (a ``ValueState``) is the one they were kept with, else as ``stale``, to be
+    caught up from the state or let go of (:func:`_discard`). Taken out of the
+    worker's memory either way: a call that fails part way leaves nothing behind that
+    the state does not match."""
     entry = _kept.pop(where, None)
     if entry is None:
         return None, None
     if not token.exists() or token.get()[0] != entry[0]:
-        _discard(entry[1])
         return None, entry[1]
     return entry[1], None
 
@@ -298,7 +344,8 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
 
     class KeyProcessor(StatefulProcessor):
         def init(self, handle: StatefulProcessorHandle) -> None:
-            self.state = _snapshot_state(handle)
+            self.head = _head_state(handle)
+            self.entries = _entries_state(handle)
             self.token = _token_state(handle)
 
         # Spark's method and argument names.
@@ -308,12 +355,26 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
             with collector_paused():
                 p = partition_of_label[int(key[0])]
                 where = (checkpoint, "key", p)
-                part: KeyPartition | None = _kept_partition(where, self.token)[0]
-                if part is None:
-                    part = (KeyPartition.restore(self.state.get()[0]) if self.state.exists()
-                            else KeyPartition(p, partitions, lateness_ms))
+                kept: tuple[KeyPartition, EntryLog] | None
+                kept, stale = _kept_partition(where, self.token)
+                if kept is not None:
+                    part, log = kept
+                elif self.head.exists():
+                    head, chunks = self.head.get()
+                    log, held, caught_up = _read_entries(
+                        self.entries, None if stale is None else stale[1], chunks)
+                    if caught_up and stale[0].catch_up(head, held):
+                        part = stale[0]
+                    else:
+                        if caught_up:
+                            log, held, _ = _read_entries(self.entries, None, chunks)
+                        part = KeyPartition.from_state(head, held.items())
+                        part.track_changes()
+                else:
+                    log, part = EntryLog(), KeyPartition(p, partitions, lateness_ms)
+                    part.track_changes()
                 forwarded: list[tuple[int, bytes]] = []
-                quarantine = []
+                quarantine: list[Quarantined] = []
                 end: int | None = None
                 ended = False
                 for frame in rows:
@@ -343,10 +404,9 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
                 out += [(labels[p], NONE, b"", b"", blob, None)
                         for blob in quarantine_ipcs(quarantine)]
                 counted = part.status()  # counts the call: before saving
-                saved = part.snapshot()
-                self.state.update((saved,))
-                status = status_json(replace(counted, state_bytes=len(saved)))
-                _keep_partition(where, self.token, part)
+                saved = _save(part, log, self.head, self.entries)
+                status = status_json(replace(counted, state_bytes=saved))
+                _keep_partition(where, self.token, (part, log))
                 out.append((labels[p], NONE if point is None else point, b"", b"", None,
                             status))
             yield from frames(_PROGRESS_COLUMNS, out)
@@ -366,7 +426,8 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
 
     class OpProcessor(StatefulProcessor):
         def init(self, handle: StatefulProcessorHandle) -> None:
-            self.state = _snapshot_state(handle)
+            self.head = _head_state(handle)
+            self.entries = _entries_state(handle)
             self.seen_log = _seen_log(handle)
             self.token = _token_state(handle)
 
@@ -375,19 +436,33 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
             with collector_paused():
                 q = partition_of_label[int(key[0])]
                 where = (checkpoint, "op", q)
-                kept: tuple[OpPartition, SeenLog] | None
+                kept: tuple[OpPartition, SeenLog, EntryLog] | None
                 kept, stale = _kept_partition(where, self.token)
                 if kept is not None:
-                    part, seen = kept
-                else:
-                    if self.state.exists():
-                        seen = SeenLog.read((chunk for (chunk,) in self.seen_log.get()),
-                                            None if stale is None else stale[1])
-                        part = OpPartition.restore(self.state.get()[0], seen.seen.ids)
+                    part, seen, log = kept
+                elif self.head.exists():
+                    head, chunks = self.head.get()
+                    seen = SeenLog.read((chunk for (chunk,) in self.seen_log.get()),
+                                        None if stale is None else stale[1])
+                    log, held, caught_up = _read_entries(
+                        self.entries, None if stale is None else stale[2], chunks)
+                    if caught_up and stale[0].catch_up(head, held, seen.seen.ids):
+                        part = stale[0]
                     else:
-                        seen = SeenLog()
-                        part = OpPartition(q, lateness_ms, dedupe_retention_ms)
+                        if stale is not None:
+                            _discard(stale)
+                        if caught_up:
+                            log, held, _ = _read_entries(self.entries, None, chunks)
+                        part = OpPartition.from_state(head, held.items(), seen.seen.ids)
+                        part.stage.track_seen_changes()
+                        part.track_changes()
+                else:
+                    if stale is not None:
+                        _discard(stale)
+                    seen, log = SeenLog(), EntryLog()
+                    part = OpPartition(q, lateness_ms, dedupe_retention_ms)
                     part.stage.track_seen_changes()
+                    part.track_changes()
                 point: int | None = None
                 quarantine: list[Quarantined] = []
                 passed: list[tuple[bytes | None, str | None]] = []
@@ -415,10 +490,9 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                         self.seen_log.put([(chunk,)])
                     else:
                         self.seen_log.appendList([(chunk,)])
-                saved = part.snapshot(with_seen=False)
-                self.state.update((saved,))
-                status = replace(status, state_bytes=len(saved) + seen.bytes)
-                _keep_partition(where, self.token, (part, seen))
+                saved = _save(part, log, self.head, self.entries)
+                status = replace(status, state_bytes=saved + seen.bytes)
+                _keep_partition(where, self.token, (part, seen, log))
                 out = output_frames(outcomes, quarantine + duplicates, [status], passed)
             yield from out
 
