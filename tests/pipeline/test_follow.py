@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.pipeline.logs import LATENESS_MS, random_log
+from tickwheel.pipeline import follow
 from tickwheel.pipeline.follow import LocalFollowEngine, wall_clock_ms
 from tickwheel.pipeline.reference import ReferenceEngine
 
@@ -516,24 +517,49 @@ def test_seen_op_ids_survive_a_restart_through_their_log_not_the_state(
 
 
 def test_the_state_bytes_counted_are_those_on_disk_after_each_batch_and_a_restart(
-        tmp_path: Path, inbox: Path) -> None:
+        tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The operations' log is rewritten once it holds more than 2 * pending + 16.
+    monkeypatch.setattr(follow, "_REWRITE_SLACK", 16)
     clock = WallClock(1_000)
     follower = engine(tmp_path, clock, dedupe_retention_ms=500)
     checkpoint = tmp_path / "out" / "_checkpoint"
 
     def on_disk() -> int:
-        return (checkpoint / "state").stat().st_size + (checkpoint / "seen.log").stat().st_size
+        return sum((checkpoint / name).stat().st_size
+                   for name in ("state", "seen.log", "keys.log", "ops.log")
+                   if (checkpoint / name).exists())
 
     land(inbox, "a.jsonl", [watch(1_000 + i, f"op{i}", 5_000) for i in range(300)])
     clock.ms = 1_400
     follower.step()
     pending = follower.counts().state_bytes
     assert pending == on_disk()
-    clock.ms = 6_100  # all 300 expire
+    clock.ms = 6_100  # all 300 expire: the log is rewritten with none
     follower.step()
     resolved = follower.counts().state_bytes
     assert resolved == on_disk() and resolved < pending
+    assert (checkpoint / "ops.log").stat().st_size < 100
     assert engine(tmp_path, clock, dedupe_retention_ms=500).counts().state_bytes == resolved
+
+
+def test_a_batch_writes_what_it_changed_not_every_operation_pending(
+        tmp_path: Path, inbox: Path) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock)
+    checkpoint = tmp_path / "out" / "_checkpoint"
+    land(inbox, "a.jsonl", [watch(1_000, f"op{i}", 10**9, keys=[f"k{i}"])
+                            for i in range(2_000)])
+    clock.ms = 1_200
+    follower.step()
+    sizes = {name: (checkpoint / name).stat().st_size for name in ("keys.log", "ops.log")}
+    land(inbox, "b.jsonl", [watch(1_300, "one-more", 10**9, keys=["k0"])])
+    clock.ms = 1_500
+    follower.step()
+    for name, before in sizes.items():  # one operation's entries, not 2,001
+        assert 0 < (checkpoint / name).stat().st_size - before < 1_000
+    assert (checkpoint / "state").stat().st_size < 1_000
+    restarted = engine(tmp_path, clock)
+    assert restarted.counts().pending == 2_001
 
 
 def test_a_state_that_tickwheel_did_not_write_is_refused_by_name(tmp_path: Path,

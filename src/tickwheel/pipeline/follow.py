@@ -12,8 +12,9 @@ wall clock that steps back holds time where it stands: time never goes back.
 Exactly once, across crashes: a batch's plan (its files and its clock reading) is
 written before it runs, and a restart runs a planned batch again from that plan, so it
 makes the same outcomes and rewrites the same ``batch-<id>.parquet`` files. The state
-(the partitions' snapshots and the batch id) is written whole after the outputs; the
-names of the files read go to an append-only log, tagged with their batch.
+(the partitions' heads and the batch id) is written whole after the outputs; the
+partitions' entries that the batch changed, the op ids it saw and the names of the
+files it read go to append-only logs, tagged with their batch.
 
 Between batches :meth:`LocalFollowEngine.run` sleeps until the next trigger or until
 the purgatory's timer says the next deadline falls due, whichever comes first, so a
@@ -22,6 +23,7 @@ deadline is not held back by the trigger interval.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import marshal
@@ -31,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
@@ -68,11 +71,38 @@ __all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "
 
 log = logging.getLogger(__name__)
 
-#: What this engine writes in its checkpoint's ``tickwheel.json``.
-LOCAL_CHECKPOINT_FORMAT = 2
-_STATE_VERSION = 1
+#: What this engine writes in its checkpoint's ``tickwheel.json``. 3: the partitions'
+#: entries in logs of their own, beside their heads in the state.
+LOCAL_CHECKPOINT_FORMAT = 3
+_STATE_VERSION = 2
+#: Entries a partition's log may hold beyond twice those held before it is rewritten.
+_REWRITE_SLACK = 65_536
 #: Batches that deadlines call for come no closer together than this.
 MIN_STEP_MS = 100
+
+
+def _records(entries: list[tuple[Any, Any]]) -> list[Any]:
+    """A partition's entries as one record of a :class:`BatchLog`: how many, and the
+    list ``marshal``'d in base64, so that they come back exactly, tuples and all, and
+    cost the encoder one string."""
+    if not entries:
+        return []
+    return [[len(entries), base64.b64encode(marshal.dumps(entries)).decode("ascii")]]
+
+
+def _held(records: list[Any]) -> tuple[list[tuple[Any, Any]], int]:
+    """The entries a partition's log holds (each id's latest, without those no longer
+    held: None), and how many entries the log holds."""
+    held: dict[Any, Any] = {}
+    logged = 0
+    for count, blob in records:
+        logged += count
+        for ident, entry in marshal.loads(base64.b64decode(blob)):
+            if entry is None:
+                held.pop(ident, None)
+            else:
+                held[ident] = entry
+    return list(held.items()), logged
 
 
 def wall_clock_ms() -> int:
@@ -119,7 +149,7 @@ class FollowCounts:
     ignored_cancels: int = 0
     release_ms: int | None = None
     clock_ms: int | None = None
-    state_bytes: int = 0  # the state file and the seen op ids' log, as last saved
+    state_bytes: int = 0  # the state file and its logs, as last saved
     files_skipped: int = 0  # input files the last listing skipped (see input_files)
     by_reason: dict[str, int] = field(default_factory=dict)
     by_outcome: dict[str, int] = field(default_factory=dict)
@@ -214,6 +244,12 @@ class LocalFollowEngine:
         # pending), and the log holds their changes, batch by batch.
         self._seen_ids = SeenIds()
         self._seen_log = BatchLog(self.checkpoint_dir / "seen.log")
+        # Each partition's entries (the key stage's values and registrations, the op
+        # stage's operations), as what each batch changed: a batch writes those, not
+        # everything pending.
+        self._key_log = BatchLog(self.checkpoint_dir / "keys.log")
+        self._op_log = BatchLog(self.checkpoint_dir / "ops.log")
+        self._logged = {"keys": 0, "ops": 0}  # entries each log holds
         self._state_bytes = 0
         self._restore()
         self._delivery: BatchDelivery | None = None
@@ -260,6 +296,8 @@ class LocalFollowEngine:
             blob = self._state_path.read_bytes()
         except FileNotFoundError:
             self.ops.stage.track_seen_changes()
+            self.keys.track_changes()
+            self.ops.track_changes()
             return
         try:
             version, batch_id, keys, ops = marshal.loads(blob)
@@ -270,12 +308,16 @@ class LocalFollowEngine:
             raise ValueError(f"state version {version} in {self._state_path} is not "
                              "supported")
         self.batch_id = batch_id
-        self.keys = KeyPartition.restore(keys)
+        key_entries, self._logged["keys"] = _held(self._key_log.read(batch_id))
+        self.keys = KeyPartition.from_state(keys, key_entries)
         self._seen = set(self._files_log.read(batch_id))
         self._seen_ids.apply(self._seen_log.read(batch_id))
-        self._state_bytes = len(blob) + self._seen_log_bytes()
-        self.ops = OpPartition.restore(ops, self._seen_ids.ids)
+        self._state_bytes = len(blob) + self._logs_bytes()
+        op_entries, self._logged["ops"] = _held(self._op_log.read(batch_id))
+        self.ops = OpPartition.from_state(ops, op_entries, self._seen_ids.ids)
         self.ops.stage.track_seen_changes()
+        self.keys.track_changes()
+        self.ops.track_changes()
 
     def _compact_files_log(self, listed: set[str]) -> None:
         """Forget the names of files gone from the input directory: one that comes
@@ -320,19 +362,27 @@ class LocalFollowEngine:
         changes = self.ops.stage.take_seen_changes()
         self._seen_log.append(batch_id, changes)
         self._seen_ids.apply(changes)
-        state = marshal.dumps((_STATE_VERSION, batch_id, self.keys.snapshot(),
-                               self.ops.snapshot(with_seen=False)))
+        entry_logs = (("keys", self.keys, self._key_log), ("ops", self.ops, self._op_log))
+        for name, part, entries in entry_logs:
+            changed = part.entries(part.take_changes())
+            entries.append(batch_id, _records(changed))
+            self._logged[name] += len(changed)
+        state = marshal.dumps((_STATE_VERSION, batch_id, self.keys.head(), self.ops.head()))
         write_bytes_atomically(state, self._state_path)
         self.batch_id = batch_id
         if self._seen_ids.needs_rewrite():
             self._seen_log.rewrite(batch_id, self._seen_ids.rewrite())
-        self._state_bytes = len(state) + self._seen_log_bytes()
+        for name, part, entries in entry_logs:
+            if self._logged[name] > 2 * part.live_entries() + _REWRITE_SLACK:
+                held = part.entries()
+                entries.rewrite(batch_id, _records(held))
+                self._logged[name] = len(held)
+        self._state_bytes = len(state) + self._logs_bytes()
 
-    def _seen_log_bytes(self) -> int:
-        try:
-            return self._seen_log.path.stat().st_size
-        except FileNotFoundError:
-            return 0
+    def _logs_bytes(self) -> int:
+        return sum(entries.path.stat().st_size
+                   for entries in (self._seen_log, self._key_log, self._op_log)
+                   if entries.path.exists())
 
     # -- running -------------------------------------------------------------------
 
