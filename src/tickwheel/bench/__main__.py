@@ -1,5 +1,5 @@
-"""``python -m tickwheel.bench {timers,asyncio,purgatory,dispatcher,pipeline}``: prints
-medians and ratios."""
+"""``python -m tickwheel.bench {timers,asyncio,purgatory,dispatcher,pipeline,pending,
+follow}``: prints medians and ratios."""
 
 from __future__ import annotations
 
@@ -47,6 +47,16 @@ def _files_per_trigger(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"not a number or 'all': {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1 or 'all', got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
@@ -168,6 +178,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --partitions: also run the Spark engine and a trivial "
                          "query on local[2] at these two partition counts, on --events "
                          "events (default 2,32; 'none' skips it)")
+    pe = sub.add_parser("pending", help="micro-batches with many operations pending, "
+                                        "against the same micro-batches with few")
+    pe.add_argument("--pending", type=_positive, default=400_000,
+                    help="watches pending throughout (default: %(default)s)")
+    pe.add_argument("--files", type=_positive, default=12,
+                    help="small files, a micro-batch each (default: %(default)s)")
+    pe.add_argument("--rows", type=_positive, default=20_000,
+                    help="rows per small file (default: %(default)s)")
+    pe.add_argument("--partitions", type=_positive, default=2,
+                    help="partitions of each stage (default: %(default)s)")
+    pe.add_argument("--master", default="local[2]")
+    pe.add_argument("--engines", type=_engines, default=["local", "spark"],
+                    help="comma-separated: local, spark (default: both)")
     fo = sub.add_parser("follow", help="each engine in follow mode on a live workload: "
                                        "delays after deadlines, memory each minute")
     fo.add_argument("--rate", type=_rate, default=5_000, help="events per second")
@@ -183,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import tickwheel
 
-    by_name = {"follow": _follow, "dispatcher": _dispatcher, "pipeline": _pipeline}
+    by_name = {"follow": _follow, "dispatcher": _dispatcher, "pipeline": _pipeline,
+               "pending": _pending}
     if args.what in by_name:
         return by_name[args.what](args)
 
@@ -373,6 +397,31 @@ def _pipeline(args: argparse.Namespace) -> int:
                                                             strict=True))
         print(f"local[2] / local[1], {run}: {two.events_per_s / one.events_per_s:.2f}x "
               f"(rounds {rounds})")
+    return 0
+
+
+def _pending(args: argparse.Namespace) -> int:
+    from tickwheel.bench._pending import run_pending
+
+    if args.files < 4:
+        print("--files must be >= 4: the first two are left out", file=sys.stderr)
+        return 2
+    results = run_pending(args.pending, args.files, args.rows, args.partitions,
+                          args.master, args.engines,
+                          lambda msg: print(msg, file=sys.stderr, flush=True))
+    print(f"pending: {args.files} files of {args.rows:,} rows, a micro-batch each, after "
+          f"{args.pending:,} watches that stay pending (busy) or without them (quiet); "
+          f"Spark on {args.master} with {args.partitions} partitions per stage; median "
+          f"micro-batch from the third file on; ratio to the same engine's quiet log")
+    print("| engine | log | pending at the end | median micro-batch | vs quiet | state | "
+          "checkpoint on disk |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    mb = 1e6
+    quiet = {r.engine: r for r in results if r.log == "quiet"}
+    for r in results:
+        print(f"| {r.engine} | {r.log} | {r.pending:,} | {r.median_s:.2f} s | "
+              f"{r.median_s / quiet[r.engine].median_s:.2f}x | "
+              f"{r.state_bytes / mb:,.1f} MB | {r.checkpoint_bytes / mb:,.0f} MB |")
     return 0
 
 
