@@ -568,3 +568,19 @@ def test_a_state_that_tickwheel_did_not_write_is_refused_by_name(tmp_path: Path,
     (tmp_path / "out" / "_checkpoint" / "state").write_bytes(b"\x00garbage")
     with pytest.raises(ValueError, match=r"state .* cannot be read"):
         engine(tmp_path, None)
+
+
+@pytest.mark.parametrize(("name", "line"), [
+    ("ops.log", '[0, [[1, "!!not base64"]]]'),
+    ("keys.log", '[0, [[1, "AAAA"]]]'),  # base64, but not marshal's
+    ("seen.log", "garbage"),
+    ("files.log", '[0, 5]'),
+])
+def test_a_log_of_the_checkpoint_that_tickwheel_did_not_write_is_refused_by_name(
+        tmp_path: Path, inbox: Path, name: str, line: str) -> None:
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9)])
+    engine(tmp_path, None).step()
+    with open(tmp_path / "out" / "_checkpoint" / name, "a") as log:
+        log.write(line + "\n")
+    with pytest.raises(ValueError, match=rf"log .*{name} cannot be read .* give another "):
+        engine(tmp_path, None)

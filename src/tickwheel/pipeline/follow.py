@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
@@ -71,6 +71,8 @@ __all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: What this engine writes in its checkpoint's ``tickwheel.json``. 3: the partitions'
 #: entries in logs of their own, beside their heads in the state.
 LOCAL_CHECKPOINT_FORMAT = 3
@@ -97,7 +99,7 @@ def _held(records: list[Any]) -> tuple[list[tuple[Any, Any]], int]:
     logged = 0
     for count, blob in records:
         logged += count
-        for ident, entry in marshal.loads(base64.b64decode(blob)):
+        for ident, entry in marshal.loads(base64.b64decode(blob, validate=True)):
             if entry is None:
                 held.pop(ident, None)
             else:
@@ -308,16 +310,26 @@ class LocalFollowEngine:
             raise ValueError(f"state version {version} in {self._state_path} is not "
                              "supported")
         self.batch_id = batch_id
-        key_entries, self._logged["keys"] = _held(self._key_log.read(batch_id))
+        key_entries, self._logged["keys"] = self._read(self._key_log, _held)
         self.keys = KeyPartition.from_state(keys, key_entries)
-        self._seen = set(self._files_log.read(batch_id))
-        self._seen_ids.apply(self._seen_log.read(batch_id))
+        self._seen = set(self._read(self._files_log, list))
+        self._seen_ids.apply(self._read(self._seen_log, list))
         self._state_bytes = len(blob) + self._logs_bytes()
-        op_entries, self._logged["ops"] = _held(self._op_log.read(batch_id))
+        op_entries, self._logged["ops"] = self._read(self._op_log, _held)
         self.ops = OpPartition.from_state(ops, op_entries, self._seen_ids.ids)
         self.ops.stage.track_seen_changes()
         self.keys.track_changes()
         self.ops.track_changes()
+
+    def _read(self, records: BatchLog, decode: Callable[[list[Any]], T]) -> T:
+        """``decode`` of the records of the committed batches in a log of the
+        checkpoint, or a clear error if tickwheel did not write them."""
+        try:
+            return decode(records.read(self.batch_id))
+        except (EOFError, ValueError, TypeError) as exc:
+            raise ValueError(f"the checkpoint's log {records.path} cannot be read ({exc}): "
+                             "it was not written by tickwheel; give another --checkpoint",
+                             ) from exc
 
     def _compact_files_log(self, listed: set[str]) -> None:
         """Forget the names of files gone from the input directory: one that comes
