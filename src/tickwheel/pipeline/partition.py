@@ -101,6 +101,16 @@ class _Partition:
         del held[:cut]
         return due
 
+    def _set_progress(self, held: list[Any], release_ms: int | None, top_ms: int | None,
+                      rows_in: int, rows_applied: int, quarantined: int, seq: int,
+                      by_reason: dict[str, int]) -> None:
+        """Take back the rows held, the time and the counters, as saved."""
+        self.held = held
+        self.release_ms, self.top_ms = release_ms, top_ms
+        self.rows_in, self.rows_applied, self.quarantined, self.seq = (
+            rows_in, rows_applied, quarantined, seq)
+        self.quarantined_by_reason = by_reason
+
     def track_changes(self) -> None:
         """Keep what changes, entry by entry, for :meth:`take_changes`."""
         raise NotImplementedError
@@ -244,11 +254,8 @@ class KeyPartition(_Partition):
          applied, quarantined, seq, by_reason, stage_applied, now) = marshal.loads(head)
         _check_head(version, "key")
         part = cls(partition, partitions, lateness_ms)
-        part.held = held
-        part.release_ms, part.top_ms = release_ms, top_ms
-        part.rows_in, part.rows_applied, part.quarantined, part.seq = (
-            rows_in, applied, quarantined, seq)
-        part.quarantined_by_reason = by_reason
+        part._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
+                          by_reason)
         part.stage.restore_entries(entries, stage_applied, now)
         return part
 
@@ -264,11 +271,8 @@ class KeyPartition(_Partition):
                                                      self.lateness_ms)
                 or (stage.now is not None and (now is None or now < stage.now))):
             return False
-        self.held = held
-        self.release_ms, self.top_ms = release_ms, top_ms
-        self.rows_in, self.rows_applied, self.quarantined, self.seq = (
-            rows_in, applied, quarantined, seq)
-        self.quarantined_by_reason = by_reason
+        self._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
+                          by_reason)
         stage.catch_up(later, stage_applied, now)
         return True
 
@@ -280,11 +284,8 @@ class KeyPartition(_Partition):
         if version != 1:
             raise ValueError(f"key partition snapshot version {version} is not supported")
         part = cls(partition, partitions, lateness_ms)
-        part.held = held
-        part.release_ms, part.top_ms = release_ms, top_ms
-        part.rows_in, part.rows_applied, part.quarantined, part.seq = (
-            rows_in, applied, quarantined, seq)
-        part.quarantined_by_reason = by_reason
+        part._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
+                          by_reason)
         part.stage.restore_state(values, registrations, deadlines, stage_applied, now)
         return part
 
@@ -401,11 +402,9 @@ class OpPartition(_Partition):
         restored = OpStage.restore_ops(stage, (entry for _, entry in entries), seen)
         assert isinstance(restored, OpStage)
         part.stage = restored
-        part.held = held
-        part.release_ms, part.top_ms = release_ms, top_ms
-        part.rows_in, part.rows_applied, part.quarantined, part.seq = (
-            rows_in, applied, quarantined, seq)
-        part.quarantined_by_reason, part.outcomes_by_outcome = by_reason, by_outcome
+        part._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
+                          by_reason)
+        part.outcomes_by_outcome = by_outcome
         return part
 
     def catch_up(self, head: bytes, later: dict[Any, Any], seen: dict[str, int]) -> bool:
@@ -418,11 +417,9 @@ class OpPartition(_Partition):
         if ((partition, lateness_ms) != (self.partition, self.lateness_ms)
                 or not self.stage.catch_up_ops(stage, later, seen)):
             return False
-        self.held = held
-        self.release_ms, self.top_ms = release_ms, top_ms
-        self.rows_in, self.rows_applied, self.quarantined, self.seq = (
-            rows_in, applied, quarantined, seq)
-        self.quarantined_by_reason, self.outcomes_by_outcome = by_reason, by_outcome
+        self._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
+                          by_reason)
+        self.outcomes_by_outcome = by_outcome
         return True
 
     @classmethod
@@ -439,9 +436,7 @@ class OpPartition(_Partition):
         restored = OpStage.restore(stage, seen)
         assert isinstance(restored, OpStage)
         part.stage = restored
-        part.held = marshal.loads(held)
-        part.release_ms, part.top_ms = release_ms, top_ms
-        part.rows_in, part.rows_applied, part.quarantined, part.seq = (
-            rows_in, applied, quarantined, seq)
-        part.quarantined_by_reason, part.outcomes_by_outcome = by_reason, by_outcome
+        part._set_progress(marshal.loads(held), release_ms, top_ms, rows_in, applied,
+                           quarantined, seq, by_reason)
+        part.outcomes_by_outcome = by_outcome
         return part
