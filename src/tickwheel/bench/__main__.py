@@ -38,26 +38,24 @@ def _table(results: list[Result], gc_on: bool) -> str:
     return "\n".join(lines)
 
 
-def _files_per_trigger(text: str) -> int | None:
-    if text == "all":
-        return None
+def _whole(text: str, low: int, high: int | None = None, what: str = "a number") -> int:
+    """``text`` as a whole number from ``low`` (to ``high``), for argparse."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number or 'all': {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 or 'all', got {value}")
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if value < low or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"{low}..{high}"
+        raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
     return value
+
+
+def _files_per_trigger(text: str) -> int | None:
+    return None if text == "all" else _whole(text, 1, what="a number or 'all'")
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    return _whole(text, 1)
 
 
 def _counts(text: str) -> list[int]:
@@ -75,23 +73,11 @@ def _counts(text: str) -> list[int]:
 def _rate(text: str) -> int:
     from tickwheel.pipeline.generator import MAX_RATE, MIN_RATE
 
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not MIN_RATE <= value <= MAX_RATE:
-        raise argparse.ArgumentTypeError(f"must be {MIN_RATE}..{MAX_RATE}, got {value}")
-    return value
+    return _whole(text, MIN_RATE, MAX_RATE)
 
 
 def _minutes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of minutes: {text!r}") from None
-    if not 1 <= value <= 24 * 60:
-        raise argparse.ArgumentTypeError(f"must be 1..1440, got {value}")
-    return value
+    return _whole(text, 1, 24 * 60, what="a whole number of minutes")
 
 
 def _driver_memory(text: str) -> str:
