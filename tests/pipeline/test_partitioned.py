@@ -318,13 +318,13 @@ class _SavedLog:
 
 
 def run_in_batches(lines: list[str], partitions: int, batches: int,
-                   retention: int | None = None, save: bool | str = False,
+                   retention: int | None = None, save: bool = False,
                    caught_up: list[int] | None = None, alternate: bool = False,
                    ) -> tuple[list[Any], list[Any], list[PartitionStatus]]:
     """The engine's flow without Spark: each micro-batch's rows to both stages, each
     stage 1 partition told every slice's top, and the input ended after the last.
-    ``save``: each partition goes through a snapshot after each batch (True), or
-    through its head and the log of its entries (``"log"``), run by either of two
+    ``save``: each partition goes through its head and the log of its entries after
+    each batch, run by either of two
     workers, at random or taking turns (``alternate``); ``caught_up`` gets how often
     a worker caught its copy up."""
     keys = [KeyPartition(p, partitions, LATENESS_MS) for p in range(partitions)]
@@ -333,7 +333,7 @@ def run_in_batches(lines: list[str], partitions: int, batches: int,
     logs = [(EntryLog(), SeenLog()) for _ in range(2 * partitions)]
     workers = [0] * (2 * partitions)
     choose = random.Random(batches * 100 + partitions)
-    if save == "log":
+    if save:
         for part in [*keys, *ops]:
             part.track_changes()
         for part in ops:
@@ -361,7 +361,7 @@ def run_in_batches(lines: list[str], partitions: int, batches: int,
             done, duplicates = part.release(points[p])
             outs.extend(done)
             quarantined.extend(duplicates)
-        if save == "log":
+        if save:
             for n, ran in enumerate([*keys, *ops]):
                 worker = (b + 1) % 2 if alternate else choose.randrange(2)
                 part, log, seen = saved[n].step(ran, *logs[n], workers[n], worker)
@@ -370,9 +370,6 @@ def run_in_batches(lines: list[str], partitions: int, batches: int,
                     keys[n] = part
                 else:
                     ops[n - partitions] = part
-        elif save:
-            keys = [KeyPartition.restore(part.snapshot()) for part in keys]
-            ops = [OpPartition.restore(part.snapshot()) for part in ops]
     statuses = [part.status() for part in [*keys, *ops]]
     if caught_up is not None:
         caught_up[:] = [log.caught_up for log in saved]
@@ -381,11 +378,11 @@ def run_in_batches(lines: list[str], partitions: int, batches: int,
 
 @pytest.mark.parametrize(("seed", "partitions", "batches", "retention", "save"), [
     (1, 1, 1, None, False), (2, 3, 4, None, True), (3, 4, 7, 300, True), (4, 8, 13, None, True),
-    (5, 1, 9, None, "log"), (6, 3, 11, 300, "log"), (7, 4, 17, 200, "log"),
-    (8, 8, 13, None, "log"),
+    (5, 1, 9, None, True), (6, 3, 11, 300, True), (7, 4, 17, 200, True),
+    (8, 8, 13, None, True),
 ])
 def test_micro_batches_and_saved_states_change_no_outcome(
-        seed: int, partitions: int, batches: int, retention: int | None, save: bool | str,
+        seed: int, partitions: int, batches: int, retention: int | None, save: bool,
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Small chunks and early rewrites, so that a log of a few hundred rows has both.
     monkeypatch.setattr(entry_log, "REWRITE_SLACK", 8)
@@ -395,7 +392,7 @@ def test_micro_batches_and_saved_states_change_no_outcome(
     caught_up: list[int] = []
     outs, quarantined, statuses = run_in_batches(lines, partitions, batches, retention, save,
                                                  caught_up)
-    if save == "log":
+    if save:
         assert sum(caught_up) > 0  # workers' older copies were caught up from the log
     assert outcomes(outs) == outcomes(expected.outcomes)
     assert quarantine(quarantined) == quarantine(expected.quarantine)
@@ -417,7 +414,7 @@ def test_an_operations_progress_from_earlier_batches_survives_its_log(condition:
              update(15_000, "c", value=1)]
     for partitions, alternate in ((1, False), (2, False), (1, True), (2, True)):
         # Taking turns, each batch's worker catches up the copy it ran two batches ago.
-        outs, _, _ = run_in_batches(lines, partitions, batches=4, save="log",
+        outs, _, _ = run_in_batches(lines, partitions, batches=4, save=True,
                                     alternate=alternate)
         assert outcomes(outs) == outcomes(reference(lines).outcomes)
         assert [(o.op_id, o.outcome.value, o.resolved_ms) for o in outs] == [
@@ -439,7 +436,7 @@ def test_an_id_past_its_retention_while_pending_is_judged_alike_after_its_log() 
     assert [q.reason.value for q in expected.quarantine] == ["duplicate_op_id"] * 2
     for alternate in (False, True):
         outs, quarantined, _ = run_in_batches(lines, 1, batches=6, retention=1_000,
-                                              save="log", alternate=alternate)
+                                              save=True, alternate=alternate)
         assert outcomes(outs) == outcomes(expected.outcomes)
         assert quarantine(quarantined) == quarantine(expected.quarantine)
 

@@ -131,7 +131,7 @@ class _Partition:
         raise NotImplementedError
 
     def head(self) -> bytes:
-        """The partition less its entries: with them, what :meth:`snapshot` holds."""
+        """The partition less its entries: its counters, its time, the rows it holds."""
         raise NotImplementedError
 
     @staticmethod
@@ -206,18 +206,6 @@ class KeyPartition(_Partition):
         held = sum(1 for fields in self.held if fields[1] == "update")
         return self._status(self.stage.registered, 0, held)
 
-    def snapshot(self) -> bytes:
-        stage = self.stage
-        registrations = [(key, reg.op_id, reg.watch_ts, reg.deadline_ms, reg.condition,
-                          reg.target, reg.given, reg.enough, reg.alone)
-                         for key, on_key in stage.registrations.items()
-                         for reg in on_key.values()]
-        return marshal.dumps((1, self.partition, stage.partitions, self.lateness_ms,
-                              self.held, self.release_ms, self.top_ms, self.rows_in,
-                              self.rows_applied, self.quarantined, self.seq,
-                              self.quarantined_by_reason, stage.values, registrations,
-                              stage.deadlines_list(), stage.applied, stage.now))
-
     def track_changes(self) -> None:
         self.stage.track_changes()
 
@@ -276,19 +264,6 @@ class KeyPartition(_Partition):
         stage.catch_up(later, stage_applied, now)
         return True
 
-    @classmethod
-    def restore(cls, blob: bytes) -> KeyPartition:
-        (version, partition, partitions, lateness_ms, held, release_ms, top_ms, rows_in,
-         applied, quarantined, seq, by_reason, values, registrations, deadlines,
-         stage_applied, now) = marshal.loads(blob)
-        if version != 1:
-            raise ValueError(f"key partition snapshot version {version} is not supported")
-        part = cls(partition, partitions, lateness_ms)
-        part._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
-                          by_reason)
-        part.stage.restore_state(values, registrations, deadlines, stage_applied, now)
-        return part
-
 
 class OpPartition(_Partition):
     """Stage 2: watches, cancels, ticks and malformed rows, and stage 1's progress in
@@ -346,18 +321,6 @@ class OpPartition(_Partition):
     def status(self) -> PartitionStatus:
         held = sum(1 for fields in self.held if len(fields) != 6)
         return self._status(len(self.stage.pending), self.stage.ignored_cancels, held)
-
-    def snapshot(self, with_seen: bool = True) -> bytes:
-        """The partition as bytes; without ``with_seen``, less the seen op ids, which
-        the caller keeps as a log of :meth:`Resolver.take_seen_changes
-        <tickwheel.pipeline.resolver.Resolver.take_seen_changes>`."""
-        import pickle
-
-        return pickle.dumps((1, self.partition, self.lateness_ms,
-                             self.stage.snapshot(with_seen), marshal.dumps(self.held),
-                             self.release_ms, self.top_ms, self.rows_in, self.rows_applied,
-                             self.quarantined, self.seq, self.quarantined_by_reason,
-                             self.outcomes_by_outcome), protocol=5)
 
     def track_changes(self) -> None:
         self.stage.track_op_changes()
@@ -421,22 +384,3 @@ class OpPartition(_Partition):
                           by_reason)
         self.outcomes_by_outcome = by_outcome
         return True
-
-    @classmethod
-    def restore(cls, blob: bytes, seen: dict[str, int] | None = None) -> OpPartition:
-        """The partition :meth:`snapshot` saved (``seen``: the seen op ids that a
-        snapshot without them leaves out, with their first watch's ``ts_ms``)."""
-        import pickle
-
-        (version, partition, lateness_ms, stage, held, release_ms, top_ms, rows_in, applied,
-         quarantined, seq, by_reason, by_outcome) = pickle.loads(blob)
-        if version != 1:
-            raise ValueError(f"op partition snapshot version {version} is not supported")
-        part = cls(partition, lateness_ms)
-        restored = OpStage.restore(stage, seen)
-        assert isinstance(restored, OpStage)
-        part.stage = restored
-        part._set_progress(marshal.loads(held), release_ms, top_ms, rows_in, applied,
-                           quarantined, seq, by_reason)
-        part.outcomes_by_outcome = by_outcome
-        return part
