@@ -441,6 +441,34 @@ def test_an_id_past_its_retention_while_pending_is_judged_alike_after_its_log() 
         assert quarantine(quarantined) == quarantine(expected.quarantine)
 
 
+def test_a_batch_saves_what_it_changed_but_not_what_came_and_went_within_it() -> None:
+    """An entry added and gone between two saves was never saved, so it is left out of
+    the changes; one saved earlier and gone since is written as gone."""
+    keys, ops = KeyPartition(0, 1, 0), OpPartition(0, 0)
+    keys.track_changes()
+    ops.track_changes()
+
+    def batch(*lines: str) -> tuple[dict[Any, Any], dict[Any, Any]]:
+        rows = sorted((compact_wire(text) for text in lines), key=key_order)
+        keys.take(rows, max(r[0] for r in rows))
+        point, made = keys.release()
+        ops.take([r for r in rows if r[1] != "update"], made)
+        ops.release(point)
+        return dict(keys.entries(keys.take_changes())), dict(ops.entries(ops.take_changes()))
+
+    # Each batch ends with a row on "z" at a later time, which moves its point past the rest.
+    key_changes, op_changes = batch(watch(1, "kept", ["a"], 900, "any_update"),
+                                    watch(1, "brief", ["b"], 900, "any_update"),
+                                    update(2, "b", value=1), update(5, "z", value=1))
+    assert set(op_changes) == {"kept"} and op_changes["kept"] is not None
+    assert set(key_changes) == {"b", ("a", "kept", 1)}  # b's value, not brief's registration
+    key_changes, op_changes = batch(update(6, "a", value=1),
+                                    watch(6, "kept", ["a"], 900, "any_update"),  # a new one
+                                    update(7, "a", value=2), update(9, "z", value=2))
+    assert op_changes == {"kept": None}  # gone: saved before, resolved twice since
+    assert key_changes == {"a": 2, "z": 1, ("a", "kept", 1): None}
+
+
 def test_a_row_below_the_point_time_has_reached_is_late_in_the_stage_that_owns_it() -> None:
     keys, ops = KeyPartition(0, 1, 10), OpPartition(0, 10)
     on_time = compact_wire(update(100, "a", value=1))

@@ -103,8 +103,9 @@ class KeyStage:
         self.now: int | None = None
         # Kept only for a caller that saves the state an entry at a time (see
         # `take_changes`): the keys whose value changed, and (key, op_id, watch_ts)
-        # of the registrations added, changed or gone.
-        self._changed: dict[EntryId, None] | None = None
+        # of the registrations added, changed or gone; True where the first change
+        # was the entry's birth, so one born and gone between saves is not written.
+        self._changed: dict[EntryId, bool] | None = None
 
     def apply(self, rows: Iterable[Wire]) -> None:
         """Apply watches and updates sorted by :func:`key_order`, none earlier than
@@ -148,7 +149,7 @@ class KeyStage:
                 if not on_key:
                     del self.registrations[key]
                 if self._changed is not None:
-                    self._changed[key, op_id, watch_ts] = None
+                    self._changed.setdefault((key, op_id, watch_ts), False)
 
     def forget(self, op_id: str, watch_ts: int, keys: Iterable[str]) -> None:
         """Drop the registrations of an operation already resolved: where stage 2 can
@@ -161,7 +162,7 @@ class KeyStage:
                 if not on_key:
                     del registrations[key]
                 if self._changed is not None:
-                    self._changed[key, op_id, watch_ts] = None
+                    self._changed.setdefault((key, op_id, watch_ts), False)
         # A forgotten registration's deadline stays in the heap until it passes; once
         # most entries are such, the heap is rebuilt from the live ones, so that it
         # (and every snapshot) follows what is registered, not what has passed.
@@ -193,12 +194,22 @@ class KeyStage:
     def take_changes(self) -> list[EntryId]:
         """The entries that changed since the last call or :meth:`track_changes`: a
         key (its value) or ``(key, op_id, watch_ts)`` (a registration). A caller can
-        save just these (:meth:`entry`) instead of everything again."""
+        save just these (:meth:`entry`) instead of everything again. A registration
+        added and gone since is left out: what was saved never held it."""
         changed = self._changed
         if changed is None:
             raise RuntimeError("call track_changes() first")
         self._changed = {}
-        return list(changed)
+        registrations = self.registrations
+        out: list[EntryId] = []
+        for ident, born in changed.items():
+            if born and isinstance(ident, tuple):
+                key, op_id, watch_ts = ident
+                on_key = registrations.get(key)
+                if on_key is None or (op_id, watch_ts) not in on_key:
+                    continue
+            out.append(ident)
+        return out
 
     def entry(self, ident: EntryId) -> Any:
         """The value of a key, or a registration's fields (as :meth:`restore_entries`
@@ -324,13 +335,14 @@ class KeyStage:
                 # later on this key changes its outcome.
                 continue
             on_key = self.registrations.setdefault(key, {})
-            if (op_id, ts) not in on_key:
+            born = (op_id, ts) not in on_key
+            if born:
                 self.registered += 1
             on_key[op_id, ts] = _Registration(op_id, ts, deadline, condition,
                                               targets.get(key, 0), given, enough, alone)
             heapq.heappush(self._deadlines, (deadline, key, op_id, ts))
             if self._changed is not None:
-                self._changed[key, op_id, ts] = None
+                self._changed.setdefault((key, op_id, ts), born)
 
     def _value(self, key: str, value: int, ts: int) -> None:
         self.applied += 1
@@ -339,7 +351,7 @@ class KeyStage:
         if known is None or value > known:
             values[key] = known = value
             if self._changed is not None:
-                self._changed[key] = None
+                self._changed.setdefault(key, False)
         on_key = self.registrations.get(key)
         if not on_key:
             return
@@ -353,7 +365,7 @@ class KeyStage:
                     continue
                 reg.given = 1
                 if changed is not None:
-                    changed[key, reg.op_id, reg.watch_ts] = None
+                    changed.setdefault((key, reg.op_id, reg.watch_ts), False)
                 out.append((ts, VALUE_PROGRESS, reg.op_id, reg.watch_ts, key, 1))
             elif condition == "sum_at_least":
                 part = known - reg.target
@@ -361,7 +373,7 @@ class KeyStage:
                     continue
                 reg.given = part
                 if changed is not None:
-                    changed[key, reg.op_id, reg.watch_ts] = None
+                    changed.setdefault((key, reg.op_id, reg.watch_ts), False)
                 if part < reg.enough and reg.alone:
                     continue
                 out.append((ts, VALUE_PROGRESS, reg.op_id, reg.watch_ts, key, part))
@@ -369,7 +381,7 @@ class KeyStage:
                 out.append((ts, VALUE_PROGRESS, reg.op_id, reg.watch_ts, key, 1))
                 done.append(ident)
                 if changed is not None:
-                    changed[key, reg.op_id, reg.watch_ts] = None
+                    changed.setdefault((key, reg.op_id, reg.watch_ts), False)
                 continue
             if reg.given >= reg.enough:
                 done.append(ident)
@@ -389,7 +401,7 @@ class KeyStage:
                 continue
             if self._changed is not None:
                 for op_id, watch_ts in on_key:
-                    self._changed[key, op_id, watch_ts] = None
+                    self._changed.setdefault((key, op_id, watch_ts), False)
             self.registered -= len(on_key)
             for reg in on_key.values():
                 out.append((ts, ERROR_PROGRESS, reg.op_id, reg.watch_ts, key, error))

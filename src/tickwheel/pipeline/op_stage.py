@@ -119,7 +119,7 @@ class OpStage(Resolver):
             else:
                 op.seen_updates[key] = amount
                 if self._op_changes is not None:
-                    self._op_changes[op_id] = None
+                    self._op_changes.setdefault(op_id, False)
                 op.safe_try_complete()
         if errors is not None:
             for op_id, error in errors.items():

@@ -213,7 +213,9 @@ class Resolver:
         self._seen_changes: dict[str, int | None] | None = None
         # Kept only for a caller that saves the operations one at a time (see
         # `take_op_changes`): the ids of operations added, changed or resolved.
-        self._op_changes: dict[str, None] | None = None
+        # True where the first change was the operation's registration, so one
+        # registered and resolved between saves is not written.
+        self._op_changes: dict[str, bool] | None = None
         self.pending: dict[str, _LogOperation] = {}
         self.outcomes: list[OutcomeRow] = []
         self.quarantine: list[Quarantined] = []
@@ -316,7 +318,7 @@ class Resolver:
         assert ev.op_id is not None
         self.pending.pop(ev.op_id, None)
         if self._op_changes is not None:
-            self._op_changes[ev.op_id] = None
+            self._op_changes.setdefault(ev.op_id, False)
         if self._lingering and ev.op_id in self._lingering:
             self._lingering.discard(ev.op_id)
             self._forgotten(ev.op_id)
@@ -430,12 +432,14 @@ class Resolver:
     def take_op_changes(self) -> list[str]:
         """The ids of the operations added, changed or resolved since the last call or
         :meth:`track_op_changes`: a caller can save just these (:meth:`op_entry`)
-        instead of every pending operation again."""
+        instead of every pending operation again. One registered and resolved since
+        is left out: what was saved never held it."""
         changes = self._op_changes
         if changes is None:
             raise RuntimeError("call track_op_changes() first")
         self._op_changes = {}
-        return list(changes)
+        pending = self.pending
+        return [op_id for op_id, born in changes.items() if not born or op_id in pending]
 
     def op_entry(self, op_id: str) -> tuple[Any, ...] | None:
         """The pending operation ``op_id`` as :meth:`restore_ops` takes it back (its
@@ -581,9 +585,9 @@ class Resolver:
     def _register(self, ev: Event, seen_updates: dict[str, int] | None) -> None:
         assert ev.op_id is not None and self.now is not None
         op = self._new_operation(ev, ev.deadline_ms - self.now, seen_updates)
-        self.pending[ev.op_id] = op
         if self._op_changes is not None:
-            self._op_changes[ev.op_id] = None
+            self._op_changes.setdefault(ev.op_id, ev.op_id not in self.pending)
+        self.pending[ev.op_id] = op
         self._the_purgatory().try_complete_else_watch(op, self._watch_keys(ev))
 
     def _new_operation(self, ev: Event, delay_ms: int,
