@@ -281,7 +281,7 @@ def run(
                       "--driver-memory and --no-final apply to the Spark engine only[/red]")
         raise typer.Exit(2)
     try:
-        files = input_files(input)
+        files = input_files(input, warn=False)  # the reader's listing warns
         prepare_output(output, overwrite=overwrite)
     except (FileNotFoundError, InputError, OutputDirError) as exc:
         console.print(f"[red]{exc}[/red]")

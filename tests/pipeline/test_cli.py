@@ -589,14 +589,19 @@ def test_a_file_name_that_is_not_utf8_is_refused_by_both_engines(tmp_path: Path,
     assert result.exit_code == 2 and "UTF-8" in result.output, result.output
 
 
-def test_a_symlink_out_of_the_input_directory_is_skipped(tmp_path: Path) -> None:
+def test_a_symlink_out_of_the_input_directory_is_skipped_with_one_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     source, out = _generated(tmp_path, events=500), tmp_path / "out"
     secret = tmp_path / "secret.jsonl"
     secret.write_text("root:x:0:0\n")
     (source / "zz-link.jsonl").symlink_to(secret)
     (source / "zz-inside.jsonl").symlink_to(source / "events-00001.jsonl")
-    result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
+        result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
     assert result.exit_code == 0, result.output
+    warnings = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
+    assert warnings == [f"skipping input file {str(source / 'zz-link.jsonl')!r}: a symlink "
+                        f"to {str(secret.resolve())!r}, outside the input directory"]
     raws = [q["raw"] for q in read_parquet_rows(out / "quarantine")]
     assert "root:x:0:0" not in raws
     assert len(raws) > 0  # the link inside is followed: its rows are duplicates

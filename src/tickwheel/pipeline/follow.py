@@ -220,7 +220,7 @@ class LocalFollowEngine:
                                maximum=MAX_RETENTION_MS)
         if not input_dir.is_dir():
             raise FileNotFoundError(f"input directory {input_dir} does not exist")
-        input_files(input_dir)  # refuses what the engines cannot read alike
+        input_files(input_dir, warn=False)  # refuses what the engines cannot read alike
         checkpoint = output_dir / DEFAULT_CHECKPOINT if checkpoint_dir is None else checkpoint_dir
         prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint,
                        checkpoint_id=checkpoint_id(checkpoint))

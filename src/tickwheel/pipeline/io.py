@@ -101,7 +101,8 @@ def is_input_name(name: str) -> bool:
     return name.endswith(SUFFIXES) and not name.startswith((".", "_"))
 
 
-def input_files(directory: Path, *, skipped: dict[str, str] | None = None) -> list[Path]:
+def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
+                warn: bool = True) -> list[Path]:
     """The input files of ``directory``, in name order, as both engines read them.
 
     A symlink is followed only while it points inside ``directory``: one that leads
@@ -110,7 +111,8 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None) -> li
     not valid UTF-8 raises :class:`InputError` (refused before any work), unless
     ``skipped`` is given: a running service's listing skips such a file instead of
     stopping, and logs each name it skips once while the name stays: ``skipped``
-    holds the names skipped at the last listing, each with the reason."""
+    holds the names skipped at the last listing, each with the reason. ``warn=False``
+    logs none: a check before the listing that reads, which logs them."""
     if not directory.is_dir():
         raise FileNotFoundError(f"input directory {directory} does not exist")
     root = directory.resolve()
@@ -124,17 +126,17 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None) -> li
             if skipped is None:
                 raise InputError(f"input file name {name!r} in {directory} is not valid "
                                  "UTF-8: rename it")
-            _skip(path, "its name is not valid UTF-8: rename it", skipped, skipping)
+            _skip(path, "its name is not valid UTF-8: rename it", skipped, skipping, warn)
             continue
         if path.is_symlink():
             try:
                 target = path.resolve(strict=True)
             except (OSError, RuntimeError):  # RuntimeError: a loop, before Python 3.13
-                _skip(path, "a symlink that leads to no file", skipped, skipping)
+                _skip(path, "a symlink that leads to no file", skipped, skipping, warn)
                 continue
             if not within(target, root):
                 _skip(path, f"a symlink to {str(target)!r}, outside the input directory", skipped,
-                      skipping)
+                      skipping, warn)
                 continue
         if path.is_file():
             files.append(path)
@@ -145,8 +147,8 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None) -> li
 
 
 def _skip(path: Path, why: str, skipped: dict[str, str] | None,
-          skipping: dict[str, str]) -> None:
-    if skipped is None or path.name not in skipped:
+          skipping: dict[str, str], warn: bool) -> None:
+    if warn and (skipped is None or path.name not in skipped):
         log.warning("skipping input file %r: %s", str(path), why)
     skipping[path.name] = why
 
@@ -155,7 +157,7 @@ def check_spark_paths(directory: Path, checkpoint: Path) -> list[Path]:
     """:func:`input_files` for the Spark engine, which also refuses a checkpoint path
     that its file sources would take as a glob pattern (see :data:`HADOOP_GLOB_CHARS`).
     Input paths may hold any character: the engine lists them itself."""
-    files = input_files(directory)
+    files = input_files(directory, warn=False)  # the engine's own listing warns
     where = str(checkpoint.absolute())
     bad = sorted(HADOOP_GLOB_CHARS & set(where))
     if bad:
