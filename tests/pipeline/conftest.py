@@ -20,15 +20,16 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture
 def applied_seen_chunks(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every chunk of a seen log decoded and applied from now on, in order."""
-    from tickwheel.pipeline.spark._seen_log import SeenLog
+    """Every segment of a seen log decoded and applied from now on, in order (its ids'
+    bytes)."""
+    from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
 
     applied: list[bytes] = []
     apply = SeenLog._apply
 
-    def counted(self: SeenLog, blob: bytes) -> None:
-        applied.append(blob)
-        apply(self, blob)
+    def counted(self: SeenLog, number: int, segment: Segment) -> None:
+        applied.append(segment[0])
+        apply(self, number, segment)
 
     monkeypatch.setattr(SeenLog, "_apply", counted)
     return applied

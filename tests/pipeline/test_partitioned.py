@@ -23,7 +23,7 @@ from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.routing import partition_of, route
 from tickwheel.pipeline.spark import _entry_log as entry_log
 from tickwheel.pipeline.spark._entry_log import EntryLog
-from tickwheel.pipeline.spark._seen_log import SeenLog
+from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
 
 
 def reference(lines: list[str], retention: int | None = None) -> RunResult:
@@ -264,7 +264,8 @@ class _SavedLog:
         self.op = op
         self.chunks: dict[int, bytes] = {}
         self.digests: dict[int, bytes] = {}
-        self.seen_chunks: list[bytes] = []
+        self.seen_segments: dict[int, Segment] = {}
+        self.seen_next = 0
         self.head = b""
         self.copies: dict[int, tuple[Any, EntryLog, SeenLog]] = {}
         self.caught_up = 0
@@ -280,29 +281,39 @@ class _SavedLog:
             self.chunks[number] = blob
             self.digests[number] = digest
         if isinstance(part, OpPartition):
-            changes = part.stage.take_seen_changes()
-            if changes:
-                chunk, whole = seen.record(changes)
-                self.seen_chunks = [chunk] if whole else [*self.seen_chunks, chunk]
+            segment, removed, merged = seen.record(part.stage.take_seen_changes(),
+                                                   part.stage.now,
+                                                   part.stage.dedupe_retention_ms)
+            if merged:
+                self.seen_segments.clear()
+            else:
+                for number in removed:
+                    del self.seen_segments[number]
+            if segment is not None:
+                self.seen_segments[seen.next - 1] = segment
+            self.seen_next = seen.next
         self.head = part.head()
 
     def load(self, worker: int) -> tuple[Any, EntryLog, SeenLog]:
         copy = self.copies.pop(worker, None)
         chunks = list(self.chunks.items())[::-1]  # in any order
-        seen = SeenLog.read(self.seen_chunks, None if copy is None else copy[2])
+        if copy is not None and copy[2].catch_up(self.seen_next, self.seen_segments.get):
+            seen = copy[2]
+        else:
+            seen = SeenLog.read(list(self.seen_segments.items())[::-1], self.seen_next)
         later = (None if copy is None
                  else copy[1].catch_up(len(chunks), self.digests.get, self.chunks.__getitem__))
         if later is not None:
             assert copy is not None
             part = copy[0]
             if (part.catch_up(self.head, later) if isinstance(part, KeyPartition)
-                    else part.catch_up(self.head, later, seen.seen.ids)):
+                    else part.catch_up(self.head, later, seen.ids)):
                 self.caught_up += 1
                 return part, copy[1], seen
         log, held = EntryLog.read(chunks)
         restored: Any
         if self.op:
-            restored = OpPartition.from_state(self.head, held.items(), seen.seen.ids)
+            restored = OpPartition.from_state(self.head, held.items(), seen.ids)
             restored.stage.track_seen_changes()
         else:
             restored = KeyPartition.from_state(self.head, held.items())
@@ -436,6 +447,24 @@ def test_an_id_past_its_retention_while_pending_is_judged_alike_after_its_log() 
     assert [q.reason.value for q in expected.quarantine] == ["duplicate_op_id"] * 2
     for alternate in (False, True):
         outs, quarantined, _ = run_in_batches(lines, 1, batches=6, retention=1_000,
+                                              save=True, alternate=alternate)
+        assert outcomes(outs) == outcomes(expected.outcomes)
+        assert quarantine(quarantined) == quarantine(expected.quarantine)
+
+
+def test_a_pending_operation_whose_ids_segment_went_stays_a_duplicate_after_its_log() -> None:
+    """The seen ids' segment that held the id of a pending operation goes once the id is
+    past its retention; read back or caught up, the partition still takes a copy of
+    the watch as a duplicate while the operation is pending."""
+    lines = [watch(0, "op", ["k"], 60_000, "any_update"),
+             watch(5_000, "other", ["j"], 60_000, "any_update"),  # the segment of op goes
+             watch(8_000, "op", ["k"], 60_000, "any_update"),  # a copy: op is pending
+             update(20_000, "z", value=1)]
+    expected = reference(lines, retention=1_000)
+    assert [q.reason.value for q in expected.quarantine] == ["duplicate_op_id"]
+    for alternate in (False, True):
+        # Taking turns, the second batch reads the log whole, the third catches a copy up.
+        outs, quarantined, _ = run_in_batches(lines, 1, batches=4, retention=1_000,
                                               save=True, alternate=alternate)
         assert outcomes(outs) == outcomes(expected.outcomes)
         assert quarantine(quarantined) == quarantine(expected.quarantine)

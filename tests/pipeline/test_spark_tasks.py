@@ -70,6 +70,9 @@ class _Map:
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
         return iter(list(self.items.items()))
 
+    def removeKey(self, key: tuple[Any, ...]) -> None:
+        del self.items[key]
+
     def clear(self) -> None:
         self.items = {}
 
@@ -223,7 +226,7 @@ def test_a_partitions_status_counts_the_bytes_its_state_and_seen_log_hold() -> N
         assert status["stage"] == "op"
         saved = len(handle.values["head"].get()[0])
         entries = sum(len(chunk) for chunk, _ in handle.maps["entries"].items.values())
-        chunks = sum(len(chunk) for (chunk,) in handle.lists["seen"].items)
+        chunks = sum(len(segment[0]) for segment in handle.maps["seen"].items.values())
         assert status["state_bytes"] == saved + entries + chunks
         return int(status["state_bytes"])
 
@@ -235,7 +238,7 @@ def test_a_partitions_status_counts_the_bytes_its_state_and_seen_log_hold() -> N
     _tasks._kept.update(kept)
     third = state_bytes(here, "c", 1_200)  # an older copy, caught up
     assert 0 < first < second < third
-    assert len(handle.lists["seen"].items) == 3
+    assert len(handle.maps["seen"].items) == 3
 
 
 def test_a_batch_writes_the_operations_it_changed_not_every_one_pending() -> None:
@@ -266,7 +269,7 @@ def test_a_worker_back_on_a_partition_catches_its_seen_ids_up_from_the_later_chu
     applied_seen_chunks.clear()
     frame = _op_frame([_watch("a", 1_200), _watch("b", 1_200), _watch("c", 1_200)], 1_201)
     assert _duplicates(here, frame) == ["a", "b"]
-    other_workers_chunk = handle.lists["seen"].items[1][0]
+    other_workers_chunk = handle.maps["seen"].items[1,][0]
     assert applied_seen_chunks == [other_workers_chunk]  # and none before it
 
 

@@ -422,6 +422,7 @@ class Resolver:
             for fields, seen_updates in ops:
                 ev = _event_from_fields(fields)
                 resolver._register(ev, seen_updates)
+        resolver._linger_unseen()
         return resolver
 
     def track_op_changes(self) -> None:
@@ -505,6 +506,7 @@ class Resolver:
         self._seen = dict(seen)
         for op_id in lingering:
             self._seen.pop(op_id, None)
+        self._linger_unseen()
         if retention is not None:
             self._seen_order = deque(self._seen)
         self.applied = applied
@@ -567,6 +569,17 @@ class Resolver:
                 self._lingering.add(op_id)
             else:
                 self._forgotten(op_id)
+
+    def _linger_unseen(self) -> None:
+        """A pending operation whose id the seen ids given back lack is past its
+        retention (a log that drops such ids whole, pending or not, leaves it out):
+        it stays apart until it resolves, as :meth:`_forget_before` would keep it."""
+        if self.dedupe_retention_ms is None:
+            return
+        seen = self._seen
+        for op_id in self.pending:
+            if op_id not in seen:
+                self._lingering.add(op_id)
 
     def _forgotten(self, op_id: str) -> None:
         """``op_id`` left the seen ids: a watch of it starts a new operation from now on."""

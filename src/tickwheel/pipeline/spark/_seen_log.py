@@ -1,25 +1,42 @@
-"""An op partition's seen op ids as the Spark engine keeps them: a log of chunks in a
-``ListState``, one per batch that changed them (``marshal``-encoded
-:meth:`~tickwheel.pipeline.resolver.Resolver.take_seen_changes`), or one chunk of all
-of them after a rewrite.
+"""An op partition's seen op ids as the Spark engine keeps them: segments in a
+``MapState`` keyed by their number, one per batch that saw new ids (``marshal``-encoded
+``(op_id, ts_ms)`` pairs), each stored with the latest ``ts_ms`` among its ids and the
+digest of the log up to it.
 
-Replaying the log costs what the retention keeps (at 5,000 events a second and a
-minute's retention, some 85k ids and a 5 MB log per partition), and a worker replays it
-whenever it runs a partition that another worker ran last. So each chunk read or
-written extends a digest of the log so far (BLAKE2b, keyed with the previous digest):
-a worker's older copy whose digest matches the same prefix of the log today is caught
-up with the chunks after it, instead of replayed from the start.
+With a dedupe retention, a segment whose ids are all past it (its latest ``ts_ms``
+before the partition's time less the retention) is removed whole, as Kafka deletes a
+log segment: the state holds the ids the retention keeps, plus one batch's worth at
+the edge, and no id is written twice. (A log of changes rewritten at twice what it
+keeps swung between once and twice that, and wrote every id kept again at each
+rewrite.) Forgotten ids are not written: a reader takes the ids of the segments that
+remain, and the resolver forgets those past the retention before it judges the next
+watch; a pending operation whose id is no longer among them is past its retention and
+still pending, which the resolver restores as such (see
+:meth:`~tickwheel.pipeline.resolver.Resolver.restore_ops`).
+
+Replaying the segments costs what the retention keeps, and a worker replays them
+whenever it runs a partition that another worker ran last. So each segment carries the
+digest of the segments before it and itself (BLAKE2b, keyed with the previous digest):
+a worker's older copy whose last segment is still stored with the same digest is
+caught up with the segments after it, instead of replayed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import marshal
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 
-from tickwheel.pipeline.seen_ids import SeenIds
+__all__ = ["MAX_SEGMENTS", "SeenLog", "Segment", "chain_digest"]
 
-__all__ = ["SeenLog", "chain_digest"]
+#: The most segments kept before they are merged into one (without a retention, or with
+#: one much longer than a trigger, they would otherwise grow by one per batch).
+MAX_SEGMENTS = 4096
+
+#: A stored segment: its ids as ``marshal``'d ``(op_id, ts_ms)`` pairs, the digest of
+#: the log up to it, and the latest ``ts_ms`` among its ids.
+Segment = tuple[bytes, bytes, int]
 
 
 def chain_digest(digest: bytes, chunk: bytes) -> bytes:
@@ -28,53 +45,104 @@ def chain_digest(digest: bytes, chunk: bytes) -> bytes:
 
 
 class SeenLog:
-    """The ids a log of chunks gives (:attr:`seen`), with how many chunks that took and
-    the digest of those chunks in order."""
+    """The ids the segments give (:attr:`ids`: each with the ``ts_ms`` of its first
+    watch, in the order first seen), which segments are stored (number: latest
+    ``ts_ms``, bytes), the number the next one takes, and the digest of the log up to
+    the last one written."""
 
-    __slots__ = ("bytes", "chunks", "digest", "seen")
+    __slots__ = ("_order", "bytes", "digest", "ids", "next", "segments")
 
     def __init__(self) -> None:
-        self.seen = SeenIds()
-        self.chunks = 0
-        self.bytes = 0  # of the chunks
+        self.ids: dict[str, int] = {}
+        # (op_id, ts_ms) in the order seen, to forget from the front in O(1) each; an
+        # id seen again has a later pair, and only its latest counts.
+        self._order: deque[tuple[str, int]] = deque()
+        self.segments: dict[int, tuple[int, int]] = {}
+        self.next = 0
+        self.bytes = 0  # of the segments stored
         self.digest = b""
 
     @classmethod
-    def read(cls, chunks: Iterable[bytes], kept: SeenLog | None = None) -> SeenLog:
-        """The ids of a log of ``chunks``. ``kept``, an earlier copy of the same
-        partition's, is caught up with the chunks after its own and returned if the
-        log still begins with the chunks it was made from; otherwise the log is
-        replayed from the start and ``kept`` is left as it was."""
-        blobs = list(chunks)
-        if kept is not None and kept.chunks <= len(blobs):
-            digest = b""
-            for blob in blobs[:kept.chunks]:
-                digest = chain_digest(digest, blob)
-            if digest == kept.digest:
-                for blob in blobs[kept.chunks:]:
-                    kept._apply(blob)
-                return kept
+    def read(cls, segments: Iterable[tuple[int, Segment]], next_segment: int) -> SeenLog:
+        """The log of the stored ``(number, segment)`` pairs (in any order); the next
+        segment takes the number ``next_segment``."""
         log = cls()
-        for blob in blobs:
-            log._apply(blob)
+        for number, segment in sorted(segments):
+            log._apply(number, segment)
+        log.next = next_segment
         return log
 
-    def record(self, changes: list[tuple[str, int | None]]) -> tuple[bytes, bool]:
-        """Apply a batch's changes; returns the chunk to write, and True if it replaces
-        the log (a rewrite, once the log holds twice what it must keep) rather than
-        being appended to it."""
-        seen = self.seen
-        seen.apply(changes)
-        if seen.needs_rewrite():
-            blob = marshal.dumps(seen.rewrite())
-            self.chunks, self.bytes, self.digest = 1, len(blob), chain_digest(b"", blob)
-            return blob, True
-        blob = marshal.dumps(changes)
-        self.chunks, self.digest = self.chunks + 1, chain_digest(self.digest, blob)
-        self.bytes += len(blob)
-        return blob, False
+    def catch_up(self, next_segment: int,
+                 segment_of: Callable[[int], Segment | None]) -> bool:
+        """Take the segments written since this older copy of the log was, if its last
+        segment is still stored as it has it (``segment_of(n)``: segment ``n``, or None
+        if none is stored). False, and the copy left as it was, if not."""
+        if self.next > next_segment:
+            return False
+        if self.next:
+            last = segment_of(self.next - 1)
+            if last is None or last[1] != self.digest:
+                return False
+        for number in range(self.next, next_segment):
+            segment = segment_of(number)
+            if segment is not None:  # else removed since: all its ids are past retention
+                self._apply(number, segment)
+        self.next = next_segment
+        return True
 
-    def _apply(self, blob: bytes) -> None:
-        self.seen.apply(marshal.loads(blob))
-        self.chunks, self.digest = self.chunks + 1, chain_digest(self.digest, blob)
+    def record(self, changes: Iterable[tuple[str, int | None]], now: int | None,
+               retention: int | None) -> tuple[Segment | None, list[int], bool]:
+        """Apply a batch's changes (``(id, ts_ms)`` seen, ``(id, None)`` forgotten) at
+        the partition's time ``now``. Returns the segment to store under the number
+        :attr:`next` had (None if no id is new), the numbers of the segments to remove,
+        and True if every stored segment goes (they were merged into the new one)."""
+        ids = self.ids
+        order = self._order
+        new: list[tuple[str, int]] = []
+        for op_id, ts in changes:
+            ids.pop(op_id, None)
+            if ts is not None:
+                ids[op_id] = ts
+                order.append((op_id, ts))
+                new.append((op_id, ts))
+        removed: list[int] = []
+        if retention is not None and now is not None:
+            horizon = now - retention
+            while order and order[0][1] < horizon:
+                op_id, ts = order.popleft()
+                if ids.get(op_id) == ts:
+                    del ids[op_id]
+            for number, (latest, size) in list(self.segments.items()):
+                if latest >= horizon:
+                    break  # segments are in time order: the rest are later
+                del self.segments[number]
+                self.bytes -= size
+                removed.append(number)
+        merge = len(self.segments) >= MAX_SEGMENTS and bool(new)
+        if merge:
+            new = list(ids.items())
+            removed = list(self.segments)
+            self.segments.clear()
+            self.bytes = 0
+        if not new:
+            return None, removed, merge
+        blob = marshal.dumps(new)
+        self.digest = chain_digest(self.digest, blob)
+        latest = max(ts for _, ts in new)
+        self.segments[self.next] = (latest, len(blob))
         self.bytes += len(blob)
+        self.next += 1
+        return (blob, self.digest, latest), removed, merge
+
+    def _apply(self, number: int, segment: Segment) -> None:
+        blob, digest, latest = segment
+        ids = self.ids
+        order = self._order
+        pairs: list[tuple[str, int]] = marshal.loads(blob)
+        for op_id, ts in pairs:
+            ids.pop(op_id, None)
+            ids[op_id] = ts
+            order.append((op_id, ts))
+        self.segments[number] = (latest, len(blob))
+        self.bytes += len(blob)
+        self.digest = digest

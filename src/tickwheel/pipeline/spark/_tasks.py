@@ -8,9 +8,10 @@ operations, as a log of the entries each batch changed (a :class:`MapState` of c
 :class:`~tickwheel.pipeline.spark._entry_log.EntryLog`), read when a call starts and
 extended when it ends: a micro-batch that fails and runs again finds the state of the
 last committed one, and a batch writes what it changed, not everything held. An op
-partition keeps the op ids it has seen apart, in the same way, as a log of changes in
-a :class:`ListState` (:class:`~tickwheel.pipeline.spark._seen_log.SeenLog`), so a
-running service does not write every id it remembers on every batch.
+partition keeps the op ids it has seen apart, in a :class:`MapState` of segments, one
+per batch that saw new ids, each removed whole once its ids are past the dedupe
+retention (:class:`~tickwheel.pipeline.spark._seen_log.SeenLog`), so a running service
+does not write every id it remembers on every batch.
 
 A worker keeps the partitions it last ran in memory, each with the random token it
 wrote beside the partition's state (:func:`_kept_partition`): when the same partition
@@ -19,7 +20,7 @@ object it kept instead of reading and decoding the state, so the cost of a batch
 follows its rows, not what the partition remembers. A token that differs (another
 worker ran the partition since, or the batch that wrote it never committed) sends it
 back to the state; an op partition's seen op ids are then caught up from the copy it
-kept, if the log still begins with the chunks that copy was made from.
+kept, if the segment it last read is still stored as it read it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from tickwheel.pipeline.io import (
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.routing import partition_of, route
 from tickwheel.pipeline.spark._entry_log import EntryLog
-from tickwheel.pipeline.spark._seen_log import SeenLog
+from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
 from tickwheel.pipeline.spark._wire import (
     END,
     FORWARD,
@@ -210,8 +211,9 @@ def packer(labels: list[int], lateness_ms: int) -> Any:
 
 
 def _head_state(handle: StatefulProcessorHandle) -> Any:
-    # The partition's head, and how many chunks its entries' log holds.
-    return handle.getValueState("head", "head binary, chunks long")
+    # The partition's head, how many chunks its entries' log holds, and the number its
+    # seen ids' next segment takes (an op partition's; 0 for a key partition's).
+    return handle.getValueState("head", "head binary, chunks long, segments long")
 
 
 def _entries_state(handle: StatefulProcessorHandle) -> Any:
@@ -242,7 +244,8 @@ def _read_entries(entries: Any, kept: EntryLog | None, chunks: int,
     return log, held, False
 
 
-def _save(part: KeyPartition | OpPartition, log: EntryLog, head: Any, entries: Any) -> int:
+def _save(part: KeyPartition | OpPartition, log: EntryLog, head: Any, entries: Any,
+          segments: int = 0) -> int:
     """Write the partition's head and the entries it changed (all of them, when the
     log is rewritten); returns the bytes of its state in the store."""
     changed = part.entries(part.take_changes())
@@ -253,7 +256,7 @@ def _save(part: KeyPartition | OpPartition, log: EntryLog, head: Any, entries: A
     for number, chunk in enumerate(written, first):
         entries.updateValue((number,), chunk)
     saved = part.head()
-    head.update((saved, log.chunks))
+    head.update((saved, log.chunks, segments))
     return len(saved) + log.bytes
 
 
@@ -331,7 +334,22 @@ def _freeze_worker(now: float) -> None:
 
 
 def _seen_log(handle: StatefulProcessorHandle) -> Any:
-    return handle.getListState("seen", "changes binary")
+    # An op partition's seen ids, in numbered segments (SeenLog).
+    return handle.getMapState("seen", "segment long", "ids binary, digest binary, latest long")
+
+
+def _read_seen(segments: Any, kept: SeenLog | None, next_segment: int) -> SeenLog:
+    """The seen ids' log, read whole; or ``kept``, a worker's older copy of it, caught
+    up with the segments written since."""
+    if kept is not None:
+        def segment_of(number: int) -> Segment | None:
+            found = segments.getValue((number,))
+            return None if found is None else (found[0], found[1], int(found[2]))
+
+        if kept.catch_up(next_segment, segment_of):
+            return kept
+    return SeenLog.read(((int(key[0]), (value[0], value[1], int(value[2])))
+                         for key, value in segments.iterator()), next_segment)
 
 
 def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
@@ -360,7 +378,7 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
                 if kept is not None:
                     part, log = kept
                 elif self.head.exists():
-                    head, chunks = self.head.get()
+                    head, chunks, _ = self.head.get()
                     log, held, caught_up = _read_entries(
                         self.entries, None if stale is None else stale[1], chunks)
                     if caught_up and stale[0].catch_up(head, held):
@@ -441,19 +459,19 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                 if kept is not None:
                     part, seen, log = kept
                 elif self.head.exists():
-                    head, chunks = self.head.get()
-                    seen = SeenLog.read((chunk for (chunk,) in self.seen_log.get()),
-                                        None if stale is None else stale[1])
+                    head, chunks, segments = self.head.get()
+                    seen = _read_seen(self.seen_log, None if stale is None else stale[1],
+                                      segments)
                     log, held, caught_up = _read_entries(
                         self.entries, None if stale is None else stale[2], chunks)
-                    if caught_up and stale[0].catch_up(head, held, seen.seen.ids):
+                    if caught_up and stale[0].catch_up(head, held, seen.ids):
                         part = stale[0]
                     else:
                         if stale is not None:
                             _discard(stale)
                         if caught_up:
                             log, held, _ = _read_entries(self.entries, None, chunks)
-                        part = OpPartition.from_state(head, held.items(), seen.seen.ids)
+                        part = OpPartition.from_state(head, held.items(), seen.ids)
                         part.stage.track_seen_changes()
                         part.track_changes()
                 else:
@@ -483,14 +501,16 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                 part.take([], progress)
                 outcomes, duplicates = part.release(point)
                 status = part.status()  # counts the call: before saving
-                changes = part.stage.take_seen_changes()
-                if changes:
-                    chunk, rewrite = seen.record(changes)
-                    if rewrite:
-                        self.seen_log.put([(chunk,)])
-                    else:
-                        self.seen_log.appendList([(chunk,)])
-                saved = _save(part, log, self.head, self.entries)
+                segment, removed, merged = seen.record(part.stage.take_seen_changes(),
+                                                       part.stage.now, dedupe_retention_ms)
+                if merged:
+                    self.seen_log.clear()
+                else:
+                    for number in removed:
+                        self.seen_log.removeKey((number,))
+                if segment is not None:
+                    self.seen_log.updateValue((seen.next - 1,), segment)
+                saved = _save(part, log, self.head, self.entries, seen.next)
                 status = replace(status, state_bytes=saved + seen.bytes)
                 _keep_partition(where, self.token, (part, seen, log))
                 out = output_frames(outcomes, quarantine + duplicates, [status], passed)

@@ -104,8 +104,9 @@ log = logging.getLogger(__name__)
 #: token beside each partition's state for the workers that keep it in memory, and the
 #: input read through a streaming source whose offsets are the input files' numbers.
 #: 7: a partition's state as a head and a log of the entries each batch changed.
+#: 8: an op partition's seen op ids in segments removed whole past the retention.
 #: Earlier formats are refused by name.
-CHECKPOINT_FORMAT = 7
+CHECKPOINT_FORMAT = 8
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
 _END_OF_INPUT_TRIES = 10
