@@ -529,16 +529,16 @@ def test_a_checkpoint_in_an_earlier_format_is_refused_with_its_format(spark: Any
     (tmp_path / "ckpt" / "tickwheel.json").write_text(json.dumps(
         {"id": "x", "shards": 2, "labels": [0, 1], "lateness_ms": LATENESS_MS,
          "dedupe_retention_ms": None}))  # format 1 had no "format"
-    with pytest.raises(ValueError, match=r"format 1 .* reads format 7"):
+    with pytest.raises(ValueError, match=r"format 1 .* reads format 8"):
         SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS)
     # 2: one stage, sharded by op id; 3: the seen ids in the snapshot; 4: no tokens;
     # 5: the published manifests' log in a format of its own; 6: a partition's state
-    # in one value
-    for made in (2, 3, 4, 5, 6):
+    # in one value; 7: the seen ids in a log of changes
+    for made in (2, 3, 4, 5, 6, 7):
         (tmp_path / "ckpt" / "tickwheel.json").write_text(json.dumps(
             {"format": made, "id": "x", "partitions": 2, "labels": [0, 1],
              "lateness_ms": LATENESS_MS, "dedupe_retention_ms": None}))
-        with pytest.raises(ValueError, match=rf"format {made} .* reads format 7"):
+        with pytest.raises(ValueError, match=rf"format {made} .* reads format 8"):
             SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
                         lateness_ms=LATENESS_MS)
 
@@ -558,7 +558,7 @@ def test_a_checkpoint_of_the_other_engine_is_refused_by_its_engine(spark: Any,
     SparkEngine(spark, log, tmp_path / "spark-out", tmp_path / "spark",
                 lateness_ms=LATENESS_MS).run()
     with pytest.raises(ValueError, match=r"not written by this version of the local "
-                                         r"engine's follow mode \(engine spark, format 7\)"):
+                                         r"engine's follow mode \(engine spark, format 8\)"):
         LocalFollowEngine(log, tmp_path / "local-out2", checkpoint_dir=tmp_path / "spark",
                           lateness_ms=LATENESS_MS)
 
