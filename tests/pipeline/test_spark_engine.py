@@ -26,9 +26,9 @@ from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
 from tickwheel.pipeline.io import read_events, read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.routing import partition_of
-from tickwheel.pipeline.seen_ids import SeenIds
 from tickwheel.pipeline.sink import OutcomeSink
 from tickwheel.pipeline.spark import SparkEngine, _tasks, _wire
+from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
 
 pytestmark = pytest.mark.spark
 
@@ -769,12 +769,12 @@ def _spark_rows_in(output: Path) -> int:
     return sum(rows for _, rows in latest.values())
 
 
-def test_the_seen_op_id_log_is_rewritten_in_spark_state_and_reads_back_whole(
+def test_the_seen_op_ids_segments_past_the_retention_leave_spark_state_whole(
         spark: Any, tmp_path: Path) -> None:
-    """Past 65,536 entries beyond twice the ids it must keep, an op partition's log of
-    seen ids is rewritten with ``ListState.put``: here about 41k ids per partition
-    are seen and then forgotten, an entry each time, so every partition rewrites its
-    log, and what Spark's state holds afterwards reads back as the ids kept."""
+    """An op partition writes the ids each batch sees as a segment of its own, and
+    removes a segment once every id in it is past the retention: here three batches of
+    a log whose ids mostly pass their retention of 1 s, after which Spark's state holds
+    the last batch's segment, read back with its newest ids."""
     log, retention = tmp_path / "in", 1_000
     write_event_log(GeneratorConfig(events=150_000, seed=11, rows_per_file=50_000), log)
     expected = reference(log, retention)
@@ -786,24 +786,25 @@ def test_the_seen_op_id_log_is_rewritten_in_spark_state_and_reads_back_whole(
     assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
     assert result.pending == expected.pending
 
-    watched: list[set[str]] = [set(), set()]
+    watched: list[dict[str, int]] = [{}, {}]  # each id's first watch
     for event in read_events(log):
         if isinstance(event, Event) and event.type.value == "watch" and event.op_id:
-            watched[partition_of(event.op_id, 2)].add(event.op_id)
+            watched[partition_of(event.op_id, 2)].setdefault(event.op_id, event.ts_ms)
     # Spark's own state reader. Spark numbers the stateful operators from the output
     # down, so stage 2, the last, is operator 0.
-    elements = (spark.read.format("statestore").option("operatorId", 0)
-                .option("stateVarName", "seen").load(str(tmp_path / "ckpt" / "query"))
-                .collect())
-    logs: dict[int, SeenIds] = {}
-    for row in elements:
-        label = row["key"][0]
-        seen = logs.setdefault(engine.labels.index(label), SeenIds())
-        seen.apply(marshal.loads(row["list_element"][0]))
-    assert sorted(logs) == [0, 1]
-    for p, seen in logs.items():
-        # Without a rewrite, the log would hold an entry for every id seen and one
-        # for every id forgotten since: more than a rewrite allows.
-        assert 2 * len(watched[p]) - len(seen.ids) > 2 * len(seen.ids) + 65_536
-        assert not seen.needs_rewrite()
-        assert seen.ids and set(seen.ids) <= watched[p]
+    rows = (spark.read.format("statestore").option("operatorId", 0)
+            .option("stateVarName", "seen").load(str(tmp_path / "ckpt" / "query"))
+            .collect())
+    stored: dict[int, list[tuple[int, Segment]]] = {}
+    for row in rows:
+        value = row["user_map_value"]
+        stored.setdefault(engine.labels.index(row["key"][0]), []).append(
+            (row["user_map_key"][0], (value[0], value[1], value[2])))
+    assert sorted(stored) == [0, 1]
+    for p, segments in stored.items():
+        assert len(segments) <= 2  # of three batches' (or four, with the input's end)
+        ids = SeenLog.read(segments, max(number for number, _ in segments) + 1).ids
+        assert ids.items() <= watched[p].items()
+        assert len(ids) < len(watched[p]) / 2
+        newest = max(watched[p].values())
+        assert {i for i, ts in watched[p].items() if ts == newest} <= ids.keys()
