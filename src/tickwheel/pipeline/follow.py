@@ -78,7 +78,7 @@ T = TypeVar("T")
 LOCAL_CHECKPOINT_FORMAT = 3
 _STATE_VERSION = 2
 #: Entries a partition's log may hold beyond twice those held before it is rewritten.
-_REWRITE_SLACK = 65_536
+_REWRITE_SLACK = 4_096
 #: Batches that deadlines call for come no closer together than this.
 MIN_STEP_MS = 100
 

@@ -31,8 +31,10 @@ __all__ = ["CHUNK_BYTES", "CHUNK_ENTRIES", "REWRITE_SLACK", "EntryLog"]
 CHUNK_BYTES = 8 << 20
 #: The most entries in one chunk.
 CHUNK_ENTRIES = 65_536
-#: Entries the log may hold beyond twice those held before it is rewritten.
-REWRITE_SLACK = 65_536
+#: Entries the log may hold beyond twice those held before it is rewritten: a few
+#: batches' changes where few are held, so that a service's state stays near what it
+#: holds (a rewrite then writes little); twice what is held dominates where many are.
+REWRITE_SLACK = 4_096
 
 
 class EntryLog:
