@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.pipeline.logs import LATENESS_MS, random_log
+from tests.pipeline.test_seen_log import SegmentStore
 from tickwheel.pipeline.events import compact_wire
 from tickwheel.pipeline.generator import GeneratorConfig, generate
 from tickwheel.pipeline.key_stage import ERROR_PROGRESS, INIT, VALUE_PROGRESS, KeyStage, key_order
@@ -23,7 +24,7 @@ from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.routing import partition_of, route
 from tickwheel.pipeline.spark import _entry_log as entry_log
 from tickwheel.pipeline.spark._entry_log import EntryLog
-from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
+from tickwheel.pipeline.spark._seen_log import SeenLog
 
 
 def reference(lines: list[str], retention: int | None = None) -> RunResult:
@@ -264,8 +265,7 @@ class _SavedLog:
         self.op = op
         self.chunks: dict[int, bytes] = {}
         self.digests: dict[int, bytes] = {}
-        self.seen_segments: dict[int, Segment] = {}
-        self.seen_next = 0
+        self.seen = SegmentStore()
         self.head = b""
         self.copies: dict[int, tuple[Any, EntryLog, SeenLog]] = {}
         self.caught_up = 0
@@ -281,26 +281,15 @@ class _SavedLog:
             self.chunks[number] = blob
             self.digests[number] = digest
         if isinstance(part, OpPartition):
-            segment, removed, merged = seen.record(part.stage.take_seen_changes(),
-                                                   part.stage.now,
-                                                   part.stage.dedupe_retention_ms)
-            if merged:
-                self.seen_segments.clear()
-            else:
-                for number in removed:
-                    del self.seen_segments[number]
-            if segment is not None:
-                self.seen_segments[seen.next - 1] = segment
-            self.seen_next = seen.next
+            self.seen.write(seen, [(part.stage.take_seen_changes(), part.stage.now)],
+                            part.stage.dedupe_retention_ms)
         self.head = part.head()
 
     def load(self, worker: int) -> tuple[Any, EntryLog, SeenLog]:
         copy = self.copies.pop(worker, None)
         chunks = list(self.chunks.items())[::-1]  # in any order
-        if copy is not None and copy[2].catch_up(self.seen_next, self.seen_segments.get):
-            seen = copy[2]
-        else:
-            seen = SeenLog.read(list(self.seen_segments.items())[::-1], self.seen_next)
+        seen = (copy[2] if copy is not None and self.seen.catch_up(copy[2])
+                else self.seen.read())
         later = (None if copy is None
                  else copy[1].catch_up(len(chunks), self.digests.get, self.chunks.__getitem__))
         if later is not None:

@@ -17,7 +17,7 @@ BATCHES: list[Batch] = [([("a", 1), ("b", 2)], 2), ([("c", 3), ("a", None)], 3),
                         ([("d", 4)], 4), ([("b", None), ("e", 5)], 5)]
 
 
-class _Store:
+class SegmentStore:
     """The segments as the op processor stores them."""
 
     def __init__(self) -> None:
@@ -44,7 +44,7 @@ class _Store:
 
 
 def test_segments_read_back_the_ids_and_the_digest_they_were_written_with() -> None:
-    writer, store = SeenLog(), _Store()
+    writer, store = SeenLog(), SegmentStore()
     store.write(writer, BATCHES)
     read = store.read()
     # A forgotten id is not written: without a retention the ids are what was seen.
@@ -55,7 +55,7 @@ def test_segments_read_back_the_ids_and_the_digest_they_were_written_with() -> N
 
 
 def test_a_segment_goes_whole_once_every_id_in_it_is_past_the_retention() -> None:
-    log, store = SeenLog(), _Store()
+    log, store = SeenLog(), SegmentStore()
     store.write(log, [([("a", 100), ("b", 150)], 150), ([("c", 200)], 200),
                       ([("d", 300)], 300)], retention=100)
     # At 300 with a retention of 100, ids before 200 are past it: the first segment
@@ -68,7 +68,7 @@ def test_a_segment_goes_whole_once_every_id_in_it_is_past_the_retention() -> Non
 
 
 def test_an_id_seen_again_keeps_its_latest_time() -> None:
-    log, store = SeenLog(), _Store()
+    log, store = SeenLog(), SegmentStore()
     store.write(log, [([("a", 100)], 100), ([("a", None)], 250), ([("a", 260)], 260)],
                 retention=100)
     assert log.ids == {"a": 260} == store.read().ids
@@ -76,7 +76,7 @@ def test_an_id_seen_again_keeps_its_latest_time() -> None:
 
 
 def test_the_ids_kept_stay_flat_while_ids_pass_at_a_steady_rate() -> None:
-    log, store = SeenLog(), _Store()
+    log, store = SeenLog(), SegmentStore()
     sizes = []
     for t in range(1, 601):  # 10 ids a "second" for 600 s, a retention of 60 s
         store.write(log, [([(f"id-{t}-{i}", t) for i in range(10)], t)], retention=60)
@@ -88,7 +88,7 @@ def test_the_ids_kept_stay_flat_while_ids_pass_at_a_steady_rate() -> None:
 
 def test_too_many_segments_are_merged_into_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_seen_log, "MAX_SEGMENTS", 3)
-    log, store = SeenLog(), _Store()
+    log, store = SeenLog(), SegmentStore()
     store.write(log, [([(f"id-{t}", t)], t) for t in range(5)])
     assert sorted(store.segments) == [3, 4]  # 0 to 2 merged into 3 with id-3
     assert marshal.loads(store.segments[3][0]) == [("id-0", 0), ("id-1", 1), ("id-2", 2),
@@ -98,7 +98,7 @@ def test_too_many_segments_are_merged_into_one(monkeypatch: pytest.MonkeyPatch) 
 
 def test_an_older_copy_is_caught_up_with_only_the_segments_after_it(
         applied_seen_chunks: list[bytes]) -> None:
-    here, store = SeenLog(), _Store()
+    here, store = SeenLog(), SegmentStore()
     store.write(here, BATCHES[:2])
     there = store.read()  # another worker runs the next batches
     store.write(there, BATCHES[2:])
@@ -110,7 +110,7 @@ def test_an_older_copy_is_caught_up_with_only_the_segments_after_it(
 
 
 def test_a_copy_whose_last_batch_never_committed_is_not_used() -> None:
-    here, store = SeenLog(), _Store()
+    here, store = SeenLog(), SegmentStore()
     store.write(here, BATCHES[:1])
     committed = dict(store.segments), store.next
     store.write(here, [([("x", 9)], 9)])  # the batch fails after writing: rolled back
@@ -121,13 +121,13 @@ def test_a_copy_whose_last_batch_never_committed_is_not_used() -> None:
 
 
 def test_a_copy_longer_than_the_log_or_whose_last_segment_went_is_not_used() -> None:
-    here, store = SeenLog(), _Store()
+    here, store = SeenLog(), SegmentStore()
     store.write(here, BATCHES)
-    shorter = _Store()
+    shorter = SegmentStore()
     shorter.segments = {n: store.segments[n] for n in (0, 1)}
     shorter.next = 2
     assert not shorter.catch_up(here)
-    old, store = SeenLog(), _Store()
+    old, store = SeenLog(), SegmentStore()
     store.write(old, [([("a", 100)], 100)], retention=10)
     store.write(store.read(), [([("b", 200)], 200)], retention=10)  # removes segment 0
     assert not store.catch_up(old)
