@@ -492,7 +492,7 @@ def test_outcomes_reach_a_sink_as_they_resolve_and_again_after_a_crash(
     assert sorted(set(again.seen)) == sorted(f"op{i}" for i in range(20))
 
 
-def test_seen_op_ids_survive_a_restart_through_their_log_not_the_state(
+def test_seen_op_ids_survive_a_restart_through_their_segments_not_the_state(
         tmp_path: Path, inbox: Path) -> None:
     clock = WallClock(1_000)
     follower = engine(tmp_path, clock, dedupe_retention_ms=500)
@@ -502,8 +502,8 @@ def test_seen_op_ids_survive_a_restart_through_their_log_not_the_state(
     assert len(outcomes(tmp_path / "out")) == 200
     checkpoint = tmp_path / "out" / "_checkpoint"
     state_bytes = (checkpoint / "state").stat().st_size
-    assert b"op199" not in (checkpoint / "state").read_bytes()  # in seen.log only
-    assert "op199" in (checkpoint / "seen.log").read_text()
+    assert b"op199" not in (checkpoint / "state").read_bytes()  # in a segment only
+    assert "op199" in "".join(path.read_text() for path in (checkpoint / "seen").iterdir())
     again = engine(tmp_path, clock, dedupe_retention_ms=500)
     land(inbox, "b.jsonl", [watch(1_350, "op0", 9_000),  # within the retention: a duplicate
                             watch(1_700, "op1", 9_000)])  # past it: a new operation
@@ -525,9 +525,10 @@ def test_the_state_bytes_counted_are_those_on_disk_after_each_batch_and_a_restar
     checkpoint = tmp_path / "out" / "_checkpoint"
 
     def on_disk() -> int:
-        return sum((checkpoint / name).stat().st_size
-                   for name in ("state", "seen.log", "keys.log", "ops.log")
-                   if (checkpoint / name).exists())
+        return sum(path.stat().st_size
+                   for path in [checkpoint / "state", checkpoint / "keys.log",
+                                checkpoint / "ops.log", *(checkpoint / "seen").iterdir()]
+                   if path.exists())
 
     land(inbox, "a.jsonl", [watch(1_000 + i, f"op{i}", 5_000) for i in range(300)])
     clock.ms = 1_400
@@ -573,7 +574,6 @@ def test_a_state_that_tickwheel_did_not_write_is_refused_by_name(tmp_path: Path,
 @pytest.mark.parametrize(("name", "line"), [
     ("ops.log", '[0, [[1, "!!not base64"]]]'),
     ("keys.log", '[0, [[1, "AAAA"]]]'),  # base64, but not marshal's
-    ("seen.log", "garbage"),
     ("files.log", '[0, 5]'),
 ])
 def test_a_log_of_the_checkpoint_that_tickwheel_did_not_write_is_refused_by_name(
@@ -584,3 +584,82 @@ def test_a_log_of_the_checkpoint_that_tickwheel_did_not_write_is_refused_by_name
         log.write(line + "\n")
     with pytest.raises(ValueError, match=rf"log .*{name} cannot be read .* give another "):
         engine(tmp_path, None)
+
+
+@pytest.mark.parametrize(("name", "line"), [
+    ("0000000000.log", "garbage"),
+    ("0000000000.log", '[0, [["op", "not a time"]]]'),
+    ("notes.txt", "a file of someone else's"),
+])
+def test_seen_op_ids_that_tickwheel_did_not_write_are_refused_by_name(
+        tmp_path: Path, inbox: Path, name: str, line: str) -> None:
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9), watch(5_000, "b", 10**9)])
+    engine(tmp_path, None).step()
+    with open(tmp_path / "out" / "_checkpoint" / "seen" / name, "a") as segment:
+        segment.write(line + "\n")
+    with pytest.raises(ValueError, match=r"checkpoint .* cannot be read .* give another "):
+        engine(tmp_path, None)
+
+
+def test_the_seen_op_ids_on_disk_stay_within_the_retention_as_a_service_runs(
+        tmp_path: Path, inbox: Path) -> None:
+    # A retention of 8 s: segments of 1 s, 50 new ids every 200 ms for 30 s.
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock, dedupe_retention_ms=8_000)
+    seen_dir = tmp_path / "out" / "_checkpoint" / "seen"
+    held = []
+    for n in range(150):
+        t = 1_000 + 200 * n
+        land(inbox, f"{n:04d}.jsonl", [watch(t, f"op{n}-{i}", t + 50) for i in range(50)])
+        clock.ms = t + 150
+        follower.step()
+        held.append(sum(len(json.loads(line)[1]) for path in seen_dir.iterdir()
+                        for line in path.read_text().splitlines()))
+    # The retention keeps 40 batches' ids, and a segment at the edge up to 5 more.
+    assert max(held[60:]) <= 45 * 50
+    assert min(held[60:]) >= 40 * 50
+    assert len(list(seen_dir.iterdir())) <= 10
+    # What a restart reads is what the resolver kept.
+    restarted = engine(tmp_path, clock, dedupe_retention_ms=8_000)
+    kept = restarted.ops.stage.seen_op_ids
+    assert {f"op149-{i}" for i in range(50)} <= kept
+    assert not any(op_id.startswith("op100-") for op_id in kept)
+
+
+def test_a_pending_operation_whose_segment_went_still_quarantines_its_id_after_a_restart(
+        tmp_path: Path, inbox: Path) -> None:
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock, dedupe_retention_ms=500)
+    land(inbox, "a.jsonl", [watch(1_000, "long", 10**9)])
+    clock.ms = 1_200
+    follower.step()
+    for n, t in enumerate((2_500, 4_000)):  # new segments; the first goes
+        land(inbox, f"b{n}.jsonl", [watch(t, f"short{n}", t + 10)])
+        clock.ms = t + 200
+        follower.step()
+    seen_dir = tmp_path / "out" / "_checkpoint" / "seen"
+    assert "long" not in "".join(path.read_text() for path in seen_dir.iterdir())
+    again = engine(tmp_path, clock, dedupe_retention_ms=500)
+    land(inbox, "c.jsonl", [watch(4_250, "long", 10**9)])
+    clock.ms = 4_500
+    again.step()
+    assert [json.loads(q["raw"])["op_id"] for q in rows(tmp_path / "out" / "quarantine")
+            ] == ["long"]
+    assert again.counts().pending == 1
+
+
+def test_a_segment_a_crashed_first_batch_left_is_not_read_as_committed(
+        tmp_path: Path, inbox: Path) -> None:
+    # A first batch that saw "phantom" crashed before its state; the batch that runs
+    # in its place sees other ids.
+    seen_dir = tmp_path / "out" / "_checkpoint" / "seen"
+    seen_dir.mkdir(parents=True)
+    (seen_dir / "0000000000.log").write_text('[0, [["phantom", 1000]]]\n')
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9), watch(5_000, "b", 10**9)])
+    engine(tmp_path, None).step()
+    again = engine(tmp_path, None)
+    assert "phantom" not in again.ops.stage.seen_op_ids
+    land(inbox, "b.jsonl", [watch(5_000, "phantom", 10**9), watch(9_000, "c", 10**9)])
+    again.step()
+    assert rows(tmp_path / "out" / "quarantine") == []
+    assert again.counts().pending == 3

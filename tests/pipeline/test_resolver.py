@@ -108,8 +108,6 @@ def test_a_retention_forgets_the_same_ids_whether_the_seen_ids_travel_in_the_sna
     """Op ids reused after their retention, some while their first operation is still
     pending: applied in pieces, through snapshots that carry the seen ids or leave
     them to a log of changes, the resolver quarantines and resolves as in one go."""
-    from tickwheel.pipeline.seen_ids import SeenIds
-
     events = sorted(well_formed(random_log(seed, rows=3_000)), key=order_key)
     whole = Resolver(dedupe_retention_ms=retention_ms)
     whole.apply(events)
@@ -120,7 +118,7 @@ def test_a_retention_forgets_the_same_ids_whether_the_seen_ids_travel_in_the_sna
     for with_seen in (True, False):
         resolver = Resolver(dedupe_retention_ms=retention_ms)
         resolver.track_seen_changes()
-        log = SeenIds()
+        log: dict[str, int] = {}  # the changes applied in order
         outcomes: list[OutcomeRow] = []
         quarantine = []
         lingered = 0
@@ -129,11 +127,14 @@ def test_a_retention_forgets_the_same_ids_whether_the_seen_ids_travel_in_the_sna
             done, dupes = resolver.drain()
             outcomes.extend(done)
             quarantine.extend(dupes)
-            log.apply(resolver.take_seen_changes())
-            assert set(log.ids) == resolver.seen_op_ids
+            for op_id, ts in resolver.take_seen_changes():
+                log.pop(op_id, None)
+                if ts is not None:
+                    log[op_id] = ts
+            assert set(log) == resolver.seen_op_ids
             snapshot = pickle.loads(pickle.dumps(resolver.snapshot(with_seen)))
             lingered += len(snapshot[-1])
-            resolver = Resolver.restore(snapshot, None if with_seen else dict(log.ids))
+            resolver = Resolver.restore(snapshot, None if with_seen else dict(log))
             resolver.track_seen_changes()
         assert as_set(outcomes) == as_set(expected[0])
         assert quarantine == expected[1]

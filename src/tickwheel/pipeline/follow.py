@@ -64,7 +64,7 @@ from tickwheel.pipeline.limits import (
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.routing import route
-from tickwheel.pipeline.seen_ids import SeenIds
+from tickwheel.pipeline.seen_segments import SeenSegments
 from tickwheel.pipeline.sink import OutcomeSink
 
 __all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "wall_clock_ms"]
@@ -73,9 +73,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: What this engine writes in its checkpoint's ``tickwheel.json``. 3: the partitions'
-#: entries in logs of their own, beside their heads in the state.
-LOCAL_CHECKPOINT_FORMAT = 3
+#: What this engine writes in its checkpoint's ``tickwheel.json``. 4: the seen op ids
+#: in segment files; 3: the partitions' entries in logs of their own, beside their heads
+#: in the state.
+LOCAL_CHECKPOINT_FORMAT = 4
 _STATE_VERSION = 2
 #: Entries a partition's log may hold beyond twice those held before it is rewritten.
 _REWRITE_SLACK = 4_096
@@ -243,9 +244,8 @@ class LocalFollowEngine:
         self._files_log = BatchLog(self.checkpoint_dir / "files.log")
         # The op ids seen, with their first watch's ts_ms: the op stage's snapshot
         # leaves them out (a retention bounds them by the rate, not by what is
-        # pending), and the log holds their changes, batch by batch.
-        self._seen_ids = SeenIds()
-        self._seen_log = BatchLog(self.checkpoint_dir / "seen.log")
+        # pending), and segments hold them, deleted whole once past the retention.
+        self._seen_ids = SeenSegments(self.checkpoint_dir / "seen", dedupe_retention_ms)
         # Each partition's entries (the key stage's values and registrations, the op
         # stage's operations), as what each batch changed: a batch writes those, not
         # everything pending.
@@ -297,6 +297,7 @@ class LocalFollowEngine:
         try:
             blob = self._state_path.read_bytes()
         except FileNotFoundError:
+            self._read(-1, self._seen_ids.read)  # what a first batch left uncommitted
             self.ops.stage.track_seen_changes()
             self.keys.track_changes()
             self.ops.track_changes()
@@ -310,24 +311,34 @@ class LocalFollowEngine:
             raise ValueError(f"state version {version} in {self._state_path} is not "
                              "supported")
         self.batch_id = batch_id
-        key_entries, self._logged["keys"] = self._read(self._key_log, _held)
+        key_entries, self._logged["keys"] = self._read_log(self._key_log, _held)
         self.keys = KeyPartition.from_state(keys, key_entries)
-        self._seen = set(self._read(self._files_log, list))
-        self._seen_ids.apply(self._read(self._seen_log, list))
+        self._seen = set(self._read_log(self._files_log, list))
+        seen_ids = self._read(batch_id, self._seen_ids.read)
         self._state_bytes = len(blob) + self._logs_bytes()
-        op_entries, self._logged["ops"] = self._read(self._op_log, _held)
-        self.ops = OpPartition.from_state(ops, op_entries, self._seen_ids.ids)
+        op_entries, self._logged["ops"] = self._read_log(self._op_log, _held)
+        self.ops = OpPartition.from_state(ops, op_entries, seen_ids)
         self.ops.stage.track_seen_changes()
         self.keys.track_changes()
         self.ops.track_changes()
 
-    def _read(self, records: BatchLog, decode: Callable[[list[Any]], T]) -> T:
+    def _read_log(self, records: BatchLog, decode: Callable[[list[Any]], T]) -> T:
         """``decode`` of the records of the committed batches in a log of the
         checkpoint, or a clear error if tickwheel did not write them."""
         try:
             return decode(records.read(self.batch_id))
         except (EOFError, ValueError, TypeError) as exc:
             raise ValueError(f"the checkpoint's log {records.path} cannot be read ({exc}): "
+                             "it was not written by tickwheel; give another --checkpoint",
+                             ) from exc
+
+    def _read(self, committed: int, read: Callable[[int], T]) -> T:
+        """``read(committed)`` of what the checkpoint keeps beside its logs, or a
+        clear error if tickwheel did not write it."""
+        try:
+            return read(committed)
+        except (EOFError, ValueError, TypeError) as exc:
+            raise ValueError(f"the checkpoint {self.checkpoint_dir} cannot be read ({exc}): "
                              "it was not written by tickwheel; give another --checkpoint",
                              ) from exc
 
@@ -371,9 +382,7 @@ class LocalFollowEngine:
     def _commit(self, batch_id: int, names: list[str]) -> None:
         """The batch's logs, then its state: the state's batch id commits them."""
         self._files_log.append(batch_id, names)
-        changes = self.ops.stage.take_seen_changes()
-        self._seen_log.append(batch_id, changes)
-        self._seen_ids.apply(changes)
+        self._seen_ids.append(batch_id, self.ops.stage.take_seen_changes())
         entry_logs = (("keys", self.keys, self._key_log), ("ops", self.ops, self._op_log))
         for name, part, entries in entry_logs:
             changed = part.entries(part.take_changes())
@@ -382,8 +391,7 @@ class LocalFollowEngine:
         state = marshal.dumps((_STATE_VERSION, batch_id, self.keys.head(), self.ops.head()))
         write_bytes_atomically(state, self._state_path)
         self.batch_id = batch_id
-        if self._seen_ids.needs_rewrite():
-            self._seen_log.rewrite(batch_id, self._seen_ids.rewrite())
+        self._seen_ids.drop_past(self.ops.stage.now)
         for name, part, entries in entry_logs:
             if self._logged[name] > 2 * part.live_entries() + _REWRITE_SLACK:
                 held = part.entries()
@@ -392,9 +400,9 @@ class LocalFollowEngine:
         self._state_bytes = len(state) + self._logs_bytes()
 
     def _logs_bytes(self) -> int:
-        return sum(entries.path.stat().st_size
-                   for entries in (self._seen_log, self._key_log, self._op_log)
-                   if entries.path.exists())
+        return self._seen_ids.size() + sum(entries.path.stat().st_size
+                                           for entries in (self._key_log, self._op_log)
+                                           if entries.path.exists())
 
     # -- running -------------------------------------------------------------------
 
