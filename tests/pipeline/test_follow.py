@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -590,6 +591,7 @@ def test_a_log_of_the_checkpoint_that_tickwheel_did_not_write_is_refused_by_name
     ("0000000000.log", "garbage"),
     ("0000000000.log", '[0, [["op", "not a time"]]]'),
     ("notes.txt", "a file of someone else's"),
+    (".0000000000.log.tmp", "a temporary file"),
 ])
 def test_seen_op_ids_that_tickwheel_did_not_write_are_refused_by_name(
         tmp_path: Path, inbox: Path, name: str, line: str) -> None:
@@ -598,6 +600,24 @@ def test_seen_op_ids_that_tickwheel_did_not_write_are_refused_by_name(
     with open(tmp_path / "out" / "_checkpoint" / "seen" / name, "a") as segment:
         segment.write(line + "\n")
     with pytest.raises(ValueError, match=r"checkpoint .* cannot be read .* give another "):
+        engine(tmp_path, None)
+
+
+@pytest.mark.parametrize("where", ["a file in place of the directory",
+                                   "a directory in place of a segment"])
+def test_seen_op_ids_in_the_wrong_shape_are_refused_by_name(
+        tmp_path: Path, inbox: Path, where: str) -> None:
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9), watch(5_000, "b", 10**9)])
+    engine(tmp_path, None).step()
+    seen_dir = tmp_path / "out" / "_checkpoint" / "seen"
+    if where.startswith("a file"):
+        shutil.rmtree(seen_dir)
+        seen_dir.write_text("ids")
+        wrong = seen_dir
+    else:
+        wrong = seen_dir / "0000000007.log"
+        wrong.mkdir()
+    with pytest.raises(ValueError, match=rf"checkpoint .* cannot be read \({wrong} is not"):
         engine(tmp_path, None)
 
 

@@ -66,16 +66,15 @@ class SeenSegments:
         self._segments.clear()
         self.next = 0
         ids: dict[str, int] = {}
-        if not self.directory.is_dir():
+        if not self.directory.exists():
             return ids
+        if not self.directory.is_dir():
+            raise ValueError(f"{self.directory} is not a directory of seen op ids")
         numbered: list[tuple[int, Path]] = []
         for path in self.directory.iterdir():
             match = _NAME.fullmatch(path.name)
-            if match is None:
-                if path.name.startswith("."):
-                    continue  # a rewrite's temporary file: never read
-                raise ValueError(f"{path} is not a segment of seen op ids: the checkpoint "
-                                 "was not written by tickwheel; give another --checkpoint")
+            if match is None or not path.is_file():
+                raise ValueError(f"{path} is not a segment of seen op ids")
             numbered.append((int(match[1]), path))
         for number, path in sorted(numbered):
             segment_log = BatchLog(path)
