@@ -292,6 +292,16 @@ def test_a_spark_checkpoint_is_refused_by_name(tmp_path: Path, inbox: Path) -> N
         engine(tmp_path, None)
 
 
+def test_a_checkpoint_of_an_earlier_local_format_is_refused_naming_both_formats(
+        tmp_path: Path, inbox: Path) -> None:
+    checkpoint = tmp_path / "out" / "_checkpoint"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "tickwheel.json").write_text(json.dumps({"engine": "local", "format": 3}))
+    with pytest.raises(ValueError, match=rf"format 3; this one reads format "
+                                         rf"{follow.LOCAL_CHECKPOINT_FORMAT}\)"):
+        engine(tmp_path, None)
+
+
 # -- on the real clock ------------------------------------------------------------------
 
 

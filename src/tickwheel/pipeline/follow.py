@@ -273,7 +273,8 @@ class LocalFollowEngine:
                 raise ValueError(
                     f"the checkpoint {self.checkpoint_dir} was not written by this version "
                     f"of the local engine's follow mode (engine {saved.get('engine', 'spark')}"
-                    f", format {saved.get('format')}): give another --checkpoint")
+                    f", format {saved.get('format')}; this one reads format "
+                    f"{LOCAL_CHECKPOINT_FORMAT}): give another --checkpoint")
             for name, value in wanted.items():
                 # The state holds these: a run cannot change them.
                 if saved.get(name) != value:
