@@ -693,3 +693,18 @@ def test_a_segment_a_crashed_first_batch_left_is_not_read_as_committed(
     again.step()
     assert rows(tmp_path / "out" / "quarantine") == []
     assert again.counts().pending == 3
+
+
+@pytest.mark.parametrize("lost", ["seen", "ops.log", "files.log"])
+def test_a_checkpoint_copied_in_part_is_refused_naming_what_it_lacks(
+        tmp_path: Path, inbox: Path, lost: str) -> None:
+    clock = WallClock(1_000)
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9), watch(1_010, "b", 1_200)])
+    engine(tmp_path, clock, dedupe_retention_ms=60_000).step()
+    clock.ms = 1_500
+    engine(tmp_path, clock, dedupe_retention_ms=60_000).step()  # b expired
+    checkpoint = tmp_path / "out" / "_checkpoint"
+    path = checkpoint / lost
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    with pytest.raises(ValueError, match=rf"lacks {path}.*, which its state relies on"):
+        engine(tmp_path, clock, dedupe_retention_ms=60_000)

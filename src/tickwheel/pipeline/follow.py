@@ -77,7 +77,8 @@ T = TypeVar("T")
 #: in segment files; 3: the partitions' entries in logs of their own, beside their heads
 #: in the state.
 LOCAL_CHECKPOINT_FORMAT = 4
-_STATE_VERSION = 2
+#: 3: the state lists what it relies on in the logs and the seen ids' segments.
+_STATE_VERSION = 3
 #: Entries a partition's log may hold beyond twice those held before it is rewritten.
 _REWRITE_SLACK = 4_096
 #: Batches that deadlines call for come no closer together than this.
@@ -304,7 +305,7 @@ class LocalFollowEngine:
             self.ops.track_changes()
             return
         try:
-            version, batch_id, keys, ops = marshal.loads(blob)
+            version, batch_id, keys, ops, relied_on = marshal.loads(blob)
         except (EOFError, ValueError, TypeError) as exc:
             raise ValueError(f"the state {self._state_path} cannot be read ({exc}): it was "
                              "not written by tickwheel; give another --checkpoint") from exc
@@ -319,9 +320,31 @@ class LocalFollowEngine:
         self._state_bytes = len(blob) + self._logs_bytes()
         op_entries, self._logged["ops"] = self._read_log(self._op_log, _held)
         self.ops = OpPartition.from_state(ops, op_entries, seen_ids)
+        self._check_whole(relied_on)
         self.ops.stage.track_seen_changes()
         self.keys.track_changes()
         self.ops.track_changes()
+
+    def _relied_on(self) -> tuple[list[str], dict[int, int]]:
+        """What a state about to be written relies on besides itself: the logs that
+        hold records, and the seen ids' segments (see :meth:`_check_whole`)."""
+        logs = [entries.path.name for entries in (self._files_log, self._key_log, self._op_log)
+                if entries.records]
+        return logs, self._seen_ids.latest()
+
+    def _check_whole(self, relied_on: tuple[list[str], dict[int, int]]) -> None:
+        """Refuse a checkpoint that lacks a file its state relies on (copied without
+        its ``seen/`` directory, say): read as it is, it would take files already read
+        as new input, or forget operations or op ids, without a word."""
+        logs, segments = relied_on
+        missing = [self.checkpoint_dir / name for name in logs
+                   if not (self.checkpoint_dir / name).exists()]
+        missing += self._seen_ids.missing(segments, self.ops.stage.now)
+        if missing:
+            raise ValueError(f"the checkpoint {self.checkpoint_dir} lacks "
+                             f"{', '.join(map(str, missing))}, which its state relies on: "
+                             "it was copied or changed in part; give another --checkpoint "
+                             "or restore the whole of it")
 
     def _read_log(self, records: BatchLog, decode: Callable[[list[Any]], T]) -> T:
         """``decode`` of the records of the committed batches in a log of the
@@ -389,7 +412,8 @@ class LocalFollowEngine:
             changed = part.entries(part.take_changes())
             entries.append(batch_id, _records(changed))
             self._logged[name] += len(changed)
-        state = marshal.dumps((_STATE_VERSION, batch_id, self.keys.head(), self.ops.head()))
+        state = marshal.dumps((_STATE_VERSION, batch_id, self.keys.head(), self.ops.head(),
+                               self._relied_on()))
         write_bytes_atomically(state, self._state_path)
         self.batch_id = batch_id
         self._seen_ids.drop_past(self.ops.stage.now)

@@ -128,6 +128,19 @@ class SeenSegments:
             self._segments.pop(number).log.path.unlink(missing_ok=True)
         return len(gone)
 
+    def latest(self) -> dict[int, int]:
+        """Each segment's number and the latest ``ts_ms`` among its ids."""
+        return {number: segment.latest for number, segment in self._segments.items()}
+
+    def missing(self, latest: dict[int, int], now: int | None) -> list[Path]:
+        """The files of the segments in ``latest`` (as :meth:`latest` gave it when a
+        batch committed) that :meth:`read` did not find, though the retention at the
+        partition's time ``now`` keeps them."""
+        horizon = (None if self.retention_ms is None or now is None
+                   else now - self.retention_ms)
+        return [self.directory / f"{number:010d}.log" for number, last in latest.items()
+                if number not in self._segments and (horizon is None or last >= horizon)]
+
     @property
     def segments(self) -> int:
         """How many segments there are."""
