@@ -558,7 +558,8 @@ def test_a_checkpoint_of_the_other_engine_is_refused_by_its_engine(spark: Any,
     SparkEngine(spark, log, tmp_path / "spark-out", tmp_path / "spark",
                 lateness_ms=LATENESS_MS).run()
     with pytest.raises(ValueError, match=r"not written by this version of the local "
-                                         r"engine's follow mode \(engine spark, format 8\)"):
+                                         r"engine's follow mode \(engine spark, format 8; this one "
+                                         r"reads format \d+\)"):
         LocalFollowEngine(log, tmp_path / "local-out2", checkpoint_dir=tmp_path / "spark",
                           lateness_ms=LATENESS_MS)
 
