@@ -452,6 +452,9 @@ def test_a_kill_9_then_a_restart_gives_the_outcomes_of_an_uninterrupted_run(
         map(str, rows(uninterrupted / "out" / "quarantine")))
 
 
+# -- outputs ---------------------------------------------------------------------------
+
+
 def test_a_long_run_leaves_few_files_and_every_outcome(tmp_path: Path, inbox: Path) -> None:
     clock = WallClock(1_000)
     follower = engine(tmp_path, clock)
@@ -501,6 +504,9 @@ def test_outcomes_reach_a_sink_as_they_resolve_and_again_after_a_crash(
         stop.set()  # one pass: the catch-up, no batch
         restarted.run(stop)
     assert sorted(set(again.seen)) == sorted(f"op{i}" for i in range(20))
+
+
+# -- the checkpoint's files ------------------------------------------------------------
 
 
 def test_seen_op_ids_survive_a_restart_through_their_segments_not_the_state(
