@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import marshal
 import os
 import shutil
 import signal
@@ -585,6 +586,15 @@ def test_a_state_that_tickwheel_did_not_write_is_refused_by_name(tmp_path: Path,
     engine(tmp_path, None).step()
     (tmp_path / "out" / "_checkpoint" / "state").write_bytes(b"\x00garbage")
     with pytest.raises(ValueError, match=r"state .* cannot be read"):
+        engine(tmp_path, None)
+
+
+def test_a_state_of_an_earlier_version_is_refused_naming_it(tmp_path: Path,
+                                                           inbox: Path) -> None:
+    engine(tmp_path, None).step()
+    state = tmp_path / "out" / "_checkpoint" / "state"
+    state.write_bytes(marshal.dumps((2, 0, (), ())))  # version 2 had no list of files
+    with pytest.raises(ValueError, match=r"state version 2 in .* is not supported"):
         engine(tmp_path, None)
 
 

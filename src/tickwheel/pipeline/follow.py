@@ -305,13 +305,14 @@ class LocalFollowEngine:
             self.ops.track_changes()
             return
         try:
-            version, batch_id, keys, ops, relied_on = marshal.loads(blob)
+            version, *fields = marshal.loads(blob)
         except (EOFError, ValueError, TypeError) as exc:
             raise ValueError(f"the state {self._state_path} cannot be read ({exc}): it was "
                              "not written by tickwheel; give another --checkpoint") from exc
-        if version != _STATE_VERSION:
+        if version != _STATE_VERSION or len(fields) != 4:
             raise ValueError(f"state version {version} in {self._state_path} is not "
                              "supported")
+        batch_id, keys, ops, relied_on = fields
         self.batch_id = batch_id
         key_entries, self._logged["keys"] = self._read_log(self._key_log, _held)
         self.keys = KeyPartition.from_state(keys, key_entries)
