@@ -299,7 +299,7 @@ class LocalFollowEngine:
         try:
             blob = self._state_path.read_bytes()
         except FileNotFoundError:
-            self._read(-1, self._seen_ids.read)  # what a first batch left uncommitted
+            self._read_seen_ids(-1)  # deletes what a first batch left uncommitted
             self.ops.stage.track_seen_changes()
             self.keys.track_changes()
             self.ops.track_changes()
@@ -317,7 +317,7 @@ class LocalFollowEngine:
         key_entries, self._logged["keys"] = self._read_log(self._key_log, _held)
         self.keys = KeyPartition.from_state(keys, key_entries)
         self._seen = set(self._read_log(self._files_log, list))
-        seen_ids = self._read(batch_id, self._seen_ids.read)
+        seen_ids = self._read_seen_ids(batch_id)
         self._state_bytes = len(blob) + self._logs_bytes()
         op_entries, self._logged["ops"] = self._read_log(self._op_log, _held)
         self.ops = OpPartition.from_state(ops, op_entries, seen_ids)
@@ -350,22 +350,21 @@ class LocalFollowEngine:
     def _read_log(self, records: BatchLog, decode: Callable[[list[Any]], T]) -> T:
         """``decode`` of the records of the committed batches in a log of the
         checkpoint, or a clear error if tickwheel did not write them."""
-        try:
-            return decode(records.read(self.batch_id))
-        except (EOFError, ValueError, TypeError) as exc:
-            raise ValueError(f"the checkpoint's log {records.path} cannot be read ({exc}): "
-                             "it was not written by tickwheel; give another --checkpoint",
-                             ) from exc
+        return self._read(f"the checkpoint's log {records.path}",
+                          lambda: decode(records.read(self.batch_id)))
 
-    def _read(self, committed: int, read: Callable[[int], T]) -> T:
-        """``read(committed)`` of what the checkpoint keeps beside its logs, or a
-        clear error if tickwheel did not write it."""
+    def _read(self, what: str, read: Callable[[], T]) -> T:
+        """``read()`` of a part of the checkpoint, or a clear error naming ``what`` if
+        tickwheel did not write it."""
         try:
-            return read(committed)
+            return read()
         except (EOFError, ValueError, TypeError) as exc:
-            raise ValueError(f"the checkpoint {self.checkpoint_dir} cannot be read ({exc}): "
-                             "it was not written by tickwheel; give another --checkpoint",
-                             ) from exc
+            raise ValueError(f"{what} cannot be read ({exc}): it was not written by "
+                             "tickwheel; give another --checkpoint") from exc
+
+    def _read_seen_ids(self, committed: int) -> dict[str, int]:
+        return self._read(f"the checkpoint {self.checkpoint_dir}",
+                          lambda: self._seen_ids.read(committed))
 
     def _compact_files_log(self, listed: set[str]) -> None:
         """Forget the names of files gone from the input directory: one that comes

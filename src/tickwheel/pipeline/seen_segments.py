@@ -107,8 +107,7 @@ class SeenSegments:
         if last is None or (self.span_ms is not None
                             and latest - min(last.earliest, earliest) >= self.span_ms):
             self.directory.mkdir(parents=True, exist_ok=True)
-            last = _Segment(BatchLog(self.directory / f"{self.next:010d}.log"),
-                            earliest, latest)
+            last = _Segment(BatchLog(self._path(self.next)), earliest, latest)
             self._segments[self.next] = last
             self.next += 1
         last.log.append(batch_id, pairs)
@@ -119,9 +118,9 @@ class SeenSegments:
         """Delete the segments whose ids are all past the retention at the partition's
         time ``now``; call it once the batch that reached ``now`` has committed.
         Returns how many went."""
-        if self.retention_ms is None or now is None:
+        horizon = self._horizon(now)
+        if horizon is None:
             return 0
-        horizon = now - self.retention_ms
         gone = [number for number, segment in self._segments.items()
                 if segment.latest < horizon]
         for number in gone:
@@ -136,10 +135,17 @@ class SeenSegments:
         """The files of the segments in ``latest`` (as :meth:`latest` gave it when a
         batch committed) that :meth:`read` did not find, though the retention at the
         partition's time ``now`` keeps them."""
-        horizon = (None if self.retention_ms is None or now is None
-                   else now - self.retention_ms)
-        return [self.directory / f"{number:010d}.log" for number, last in latest.items()
+        horizon = self._horizon(now)
+        return [self._path(number) for number, last in latest.items()
                 if number not in self._segments and (horizon is None or last >= horizon)]
+
+    def _horizon(self, now: int | None) -> int | None:
+        """The ``ts_ms`` before which the retention forgets ids at time ``now`` (None:
+        it forgets none)."""
+        return None if self.retention_ms is None or now is None else now - self.retention_ms
+
+    def _path(self, number: int) -> Path:
+        return self.directory / f"{number:010d}.log"
 
     @property
     def segments(self) -> int:
