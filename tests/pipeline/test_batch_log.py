@@ -17,13 +17,14 @@ def test_a_restart_reads_the_records_of_committed_batches_only(tmp_path: Path) -
     assert restarted.read(1) == ["a", "b", "c"]
     assert restarted.records == 4  # what the log holds, for its owner's rewrite
     assert restarted.last_batch == 2
+    assert restarted.last_committed == 1  # the last batch read, for its owner's check
     assert BatchLog(tmp_path / "files.log").read() == ["a", "b", "c", "d"]
 
 
 def test_a_missing_log_reads_as_empty(tmp_path: Path) -> None:
     log = BatchLog(tmp_path / "none.log")
     assert log.read(5) == []
-    assert (log.records, log.last_batch) == (0, -1)
+    assert (log.records, log.last_batch, log.last_committed) == (0, -1, -1)
 
 
 def test_a_batch_without_records_writes_nothing(tmp_path: Path) -> None:

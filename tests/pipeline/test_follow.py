@@ -722,5 +722,24 @@ def test_a_checkpoint_copied_in_part_is_refused_naming_what_it_lacks(
     checkpoint = tmp_path / "out" / "_checkpoint"
     path = checkpoint / lost
     shutil.rmtree(path) if path.is_dir() else path.unlink()
-    with pytest.raises(ValueError, match=rf"lacks {path}.*, which its state relies on"):
+    with pytest.raises(ValueError, match=rf"lacks what its state relies on: {path}.* "
+                                         r"\(missing\)"):
+        engine(tmp_path, clock, dedupe_retention_ms=60_000)
+
+
+@pytest.mark.parametrize("cut", ["keys.log", "ops.log", "files.log", "seen/0000000000.log"])
+def test_a_log_cut_short_at_a_line_is_refused_naming_its_last_batch(
+        tmp_path: Path, inbox: Path, cut: str) -> None:
+    # A whole line gone reads as a log that never had it: only the state can tell.
+    clock = WallClock(1_000)
+    for batch, name in enumerate(["a", "b"]):
+        clock.ms = 1_000 * (batch + 1)
+        land(inbox, f"{name}.jsonl", [watch(clock.ms - 500, name, 10**9, [f"k{batch}"])])
+        engine(tmp_path, clock, dedupe_retention_ms=60_000).step()
+    path = tmp_path / "out" / "_checkpoint" / cut
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 2
+    path.write_bytes(lines[0])
+    with pytest.raises(ValueError, match=rf"lacks what its state relies on: {path} "
+                                         r"\(cut short: its last batch is 0, not 1\)"):
         engine(tmp_path, clock, dedupe_retention_ms=60_000)

@@ -31,12 +31,14 @@ def write_bytes_atomically(data: bytes, path: Path) -> None:
 class BatchLog:
     """The log at ``path``. ``records`` counts the records it holds (committed or
     not), so that its owner knows when a rewrite pays; ``last_batch`` is the largest
-    batch id read (-1 for none)."""
+    batch id in it (-1 for none), and ``last_committed`` the largest that :meth:`read`
+    took (-1 for none): its owner can tell a log cut short from a whole one."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.records = 0
         self.last_batch = -1
+        self.last_committed = -1
 
     def read(self, committed: int | None = None) -> list[Any]:
         """The records of the batches up to ``committed`` (all, for None), in order. A
@@ -58,6 +60,7 @@ class BatchLog:
             self.last_batch = max(self.last_batch, batch)
             if committed is None or batch <= committed:
                 records += batch_records
+                self.last_committed = max(self.last_committed, batch)
         self.records = count
         return records
 

@@ -73,12 +73,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: What this engine writes in its checkpoint's ``tickwheel.json``. 4: the seen op ids
-#: in segment files; 3: the partitions' entries in logs of their own, beside their heads
-#: in the state.
-LOCAL_CHECKPOINT_FORMAT = 4
-#: 3: the state lists what it relies on in the logs and the seen ids' segments.
-_STATE_VERSION = 3
+#: What this engine writes in its checkpoint's ``tickwheel.json``. 5: the state names
+#: the last batch of each log it relies on; 4: the seen op ids in segment files; 3: the
+#: partitions' entries in logs of their own, beside their heads in the state.
+LOCAL_CHECKPOINT_FORMAT = 5
+#: 4: the state names the last batch each log and segment it relies on holds.
+_STATE_VERSION = 4
 #: Entries a partition's log may hold beyond twice those held before it is rewritten.
 _REWRITE_SLACK = 4_096
 #: Batches that deadlines call for come no closer together than this.
@@ -326,26 +326,37 @@ class LocalFollowEngine:
         self.keys.track_changes()
         self.ops.track_changes()
 
-    def _relied_on(self) -> tuple[list[str], dict[int, int]]:
+    def _relied_on(self) -> tuple[dict[str, int], dict[int, tuple[int, int]]]:
         """What a state about to be written relies on besides itself: the logs that
-        hold records, and the seen ids' segments (see :meth:`_check_whole`)."""
-        logs = [entries.path.name for entries in (self._files_log, self._key_log, self._op_log)
-                if entries.records]
+        hold records and the seen ids' segments, each with the last batch it holds (see
+        :meth:`_check_whole`)."""
+        logs = {entries.path.name: entries.last_batch
+                for entries in (self._files_log, self._key_log, self._op_log)
+                if entries.records}
         return logs, self._seen_ids.latest()
 
-    def _check_whole(self, relied_on: tuple[list[str], dict[int, int]]) -> None:
-        """Refuse a checkpoint that lacks a file its state relies on (copied without
-        its ``seen/`` directory, say): read as it is, it would take files already read
-        as new input, or forget operations or op ids, without a word."""
+    def _check_whole(self, relied_on: tuple[dict[str, int], dict[int, tuple[int, int]]],
+                     ) -> None:
+        """Refuse a checkpoint that lacks what its state relies on: a file (copied
+        without its ``seen/`` directory, say) or a log's last batches (cut short by hand
+        or by a copy that stopped). Read as it is, it would take files already read as
+        new input, or forget operations or op ids, without a word."""
         logs, segments = relied_on
-        missing = [self.checkpoint_dir / name for name in logs
-                   if not (self.checkpoint_dir / name).exists()]
-        missing += self._seen_ids.missing(segments, self.ops.stage.now)
-        if missing:
-            raise ValueError(f"the checkpoint {self.checkpoint_dir} lacks "
-                             f"{', '.join(map(str, missing))}, which its state relies on: "
-                             "it was copied or changed in part; give another --checkpoint "
-                             "or restore the whole of it")
+        lacking: list[str] = []
+        for entries in (self._files_log, self._key_log, self._op_log):
+            last_batch = logs.get(entries.path.name)
+            if last_batch is None:
+                continue
+            if not entries.path.exists():
+                lacking.append(f"{entries.path} (missing)")
+            elif entries.last_committed < last_batch:
+                lacking.append(f"{entries.path} (cut short: its last batch is "
+                               f"{entries.last_committed}, not {last_batch})")
+        lacking += self._seen_ids.missing(segments, self.ops.stage.now)
+        if lacking:
+            raise ValueError(f"the checkpoint {self.checkpoint_dir} lacks what its state "
+                             f"relies on: {'; '.join(lacking)}. It was copied or changed "
+                             "in part; give another --checkpoint or restore the whole of it")
 
     def _read_log(self, records: BatchLog, decode: Callable[[list[Any]], T]) -> T:
         """``decode`` of the records of the committed batches in a log of the

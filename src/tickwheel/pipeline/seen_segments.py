@@ -127,17 +127,28 @@ class SeenSegments:
             self._segments.pop(number).log.path.unlink(missing_ok=True)
         return len(gone)
 
-    def latest(self) -> dict[int, int]:
-        """Each segment's number and the latest ``ts_ms`` among its ids."""
-        return {number: segment.latest for number, segment in self._segments.items()}
+    def latest(self) -> dict[int, tuple[int, int]]:
+        """Each segment's number, with the latest ``ts_ms`` among its ids and the last
+        batch that wrote to it: what a state about to be written relies on."""
+        return {number: (segment.latest, segment.log.last_batch)
+                for number, segment in self._segments.items()}
 
-    def missing(self, latest: dict[int, int], now: int | None) -> list[Path]:
-        """The files of the segments in ``latest`` (as :meth:`latest` gave it when a
-        batch committed) that :meth:`read` did not find, though the retention at the
-        partition's time ``now`` keeps them."""
+    def missing(self, latest: dict[int, tuple[int, int]], now: int | None) -> list[str]:
+        """What :meth:`read` did not find of the segments in ``latest`` (as
+        :meth:`latest` gave it when a batch committed) that the retention at the
+        partition's time ``now`` keeps: a file gone, or cut short of its last batch."""
         horizon = self._horizon(now)
-        return [self._path(number) for number, last in latest.items()
-                if number not in self._segments and (horizon is None or last >= horizon)]
+        found: list[str] = []
+        for number, (last_ts, last_batch) in latest.items():
+            if horizon is not None and last_ts < horizon:
+                continue
+            segment = self._segments.get(number)
+            if segment is None:
+                found.append(f"{self._path(number)} (missing)")
+            elif segment.log.last_committed < last_batch:
+                found.append(f"{segment.log.path} (cut short: its last batch is "
+                             f"{segment.log.last_committed}, not {last_batch})")
+        return found
 
     def _horizon(self, now: int | None) -> int | None:
         """The ``ts_ms`` before which the retention forgets ids at time ``now`` (None:
