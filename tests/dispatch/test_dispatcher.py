@@ -512,3 +512,27 @@ def test_close_while_busy_lets_the_running_batch_finish(clock: ManualClock) -> N
         time.sleep(0.05)  # the worker is inside process_batch now
     assert d.closed
     assert p.seen == [1, 2]
+
+
+@pytest.mark.parametrize("batches", [True, False])
+def test_close_ends_workers_whose_wait_for_work_would_not_end_on_its_own(
+        clock: ManualClock, monkeypatch: pytest.MonkeyPatch, batches: bool) -> None:
+    # A worker's timed wait for work has been seen to overrun its timeout by far; here
+    # it is an hour, and close must still end every worker at once.
+    from tickwheel.dispatch import _workers
+
+    monkeypatch.setattr(_workers, "_POLL_S", 3600.0)
+    name = f"idle-{batches}"
+    d: TaskDispatcher[object] = (
+        create_batching_dispatcher(name, Recorder(), worker_count=3, clock=clock,
+                                   max_batching_delay_ms=0) if batches
+        else create_non_batching_dispatcher(name, Recorder(), worker_count=3, clock=clock))
+    try:
+        d.process(1, 1, FAR)
+        assert wait_until(lambda: d.stats().tasks.get("success") == 1)
+    finally:
+        started = time.monotonic()
+        assert d.close(timeout_s=30) == 0
+    assert time.monotonic() - started < 10
+    assert wait_until(lambda: not [t for t in threading.enumerate()
+                                   if f"Worker-{name}-" in t.name], timeout_s=5)

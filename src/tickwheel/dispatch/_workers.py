@@ -62,6 +62,7 @@ class WorkerPool:
         """Stop the workers, waiting for them until the monotonic ``deadline``: a worker
         blocked in a slow processor call is abandoned, not joined (a daemon thread)."""
         self._stopping.set()
+        self._acceptor.release_workers(len(self._threads))
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
 
