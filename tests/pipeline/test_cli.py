@@ -729,3 +729,48 @@ def test_a_disk_that_fills_up_stops_the_local_run_with_no_outputs_and_a_message(
     assert result.exit_code == 1
     assert "wrote no outputs" in result.output and "No space left on device" in result.output
     assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+# -- signals ---------------------------------------------------------------------------
+
+
+def test_a_signal_while_the_main_thread_holds_the_stop_events_lock_still_stops_the_run(
+) -> None:
+    # A handler runs between any two bytecodes of the main thread: here, with the
+    # event's lock held, as inside Event.wait. A handler that set the event itself
+    # would wait for that lock forever.
+    script = """
+import os, signal, time
+from tickwheel.cli import _stop_on_signals
+with _stop_on_signals() as stop:
+    with stop._cond:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+    print("stopped" if stop.wait(30) else "not stopped")
+print("handlers restored:", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+"""
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["SIGTERM: stopping after this batch", "stopped",
+                                        "handlers restored: True"]
+
+
+def test_a_second_sigint_interrupts_at_once() -> None:
+    script = """
+import os, signal
+from tickwheel.cli import _stop_on_signals
+with _stop_on_signals() as stop:
+    os.kill(os.getpid(), signal.SIGINT)
+    stop.wait(30)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        stop.wait(30)  # not reached: the handler raises in this thread
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+"""
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["SIGINT: stopping after this batch", "interrupted"]
