@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import queue
-import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,6 +22,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise SystemExit("the tickwheel command needs its extra: pip install 'tickwheel[cli]'") \
         from exc
 
+from tickwheel._signals import stop_on_signals
 from tickwheel.pipeline.events import Quarantined, Reason
 from tickwheel.pipeline.generator import (
     MAX_RATE,
@@ -388,42 +386,11 @@ def _print_delivery(delivery: Delivery) -> None:
                   f"by the processor, {delivery.undelivered:,} not delivered in time")
 
 
-@contextlib.contextmanager
-def _stop_on_signals(when: str = "after this batch") -> Iterator[threading.Event]:
+def _stop_on_signals(when: str = "after this batch",
+                     ) -> contextlib.AbstractContextManager[threading.Event]:
     """SIGINT and SIGTERM set the event (the run stops at a batch boundary); a second
-    SIGINT interrupts at once. The previous handlers come back afterwards.
-
-    A handler runs in the main thread between any two of its bytecodes, perhaps while
-    that thread holds the event's lock (inside ``wait``) or the console's: setting the
-    event or printing there could deadlock. So the handler only puts the signal on a
-    ``queue.SimpleQueue``, whose ``put`` is reentrant, and a thread of its own prints
-    and sets the event."""
-    stop = threading.Event()
-    signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-    requested = False
-
-    def handle(signum: int, frame: object) -> None:
-        nonlocal requested
-        if requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        requested = True
-        signals.put(signum)
-
-    def relay() -> None:
-        while (signum := signals.get()) is not None:
-            console.print(f"{signal.Signals(signum).name}: stopping {when}")
-            stop.set()
-
-    relay_thread = threading.Thread(target=relay, name="tickwheel-signals", daemon=True)
-    relay_thread.start()
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        signals.put(None)
-        relay_thread.join()
+    SIGINT interrupts at once."""
+    return stop_on_signals(lambda name: console.print(f"{name}: stopping {when}"))
 
 
 def _start_metrics(port: int | None, host: str) -> None:

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +32,7 @@ if __name__ == "__main__" and sys.path and sys.path[0] and (
     # others of those names.
     del sys.path[0]
 
+from tickwheel._signals import stop_on_signals
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
     DEFAULT_TRIGGER_MS,
@@ -118,20 +117,14 @@ def _count(n: int, one: str, many: str) -> str:
 
 def _follow(engine: SparkEngine, trigger_ms: int) -> SparkRunResult:
     """Until SIGINT or SIGTERM, which stop it between micro-batches."""
-    stop = threading.Event()
-
-    def handle(signum: int, frame: object) -> None:
-        print(f"{signal.Signals(signum).name}: stopping after this micro-batch", flush=True)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     engine.on_batch = lambda batch_id, outcomes, quarantined: print(
         f"batch {batch_id}: {outcomes:,} outcomes, {quarantined:,} quarantined", flush=True)
-    try:
+
+    def announce(name: str) -> None:
+        print(f"{name}: stopping after this micro-batch", flush=True)
+
+    with stop_on_signals(announce) as stop:
         return engine.follow(stop, trigger_ms=trigger_ms)
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def main(argv: list[str] | None = None) -> int:
