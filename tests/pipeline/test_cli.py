@@ -622,6 +622,24 @@ def test_a_symlink_that_leads_nowhere_is_skipped(tmp_path: Path) -> None:
                                                                     "outcomes")
 
 
+def test_a_directory_or_a_pipe_named_as_an_input_file_is_skipped_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Spark writes "events.jsonl" as a directory of parts; a pipe would block a read.
+    source, out = _generated(tmp_path, events=500), tmp_path / "out"
+    (source / "zz-parts.jsonl").mkdir()
+    (source / "zz-parts.jsonl" / "part-0.jsonl").write_text("{}\n")
+    os.mkfifo(source / "zz-pipe.jsonl")
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
+        result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    warnings = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
+    assert warnings == [
+        f"skipping input file {str(source / 'zz-parts.jsonl')!r}: a directory, not a file: "
+        "files in it are not read",
+        f"skipping input file {str(source / 'zz-pipe.jsonl')!r}: not a regular file (a "
+        "pipe, socket or device)"]
+
+
 def test_the_scaling_benchmark_reports_each_partition_count(
         capsys: pytest.CaptureFixture[str]) -> None:
     from tickwheel.bench.__main__ import main as bench_main

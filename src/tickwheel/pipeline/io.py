@@ -107,7 +107,8 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
 
     A symlink is followed only while it points inside ``directory``: one that leads
     elsewhere, or to nothing (dangling, or a loop), is skipped and logged, so an input
-    directory never copies a file from outside it into the quarantine. A name that is
+    directory never copies a file from outside it into the quarantine. A directory or
+    a pipe with an input file's name is skipped and logged too. A name that is
     not valid UTF-8 raises :class:`InputError` (refused before any work), unless
     ``skipped`` is given: a running service's listing skips such a file instead of
     stopping, and logs each name it skips once while the name stays: ``skipped``
@@ -138,8 +139,13 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
                 _skip(path, f"a symlink to {str(target)!r}, outside the input directory", skipped,
                       skipping, warn)
                 continue
-        if path.is_file():
-            files.append(path)
+        if not path.is_file():
+            # Spark writes a "file" as a directory of parts: say so, not read nothing.
+            _skip(path, "a directory, not a file: files in it are not read" if path.is_dir()
+                  else "not a regular file (a pipe, socket or device)", skipped, skipping,
+                  warn)
+            continue
+        files.append(path)
     if skipped is not None:
         skipped.clear()
         skipped.update(skipping)
