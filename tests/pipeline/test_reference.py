@@ -470,9 +470,10 @@ def test_a_stream_has_the_lines_of_its_bytes_and_is_read_a_slice_at_a_time(
 
 
 def _lines_of(content: bytes, max_chars: int) -> list[str]:
-    """What a line is: UTF-8 with bad bytes replaced, universal newlines, each line cut
-    to max_chars + 1 characters."""
-    text = content.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+    """What a line is: UTF-8 with bad bytes replaced, a byte order mark opening the
+    input left out, universal newlines, each line cut to max_chars + 1 characters."""
+    text = content.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
     if not lines[-1]:
         lines.pop()
@@ -490,6 +491,21 @@ def test_lines_are_cut_after_the_longest_row_however_the_input_is_sliced(
     lines = [line for chunk in json_lines(content, slice_bytes, max_chars=max_chars)
              for line in chunk]
     assert lines == _lines_of(content, max_chars)
+
+
+@pytest.mark.parametrize("slice_bytes", [1, 2, 3, 64])
+def test_a_byte_order_mark_opens_a_file_and_is_not_part_of_its_first_row(
+        slice_bytes: int) -> None:
+    bom = b"\xef\xbb\xbf"
+    row = b'{"ts_ms": 1, "type": "tick"}'
+    lines = [line for chunk in json_lines(bom + row + b"\r\n" + bom + row + b"\n",
+                                          slice_bytes) for line in chunk]
+    assert lines == [row.decode(), "\ufeff" + row.decode()]  # only the file's first
+    assert isinstance(parse_line(lines[0]), Event)
+    assert parse_line(lines[1]) == Quarantined(lines[1], Reason.UNPARSEABLE, None)
+    for short in (bom[:1], bom[:2], bom, bom[:2] + b"x"):  # inputs shorter than a row
+        assert [line for chunk in json_lines(short, slice_bytes) for line in chunk] == (
+            _lines_of(short, MAX_ROW_CHARS))
 
 
 class _LongLine(io.RawIOBase):

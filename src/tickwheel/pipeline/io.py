@@ -244,11 +244,16 @@ class _Counted:
         return block
 
 
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark
+
+
 def json_lines(source: bytes | ByteStream, slice_bytes: int = 8 << 20, *,
                max_chars: int = MAX_ROW_CHARS) -> Iterator[list[str]]:
     r"""The lines of JSON Lines input (a file's bytes, or a binary stream such as an
-    open file), as both engines read them: UTF-8 with bad bytes replaced; ``\n``,
-    ``\r\n`` and ``\r`` all end a line; blank lines included; a line longer than
+    open file), as both engines read them: UTF-8 with bad bytes replaced; a byte order
+    mark that opens the input left out (RFC 8259 lets a parser ignore it; Windows
+    tools write one); ``\n``, ``\r\n`` and ``\r`` all end a line; blank lines
+    included; a line longer than
     ``max_chars`` cut to ``max_chars + 1`` characters. They come in lists covering
     about ``slice_bytes`` each: a stream is read that much at a time, and a large file,
     or a long line, is never held or decoded whole."""
@@ -262,7 +267,17 @@ def json_lines(source: bytes | ByteStream, slice_bytes: int = 8 << 20, *,
     held = 0
     dropping = False  # the unfinished line passed cap: the rest of it is not kept
     after_cr = False  # the last block ended with \r: a \n starting this one ends no line
+    head = b""  # the input's first bytes, while they may still be a byte order mark
+    at_start = True
     while block := stream.read(slice_bytes):
+        if at_start:
+            head += block
+            if len(head) < len(_BOM) and _BOM.startswith(head):
+                continue  # a slice shorter than the mark: read on before deciding
+            block = head.removeprefix(_BOM)
+            at_start = False
+            if not block:
+                continue
         if after_cr and block.startswith(b"\n"):
             block = block[1:]
         after_cr = block.endswith(b"\r")
@@ -286,6 +301,8 @@ def json_lines(source: bytes | ByteStream, slice_bytes: int = 8 << 20, *,
             held += len(block)
             if held > cap:
                 pending, held, dropping = [b"".join(pending)[:cap]], cap, True
+    if at_start and head:  # the whole input is shorter than a mark, and starts as one
+        pending = [head]
     if pending:
         yield _decoded_lines(b"".join(pending), max_chars)
 
