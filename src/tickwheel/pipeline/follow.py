@@ -352,7 +352,7 @@ class LocalFollowEngine:
             elif entries.last_committed < last_batch:
                 lacking.append(f"{entries.path} (cut short: its last batch is "
                                f"{entries.last_committed}, not {last_batch})")
-        lacking += self._seen_ids.missing(segments, self.ops.stage.now)
+        lacking += self._seen_ids.lacking(segments, self.ops.stage.now)
         if lacking:
             raise ValueError(f"the checkpoint {self.checkpoint_dir} lacks what its state "
                              f"relies on: {'; '.join(lacking)}. It was copied or changed "

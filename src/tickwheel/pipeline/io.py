@@ -140,7 +140,7 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
                       skipping, warn)
                 continue
         if not path.is_file():
-            # Spark writes a "file" as a directory of parts: say so, not read nothing.
+            # Spark writes a "file" as a directory of parts: say they are not read.
             _skip(path, "a directory, not a file: files in it are not read" if path.is_dir()
                   else "not a regular file (a pipe, socket or device)", skipped, skipping,
                   warn)

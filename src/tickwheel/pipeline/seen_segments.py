@@ -133,7 +133,7 @@ class SeenSegments:
         return {number: (segment.latest, segment.log.last_batch)
                 for number, segment in self._segments.items()}
 
-    def missing(self, latest: dict[int, tuple[int, int]], now: int | None) -> list[str]:
+    def lacking(self, latest: dict[int, tuple[int, int]], now: int | None) -> list[str]:
         """What :meth:`read` did not find of the segments in ``latest`` (as
         :meth:`latest` gave it when a batch committed) that the retention at the
         partition's time ``now`` keeps: a file gone, or cut short of its last batch."""
