@@ -64,6 +64,16 @@ class BatchLog:
         self.records = count
         return records
 
+    def short_of(self, last_batch: int) -> str | None:
+        """What the log, as :meth:`read` found it, lacks of a state that relied on it
+        holding batches up to ``last_batch``: its path and why, or None."""
+        if not self.path.exists():
+            return f"{self.path} (missing)"
+        if self.last_committed < last_batch:
+            return (f"{self.path} (cut short: its last batch is {self.last_committed}, not "
+                    f"{last_batch})")
+        return None
+
     def append(self, batch_id: int, records: list[Any]) -> None:
         """Add a batch's records (none: nothing is written)."""
         if not records:

@@ -342,16 +342,9 @@ class LocalFollowEngine:
         or by a copy that stopped). Read as it is, it would take files already read as
         new input, or forget operations or op ids, without a word."""
         logs, segments = relied_on
-        lacking: list[str] = []
-        for entries in (self._files_log, self._key_log, self._op_log):
-            last_batch = logs.get(entries.path.name)
-            if last_batch is None:
-                continue
-            if not entries.path.exists():
-                lacking.append(f"{entries.path} (missing)")
-            elif entries.last_committed < last_batch:
-                lacking.append(f"{entries.path} (cut short: its last batch is "
-                               f"{entries.last_committed}, not {last_batch})")
+        lacking = [short for entries in (self._files_log, self._key_log, self._op_log)
+                   if entries.path.name in logs
+                   and (short := entries.short_of(logs[entries.path.name])) is not None]
         lacking += self._seen_ids.lacking(segments, self.ops.stage.now)
         if lacking:
             raise ValueError(f"the checkpoint {self.checkpoint_dir} lacks what its state "

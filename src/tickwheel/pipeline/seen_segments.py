@@ -143,11 +143,11 @@ class SeenSegments:
             if horizon is not None and last_ts < horizon:
                 continue
             segment = self._segments.get(number)
-            if segment is None:
-                found.append(f"{self._path(number)} (missing)")
-            elif segment.log.last_committed < last_batch:
-                found.append(f"{segment.log.path} (cut short: its last batch is "
-                             f"{segment.log.last_committed}, not {last_batch})")
+            # read() deletes a segment left with no committed batch: gone, like a file.
+            short = (BatchLog(self._path(number)) if segment is None
+                     else segment.log).short_of(last_batch)
+            if short is not None:
+                found.append(short)
         return found
 
     def _horizon(self, now: int | None) -> int | None:
