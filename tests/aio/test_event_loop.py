@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import math
 import random
 import sys
 import threading
+from fractions import Fraction
 
 import pytest
 
@@ -49,6 +51,26 @@ def test_call_at_and_call_later_refuse_none(vloop: tuple[aio.EventLoop, VirtualS
         loop.call_later(None, print)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="nan"):
         loop.call_at(float("nan"), print)
+    with pytest.raises(ValueError, match="delay must be a number of seconds, got nan"):
+        loop.call_later(float("nan"), print)
+    with pytest.raises(TypeError, match="when must be a number of seconds, got str '1'"):
+        loop.call_at("1", print)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="delay must be a number of seconds, got bytes"):
+        loop.call_later(b"1", print)  # type: ignore[arg-type]
+
+
+def test_any_real_number_is_a_time_and_an_int_past_a_float_is_never(
+        vloop: tuple[aio.EventLoop, VirtualSelector]) -> None:
+    loop, _ = vloop
+    ran: list[str] = []
+    never = loop.call_at(10**400, ran.append, "never")
+    long_ago = loop.call_later(-(10**400), ran.append, "long ago")
+    half = loop.call_later(Fraction(1, 2), ran.append, "half")
+    assert never.when() == math.inf and long_ago.when() == -math.inf
+    assert half.when() == loop.time() + 0.5
+    loop.run_until_complete(asyncio.sleep(1.0))
+    assert ran == ["long ago", "half"]
+    assert not never.cancelled() and loop.timer_stats().pending == 1
 
 
 def test_a_closed_loop_refuses_timers_and_cancels_its_pending_handles() -> None:

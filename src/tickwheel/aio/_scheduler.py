@@ -21,6 +21,8 @@ import contextvars
 import heapq
 import logging
 import math
+import numbers
+import reprlib
 import time
 import weakref
 from collections.abc import Callable
@@ -31,7 +33,8 @@ from tickwheel._histogram import HistogramSnapshot
 from tickwheel.aio._handle import DebugTimerHandle, TimerHandle
 from tickwheel.timers import TimerEntry, TimingWheelTimer
 
-__all__ = ["SchedulerStats", "WheelScheduler", "call_at", "call_later", "scheduler_for"]
+__all__ = ["SchedulerStats", "WheelScheduler", "as_seconds", "call_at", "call_later",
+           "scheduler_for"]
 
 #: The millisecond a handle due at +/-inf (or past a float's range) is held at.
 _FAR: Final = 1 << 62
@@ -84,6 +87,22 @@ def _expiration_ms(when: float) -> int:
         return _FAR if when > 0 else -_FAR
     except ValueError:
         raise ValueError(f"when must be a number of seconds, got {when!r}") from None
+
+
+def as_seconds(value: object, name: str) -> float:
+    """``value`` as seconds, a float: any real number. An int past a float's range
+    (which the stock loop keeps as it is) is as far off as a float can say, +/-inf."""
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} "
+                    f"{reprlib.repr(value)}")
 
 
 def _same_variables(a: contextvars.Context, b: contextvars.Context) -> bool:
@@ -199,34 +218,41 @@ class WheelScheduler:
 
     def call_later(
         self,
-        delay: float | None,
+        delay: object,
         callback: Callable[..., object],
         args: tuple[Any, ...],
         context: contextvars.Context | None,
     ) -> TimerHandle:
         if delay is None:
             raise TypeError("delay must not be None")
+        seconds = delay if isinstance(delay, float) else as_seconds(delay, "delay")
+        if math.isnan(seconds):
+            raise ValueError(f"delay must be a number of seconds, got {delay!r}")
         now = self.time()
-        return self.call_at(now + delay, callback, args, context, None, now)
+        return self.call_at(now + seconds, callback, args, context, None, now)
 
-    def loop_call_at(self, when: float | None, callback: Callable[..., object], *args: Any,
+    def loop_call_at(self, when: object, callback: Callable[..., object], *args: Any,
                      context: contextvars.Context | None = None) -> TimerHandle:
         """``loop.call_at`` with the loop's own signature, for binding on the loop."""
         check = self.debug_check
         stack = None if check is None else check(callback, "call_at")
         if when is None:
             raise TypeError("when cannot be None")
-        return self.call_at(when, callback, args, context, stack)
+        at = when if isinstance(when, float) else as_seconds(when, "when")
+        return self.call_at(at, callback, args, context, stack)
 
-    def loop_call_later(self, delay: float | None, callback: Callable[..., object], *args: Any,
+    def loop_call_later(self, delay: object, callback: Callable[..., object], *args: Any,
                         context: contextvars.Context | None = None) -> TimerHandle:
         """``loop.call_later`` with the loop's own signature, for binding on the loop."""
         check = self.debug_check
         stack = None if check is None else check(callback, "call_later")
         if delay is None:
             raise TypeError("delay must not be None")
+        seconds = delay if isinstance(delay, float) else as_seconds(delay, "delay")
+        if math.isnan(seconds):
+            raise ValueError(f"delay must be a number of seconds, got {delay!r}")
         now = self.time()
-        return self.call_at(now + delay, callback, args, context, stack, now)
+        return self.call_at(now + seconds, callback, args, context, stack, now)
 
     # -- the sentinel -----------------------------------------------------------------
 
@@ -378,16 +404,19 @@ def scheduler_for(loop: asyncio.AbstractEventLoop) -> WheelScheduler:
     return scheduler
 
 
-def call_later(delay: float | None, callback: Callable[..., object], *args: Any,
+# `int` is spelled out for the compiled build, whose `float` would refuse an int past
+# a float's range at the call instead of reading it as +/-inf.
+def call_later(delay: float | int | None, callback: Callable[..., object], *args: Any,
                context: contextvars.Context | None = None) -> TimerHandle:
     """``loop.call_later`` on the running loop's wheel."""
     return scheduler_for(asyncio.get_running_loop()).call_later(delay, callback, args, context)
 
 
-def call_at(when: float | None, callback: Callable[..., object], *args: Any,
+def call_at(when: float | int | None, callback: Callable[..., object], *args: Any,
             context: contextvars.Context | None = None) -> TimerHandle:
     """``loop.call_at`` on the running loop's wheel."""
     scheduler = scheduler_for(asyncio.get_running_loop())
     if when is None:
         raise TypeError("when cannot be None")
-    return scheduler.call_at(when, callback, args, context)
+    at = when if isinstance(when, float) else as_seconds(when, "when")
+    return scheduler.call_at(at, callback, args, context)

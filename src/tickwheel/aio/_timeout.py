@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any, final
 
 from tickwheel.aio._handle import TimerHandle
-from tickwheel.aio._scheduler import scheduler_for
+from tickwheel.aio._scheduler import as_seconds, scheduler_for
 
 __all__ = ["Timeout", "timeout", "timeout_at"]
 
@@ -58,7 +58,8 @@ class Timeout:
         if when <= loop.time():
             self._handle = loop.call_soon(self._on_timeout)
         else:
-            self._handle = scheduler_for(loop).call_at(when, self._on_timeout, (), None)
+            self._handle = scheduler_for(loop).call_at(
+                as_seconds(when, "when"), self._on_timeout, (), None)
 
     def expired(self) -> bool:
         """True once the deadline passed while the block ran."""
