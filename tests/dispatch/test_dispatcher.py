@@ -154,6 +154,33 @@ def test_process_all_is_refused_whole_when_the_acceptor_queue_cannot_take_it(
         d.process_all([("late", "late", FAR)])
 
 
+def test_a_task_with_an_unhashable_id_or_a_bad_expiry_is_refused_before_it_is_queued(
+        closing: list[TaskDispatcher[object]], clock: ManualClock) -> None:
+    p = Recorder()
+    d = batching(closing, p, clock, max_batch_size=10, worker_count=1,
+                 max_batching_delay_ms=0)
+    with pytest.raises(TypeError, match=r"task_id must be hashable, got list \['x'\]"):
+        d.process(["x"], "t", FAR)
+    with pytest.raises(TypeError, match="expiry_ms must be a number of milliseconds"):
+        d.process("a", "t", "5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expiry_ms must be a number of milliseconds"):
+        d.process("a", "t", None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expiry_ms must be a finite number"):
+        d.process("a", "t", float("nan"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="task 1: task_id must be hashable"):
+        d.process_all([("ok", "ok", FAR), ({}, "t", FAR)])
+    with pytest.raises(TypeError, match="task 2: expiry_ms must be a number"):
+        d.process_all([("ok", "ok", FAR), ("b", "b", FAR), ("c", "c", True)])
+    with pytest.raises(ValueError, match="task 0: not enough values to unpack"):
+        d.process_all([("short", "tuple")])  # type: ignore[list-item]
+    assert d.stats().accepted == 0 and d.backlog == 0  # nothing half-queued
+    # A float expiry is a deadline in milliseconds, rounded up as timers round theirs.
+    d.process("f", "f", FAR + 0.5)  # type: ignore[arg-type]
+    assert wait_until(lambda: p.seen == ["f"])
+    stats = d.stats()
+    assert (stats.accepted, stats.tasks["success"], stats.expired) == (1, 1, 0)
+
+
 def test_republished_tasks_are_handled_first(closing: list[TaskDispatcher[object]],
                                              clock: ManualClock) -> None:
     p = Recorder([ProcessingResult.TRANSIENT_ERROR])

@@ -27,6 +27,7 @@ from typing import Any
 
 from tickwheel._clock import Clock
 from tickwheel._histogram import Histogram
+from tickwheel._validate import check_delay_ms
 from tickwheel.dispatch._shaper import TrafficShaper
 from tickwheel.dispatch._types import DispatcherOverloaded, ProcessingResult, TaskHolder
 
@@ -35,6 +36,17 @@ __all__ = ["AcceptorExecutor"]
 log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.010  # Eureka's acceptor polls every 10 ms when it has nothing to do
+
+
+def _checked_expiry(task_id: Hashable, expiry_ms: object) -> int:
+    """The task's expiry as an int, once its id is known to hash: a bad one found by the
+    acceptor thread would be lost uncounted."""
+    try:
+        hash(task_id)
+    except TypeError:
+        raise TypeError(f"task_id must be hashable, got {type(task_id).__name__} "
+                        f"{task_id!r}") from None
+    return check_delay_ms("expiry_ms", expiry_ms)
 
 
 class AcceptorExecutor:
@@ -86,12 +98,12 @@ class AcceptorExecutor:
     # -- called by callers and workers ---------------------------------------------------
 
     def process(self, task_id: Hashable, task: Any, expiry_ms: int) -> None:
+        expiry = _checked_expiry(task_id, expiry_ms)
         if len(self._acceptor_queue) >= self.max_acceptor_queue:
             raise DispatcherOverloaded(
                 f"dispatcher {self.name!r}: acceptor queue holds {self.max_acceptor_queue} "
                 "tasks; the acceptor thread is not keeping up")
-        self._acceptor_queue.append(TaskHolder(task_id, task, expiry_ms,
-                                               self._clock.now_ms()))
+        self._acceptor_queue.append(TaskHolder(task_id, task, expiry, self._clock.now_ms()))
         with self._counts_lock:
             self.accepted += 1
         self._wake.set()
@@ -107,8 +119,23 @@ class AcceptorExecutor:
                 f"{self.max_acceptor_queue} tasks, no room for {len(tasks)} more; "
                 "the acceptor thread is not keeping up")
         now = self._clock.now_ms()
-        aq.extend([TaskHolder(task_id, task, expiry_ms, now)
-                   for task_id, task, expiry_ms in tasks])
+        holders: list[TaskHolder[Any]] = []
+        add = holders.append
+        try:
+            for task_id, task, given in tasks:
+                hash(task_id)
+                expiry = given if type(given) is int else _checked_expiry(task_id, given)
+                add(TaskHolder(task_id, task, expiry, now))
+        except (TypeError, ValueError):
+            # Checked again, slowly, for a message that names the task and the field.
+            i = len(holders)
+            try:
+                task_id, _, expiry_ms = tasks[i]
+                _checked_expiry(task_id, expiry_ms)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"task {i}: {exc}") from None
+            raise
+        aq.extend(holders)
         with self._counts_lock:
             self.accepted += len(tasks)
         self._wake.set()

@@ -89,14 +89,16 @@ class TaskDispatcher(Generic[T]):
 
     def process(self, task_id: Hashable, task: T, expiry_ms: int) -> None:
         """Queue ``task``; ``expiry_ms`` is the clock time after which it is dropped.
-        A task with the id of one still pending replaces it."""
+        A task with the id of one still pending replaces it. An id that does not hash,
+        or an expiry that is not a number of milliseconds, is refused here."""
         if self._closed:
             raise DispatcherClosed(f"dispatcher {self.name!r} is closed")
         self._acceptor.process(task_id, task, expiry_ms)
 
     def process_all(self, tasks: Iterable[tuple[Hashable, T, int]]) -> int:
         """``process`` each ``(task_id, task, expiry_ms)`` in order, as one hand-over
-        (cheaper per task); all or none of them are queued. Returns how many."""
+        (cheaper per task); all or none of them are queued, and a bad task is refused
+        naming its position. Returns how many."""
         if self._closed:
             raise DispatcherClosed(f"dispatcher {self.name!r} is closed")
         batch = list(tasks)
