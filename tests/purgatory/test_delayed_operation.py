@@ -125,6 +125,32 @@ def test_empty_keys_are_rejected(purgatory: Purgatory) -> None:
         purgatory.try_complete_else_watch(MockOperation(10), [])
 
 
+def test_a_string_as_the_keys_is_refused_not_watched_by_its_characters(
+        purgatory: Purgatory) -> None:
+    with pytest.raises(TypeError, match=r"not str 'topic-0': pass \['topic-0'\]"):
+        purgatory.try_complete_else_watch(MockOperation(10), "topic-0")
+    with pytest.raises(TypeError, match="not bytes"):
+        purgatory.try_complete_else_watch(MockOperation(10), b"k")
+    assert (purgatory.watched, purgatory.num_delayed) == (0, 0)
+
+
+def test_an_operation_is_submitted_once(purgatory: Purgatory, clock: ManualClock) -> None:
+    other = Purgatory("other", timer=TimingWheelTimer(clock=clock, executor=None),
+                      reaper=False)
+    op = MockOperation(100)
+    assert purgatory.try_complete_else_watch(op, ["a"]) is False
+    for again in (purgatory, other):
+        with pytest.raises(RuntimeError, match="already submitted to purgatory 'mock'"):
+            again.try_complete_else_watch(op, ["b"])
+    assert op.keys == ("a",) and (purgatory.watched, other.watched) == (1, 0)
+    op.completable = True
+    assert purgatory.check_and_complete("a") == 1
+    assert op.completions == 1 and (purgatory.watched, purgatory.num_delayed) == (0, 0)
+    with pytest.raises(RuntimeError, match="submitted once"):
+        purgatory.try_complete_else_watch(op, ["a"])  # done, but still not again
+    other.close()
+
+
 def test_request_expiry(purgatory: Purgatory, clock: ManualClock) -> None:
     r1, r2 = MockOperation(20), MockOperation(200)
     purgatory.try_complete_else_watch(r1, ["test1"])

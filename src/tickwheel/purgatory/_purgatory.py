@@ -111,12 +111,22 @@ class Purgatory:
         watch_keys: tuple[Hashable, ...]
         if type(keys) is tuple and _distinct_few(keys):
             watch_keys = keys  # the common case, checked without building a dict
+        elif isinstance(keys, str | bytes):
+            # Iterating would watch each character: refused rather than misread.
+            raise TypeError(f"keys must be a collection of keys, not {type(keys).__name__} "
+                            f"{keys!r}: pass [{keys!r}] to watch one key")
         else:
             watch_keys = tuple(dict.fromkeys(keys))
         if not watch_keys:
             raise ValueError("keys must not be empty: an operation must be watched by a key")
         if self._closed:
             raise RuntimeError(f"purgatory {self.name!r} is closed")
+        submitted = op._purgatory
+        if submitted is not None:
+            # A second submission would replace its keys (the first ones would never be
+            # unwatched) and move its timer task.
+            raise RuntimeError(f"{op!r} was already submitted to purgatory "
+                               f"{submitted.name!r}: an operation is submitted once")
         op._purgatory = self
         # Kafka's safeTryCompleteOrElse, inlined (no closure per operation): under the
         # operation's lock, try; watch every key; try again. The second try is for a key
