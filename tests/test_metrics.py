@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import prometheus_client
+import pytest
 
 from tickwheel import (
     DelayedOperation,
@@ -150,3 +151,29 @@ def test_an_event_loops_wheel_is_exported() -> None:
         assert value("tickwheel_aio_lateness_ms_sum", labels) == 250
     finally:
         loop.close()
+
+
+def test_two_components_are_never_exported_under_one_name() -> None:
+    clock = ManualClock(0)
+
+    def heartbeat() -> Purgatory:
+        return Purgatory("Heartbeat", timer=TimingWheelTimer(clock=clock, executor=None),
+                         reaper=False)
+
+    first, second = heartbeat(), heartbeat()
+    second.try_complete_else_watch(Never(100), ["member"])
+    collector = TickwheelCollector().add_purgatory(first).add_purgatory(first)  # same one
+    with pytest.raises(ValueError, match="a purgatory named 'Heartbeat' is already exported"):
+        collector.add_purgatory(second)
+    collector.add_purgatory(second, name="Heartbeat-2")
+    timer = TimingWheelTimer(clock=clock, executor=None)
+    collector.add_timer("requests", timer)
+    with pytest.raises(ValueError, match="a timer named 'requests'"):
+        collector.add_timer("requests", TimingWheelTimer(clock=clock, executor=None))
+    with pytest.raises(ValueError, match="non-empty str"):
+        collector.add_timer("", timer)
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(collector)
+    value = registry.get_sample_value
+    assert value("tickwheel_purgatory_delayed", {"purgatory": "Heartbeat"}) == 0
+    assert value("tickwheel_purgatory_delayed", {"purgatory": "Heartbeat-2"}) == 1

@@ -10,6 +10,7 @@ dispatchers and asyncio loops' wheels (``pip install tickwheel[metrics]``).
 
 Names are ``tickwheel_<component>_<what>``, labelled by the component's name; counters
 end in ``_total``; lateness, batch sizes and waits are histograms in milliseconds.
+A second component under a name already exported is refused (``name=`` relabels one).
 Every scrape reads fresh snapshots: nothing is cached or sampled in between.
 """
 
@@ -97,6 +98,17 @@ class _Families:
         yield from self.histograms.values()
 
 
+def _add(components: dict[str, Any], kind: str, name: str, component: object) -> None:
+    """Two components under one label would be one series that jumps between them."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a {kind}'s metrics name must be a non-empty str, got {name!r}")
+    held = components.get(name)
+    if held is not None and held is not component:
+        raise ValueError(f"a {kind} named {name!r} is already exported; give this one "
+                         "another name")
+    components[name] = component
+
+
 class TickwheelCollector(Collector):
     """Register it with a ``prometheus_client`` registry; add components to it."""
 
@@ -108,22 +120,29 @@ class TickwheelCollector(Collector):
         self._loops: dict[str, WheelScheduler] = {}
 
     def add_timer(self, name: str, timer: TimerBase) -> TickwheelCollector:
-        self._timers[name] = timer
+        _add(self._timers, "timer", name, timer)
         return self
 
-    def add_purgatory(self, purgatory: Purgatory) -> TickwheelCollector:
-        self._purgatories[purgatory.name] = purgatory
+    def add_purgatory(self, purgatory: Purgatory, name: str | None = None,
+                      ) -> TickwheelCollector:
+        """Labelled with the purgatory's own name unless ``name`` is given (two
+        purgatories of one name, such as two coordinators' "Heartbeat", need one)."""
+        _add(self._purgatories, "purgatory", purgatory.name if name is None else name,
+             purgatory)
         return self
 
-    def add_dispatcher(self, dispatcher: TaskDispatcher[Any]) -> TickwheelCollector:
-        self._dispatchers[dispatcher.name] = dispatcher
+    def add_dispatcher(self, dispatcher: TaskDispatcher[Any], name: str | None = None,
+                       ) -> TickwheelCollector:
+        """Labelled with the dispatcher's own name unless ``name`` is given."""
+        _add(self._dispatchers, "dispatcher", dispatcher.name if name is None else name,
+             dispatcher)
         return self
 
     def add_event_loop(self, name: str, loop: asyncio.AbstractEventLoop,
                        ) -> TickwheelCollector:
         """The wheel of an asyncio loop: a ``tickwheel.aio`` loop's own, or the one
         ``tickwheel.aio.timeout`` uses on any other loop."""
-        self._loops[name] = scheduler_for(loop)
+        _add(self._loops, "event loop", name, scheduler_for(loop))
         return self
 
     def add_pipeline_run(self, name: str, result: PipelineCounts) -> TickwheelCollector:
