@@ -32,6 +32,62 @@ def test_driver_thread_runs_tasks_on_time(make: object) -> None:
     assert ran_at[0] >= 0.019  # never early
 
 
+def _drivers(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"tickwheel-{name}-driver"]
+
+
+@pytest.mark.parametrize("make", REAL_TIMERS, ids=["timing_wheel", "hashed_wheel", "heap"])
+def test_a_timer_that_runs_its_own_tasks_starts_its_driver_at_the_first_add(
+        make: object) -> None:
+    # Netty's HashedWheelTimer starts its worker at the first newTimeout: a timer left
+    # unstarted on the real clock would otherwise hold its tasks forever, silently.
+    timer: TimerBase = make()  # type: ignore[operator]
+    try:
+        assert _drivers(timer.name) == []
+        done = threading.Event()
+        timer.schedule(5, done.set)
+        assert done.wait(10.0), "the task did not run within 10 s"
+        assert len(_drivers(timer.name)) == 1
+    finally:
+        timer.close()
+
+
+def test_a_timer_its_caller_drives_starts_no_driver() -> None:
+    from tickwheel import DelayedOperation, Outcome, Purgatory
+
+    class Never(DelayedOperation):
+        def try_complete(self) -> bool:
+            return False
+
+        def on_complete(self) -> None:
+            pass
+
+    driven = TimingWheelTimer(name="driven")
+    driven.advance_clock(0)  # its caller drives it
+    bare = TimingWheelTimer(name="bare", executor=None)  # no executor to run tasks on
+    reaped = Purgatory("reaped", timer=TimingWheelTimer(name="reaped"))  # its reaper drives
+    owned_drivers = len(_drivers("timer"))
+    manual = Purgatory("manual", reaper=False)  # its caller drives its own timer
+    try:
+        driven.schedule(1, lambda: None)
+        bare.schedule(1, lambda: None)
+        op = Never(1)
+        reaped.try_complete_else_watch(op, ["k"])
+        manual.try_complete_else_watch(Never(1), ["k"])
+        deadline = time.monotonic() + 10
+        while op.outcome is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert op.outcome is Outcome.EXPIRED  # by the reaper
+        assert [_drivers(n) for n in ("driven", "bare", "reaped")] == [[], [], []]
+        assert len(_drivers("timer")) == owned_drivers
+        assert driven.size == bare.size == manual.num_delayed == 1  # still held
+    finally:
+        driven.close()
+        bare.close()
+        reaped.close()
+        manual.close()
+
+
 def test_driver_wakes_for_an_earlier_task() -> None:
     timer = TimingWheelTimer()
     with timer:

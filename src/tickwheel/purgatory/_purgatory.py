@@ -84,6 +84,8 @@ class Purgatory:
         self._owns_timer = timer is None
         if timer is None:
             timer = TimingWheelTimer(clock=SystemClock() if clock is None else clock)
+        if reaper or self._owns_timer:
+            timer.driven_by_caller()  # the reaper, or whoever calls advance_clock here
         self._timer = timer
         self._clock = timer.clock
         self._watchers = Watchers()

@@ -109,6 +109,9 @@ class TimerBase(TaskOwner):
         self._lateness = Histogram()
         self._driver: Driver | None = None
         self._owns_executor = isinstance(executor, _DefaultExecutor)
+        # Netty's lazy start: a timer that runs its tasks itself (its own executor, a
+        # real clock) starts its driver at the first add, unless someone drives it.
+        self._autostart = self._owns_executor and self._clock.realtime
         self._executor: Executor | None
         if isinstance(executor, _DefaultExecutor):
             self._executor = ThreadPoolExecutor(
@@ -259,6 +262,7 @@ class TimerBase(TaskOwner):
         timeout = check_delay_ms("timeout_ms", timeout_ms)
         clock = self._clock
         with self._lock:
+            self._autostart = False  # driven by this caller: no driver of its own
             due, progressed = self._collect(clock.now_ms())
             if not progressed and timeout > 0 and clock.realtime and not self._closed:
                 now = clock.now_ms()
@@ -281,14 +285,30 @@ class TimerBase(TaskOwner):
             self._cond.notify_all()
 
     def start(self) -> None:
-        """Start a daemon thread that advances the clock in real time."""
+        """Start a daemon thread that advances the clock in real time. A timer with its
+        own executor on a real clock starts it at its first add unless something
+        drives it (``advance_clock`` called before, or a purgatory's reaper)."""
+        if not self._start_driver():
+            raise TimerClosed(f"timer {self._name!r} is closed")
+
+    def _start_driver(self) -> bool:
+        """Start the driver unless it runs already; False if the timer is closed."""
         with self._lock:
+            self._autostart = False
             if self._closed:
-                raise TimerClosed(f"timer {self._name!r} is closed")
+                return False
             if self._driver is not None:
-                return
-            self._driver = Driver(f"tickwheel-{self._name}-driver", self, self._clock.realtime)
-        self._driver.start()
+                return True
+            driver = self._driver = Driver(f"tickwheel-{self._name}-driver", self,
+                                           self._clock.realtime)
+        driver.start()
+        return True
+
+    def driven_by_caller(self) -> None:
+        """Say that the caller advances this timer (as a purgatory's reaper does): it
+        starts no driver of its own at its first add."""
+        with self._lock:
+            self._autostart = False
 
     def close(self) -> int:
         """Stop the timer; cancel what is pending and return how many (Netty's
@@ -369,7 +389,11 @@ class TimerBase(TaskOwner):
             waiting = self._waiting_until
             if waiting is not None and expiration < waiting:
                 self._cond.notify()
-            return True
+            if not self._autostart:
+                return True
+            self._autostart = False
+        self._start_driver()
+        return True
 
     def _on_removed(self, task: TimerEntry, cancelling: bool) -> None:
         """A pending task left the timer without running (lock held)."""
