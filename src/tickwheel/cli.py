@@ -38,6 +38,7 @@ from tickwheel.pipeline.io import (
     check_spark_paths,
     checkpoint_id,
     count_outputs,
+    input_dir_problem,
     input_files,
     is_input_name,
     outcome_writer,
@@ -491,8 +492,9 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         console.print("[red]the Spark engine needs its extra: "
                       "pip install 'tickwheel[spark]'[/red]")
         raise typer.Exit(2) from exc
-    if not input.is_dir():
-        console.print(f"[red]input directory {input} does not exist[/red]")
+    problem = input_dir_problem(input)
+    if problem is not None:
+        console.print(f"[red]{problem}[/red]")
         raise typer.Exit(2)
     try:  # before Spark starts, and its log goes into the checkpoint (checked again)
         check_spark_paths(input, checkpoint)

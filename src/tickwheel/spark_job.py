@@ -135,16 +135,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.input is None or args.output is None:
         parser.error("--input and --output are required")
-    if not args.input.is_dir():
-        parser.error(f"--input: directory {args.input} does not exist")
+    from tickwheel.pipeline.io import (
+        DEFAULT_CHECKPOINT,
+        InputError,
+        check_spark_paths,
+        input_dir_problem,
+    )
+
+    problem = input_dir_problem(args.input)
+    if problem is not None:
+        parser.error(f"--input: {problem}")
     if not args.follow and (args.trigger_ms != DEFAULT_TRIGGER_MS or args.clock != "event"):
         parser.error("--trigger-ms and --clock apply to --follow only")
     if args.follow and not args.final:
         parser.error("--no-final does not apply to --follow: a service never ends its input")
     if args.follow and args.dedupe_retention_ms is None:
         args.dedupe_retention_ms = FOLLOW_DEDUPE_RETENTION_MS
-    from tickwheel.pipeline.io import DEFAULT_CHECKPOINT, InputError, check_spark_paths
-
     checkpoint = args.checkpoint or args.output / DEFAULT_CHECKPOINT
     try:
         check_spark_paths(args.input, checkpoint)

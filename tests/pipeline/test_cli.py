@@ -177,6 +177,23 @@ def test_a_driver_memory_spark_would_refuse_is_refused_by_name(value: str,
     assert "--driver-memory" in text and reason in text, result.output
 
 
+@pytest.mark.parametrize("follow", [[], ["--follow"], ["--engine", "spark"]])
+def test_an_input_that_is_not_a_directory_is_refused_saying_what_it_is(
+        tmp_path: Path, follow: list[str]) -> None:
+    log = tmp_path / "events.jsonl"
+    log.write_text("")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    for given, said in ((log, f"input {log} is not a directory"),
+                        (tmp_path / "dangling", "is a symlink to nothing"),
+                        (tmp_path / "absent", "input directory")):
+        result = runner.invoke(app, ["run", "--input", str(given), "--output",
+                                     str(tmp_path / "out"), *follow])
+        assert result.exit_code == 2, result.output
+        text = " ".join(result.output.replace("│", " ").split())
+        assert said in text, result.output
+        assert not (tmp_path / "out").exists()
+
+
 def test_generate_refuses_an_output_that_is_a_file(tmp_path: Path) -> None:
     target = tmp_path / "events.jsonl"
     target.write_text("keep me\n")

@@ -45,6 +45,7 @@ from tickwheel.pipeline.io import (
     DEFAULT_CHECKPOINT,
     OWNER_FILE,
     checkpoint_id,
+    input_dir_problem,
     input_files,
     json_lines,
     open_input,
@@ -220,8 +221,9 @@ class LocalFollowEngine:
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
                                maximum=MAX_RETENTION_MS)
-        if not input_dir.is_dir():
-            raise FileNotFoundError(f"input directory {input_dir} does not exist")
+        problem = input_dir_problem(input_dir)
+        if problem is not None:
+            raise FileNotFoundError(problem)
         input_files(input_dir, warn=False)  # refuses what the engines cannot read alike
         checkpoint = output_dir / DEFAULT_CHECKPOINT if checkpoint_dir is None else checkpoint_dir
         prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint,

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
            "OutputWriter", "check_spark_paths", "checkpoint_id", "count_outputs", "input_bytes",
-           "input_files", "is_input_name", "json_lines", "open_input", "outcome_rows",
+           "input_dir_problem", "input_files", "is_input_name", "json_lines", "open_input",
+           "outcome_rows",
            "outcome_size", "outcome_writer", "outcomes_table", "output_owner", "parquet_events",
            "prepare_output", "quarantine_table", "quarantine_writer", "quarantined_size",
            "read_events", "read_outcomes", "read_output_table", "read_parquet_rows", "read_wire",
@@ -101,6 +102,17 @@ def is_input_name(name: str) -> bool:
     return name.endswith(SUFFIXES) and not name.startswith((".", "_"))
 
 
+def input_dir_problem(directory: Path) -> str | None:
+    """Why ``directory`` cannot be an input directory, or None if it can."""
+    if directory.is_dir():
+        return None
+    if directory.is_symlink() and not directory.exists():
+        return f"input directory {directory} is a symlink to nothing"
+    if directory.exists():
+        return f"input {directory} is not a directory"
+    return f"input directory {directory} does not exist"
+
+
 def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
                 warn: bool = True) -> list[Path]:
     """The input files of ``directory``, in name order, as both engines read them.
@@ -114,8 +126,9 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
     stopping, and logs each name it skips once while the name stays: ``skipped``
     holds the names skipped at the last listing, each with the reason. ``warn=False``
     logs none: a check before the listing that reads, which logs them."""
-    if not directory.is_dir():
-        raise FileNotFoundError(f"input directory {directory} does not exist")
+    problem = input_dir_problem(directory)
+    if problem is not None:
+        raise FileNotFoundError(problem)
     root = directory.resolve()
     files = []
     skipping: dict[str, str] = {}

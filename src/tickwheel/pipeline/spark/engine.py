@@ -58,6 +58,7 @@ from tickwheel.pipeline.io import (
     check_spark_paths,
     checkpoint_id,
     input_bytes,
+    input_dir_problem,
     input_files,
     prepare_output,
     write_atomically,
@@ -200,8 +201,9 @@ class SparkEngine:
                                maximum=MAX_FILES_PER_TRIGGER)
         if max_bytes_per_trigger is not None:
             check_positive_int("max_bytes_per_trigger", max_bytes_per_trigger)
-        if not input_dir.is_dir():
-            raise FileNotFoundError(f"input directory {input_dir} does not exist")
+        problem = input_dir_problem(input_dir)
+        if problem is not None:
+            raise FileNotFoundError(problem)
         check_spark_paths(input_dir, checkpoint_dir)
         prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir,
                        checkpoint_id=checkpoint_id(checkpoint_dir))
