@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import io
+import sys
 import threading
 import time
 from collections import Counter
@@ -709,6 +711,12 @@ def bench(
 
 
 def main() -> None:
+    # A path holding a byte that is not UTF-8 reaches Python as a surrogate; under a
+    # UTF-8 locale printing it would fail the command at its last line. It is written
+    # back as the byte it was, as ls does.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="surrogateescape")
     app()
 
 

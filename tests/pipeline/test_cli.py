@@ -60,6 +60,28 @@ def test_a_report_without_quarantined_rows_says_none(tmp_path: Path) -> None:
     assert "quarantined rows: none" in result.output
 
 
+def test_a_directory_named_with_a_byte_that_is_not_utf8_and_plot_markup_is_reported(
+        tmp_path: Path) -> None:
+    # pyarrow takes a path as UTF-8, matplotlib reads "$...$" in a title as math, and a
+    # strict UTF-8 stdout cannot print the name: the command prints the byte as it was.
+    plain = tmp_path / "events"
+    assert runner.invoke(app, ["generate", "--events", "500", "--output",
+                               str(plain)]).exit_code == 0
+    odd = tmp_path / os.fsdecode(b"s\xffu $\\frac{$ \t")
+    events, out = odd / "events", odd / "out"
+    events.mkdir(parents=True)
+    for file in plain.iterdir():
+        (events / file.name).write_bytes(file.read_bytes())
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    for args in (["run", "--input", events, "--output", out], ["report", "--output", out]):
+        done = subprocess.run([sys.executable, "-m", "tickwheel.cli", *map(str, args)],
+                              capture_output=True, env=env, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert b"produce" in done.stdout
+    assert b"plot: " + os.fsencode(tmp_path) + b"/s\xffu $\\frac{$" in done.stdout
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
     rows = [
         {"ts_ms": 1000, "type": "watch", "op_id": "p-1", "keys": ["a"], "deadline_ms": 5000,

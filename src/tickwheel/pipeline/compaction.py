@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tickwheel.pipeline.io import write_tables_atomically
+from tickwheel.pipeline.io import open_parquet, write_tables_atomically
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,8 +84,6 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
     ``settled``) of one level and under ``max_bytes`` in ``directory``, as long as
     there are any; returns the files merged away. A file is rewritten once per
     level, not once per merge."""
-    import pyarrow.parquet as pq
-
     if fan_in < 2:
         raise ValueError(f"fan_in must be at least 2, got {fan_in}")
     if not directory.is_dir():
@@ -98,8 +96,9 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
         first, last = group[0][0][0], group[-1][0][1]
         target = directory / f"batches-{first:09d}-{last:09d}.parquet"
         # A row group at a time: 64 files of up to 64 MB are never held at once.
-        write_tables_atomically(pq.read_schema(group[0][1]),
-                                _tables([path for _, path in group]), target)
+        with open_parquet(group[0][1]) as head:
+            schema = head.schema_arrow
+        write_tables_atomically(schema, _tables([path for _, path in group]), target)
         # The rename is on disk before any file it covers is deleted.
         _fsync_directory(directory)
         for _, path in group:
@@ -112,10 +111,9 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
 
 def _tables(paths: list[Path]) -> Iterator[pa.Table]:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     for path in paths:
-        with pq.ParquetFile(path) as file:
+        with open_parquet(path) as file:
             for batch in file.iter_batches(use_threads=False):
                 yield pa.Table.from_batches([batch])
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from tickwheel.pipeline.batch_log import write_bytes_atomically
 from tickwheel.pipeline.compaction import covered_batches
-from tickwheel.pipeline.io import outcome_rows
+from tickwheel.pipeline.io import open_parquet, outcome_rows
 from tickwheel.pipeline.sink import OutcomeSink
 
 if TYPE_CHECKING:
@@ -113,12 +113,15 @@ class BatchDelivery:
             self.caught_up_batches += 1
 
     def _deliver(self, batch_id: int, outcomes: pa.Table | list[Path]) -> None:
-        import pyarrow.parquet as pq
-
-        for table in ([pq.read_table(path) for path in outcomes]
+        for table in ([_read(path) for path in outcomes]
                       if isinstance(outcomes, list) else [outcomes]):
             self.sink.deliver(outcome_rows(table))
         if not self.sink.flush():
             raise RuntimeError(f"the sink closed before batch {batch_id} was settled")
         if batch_id > self.last_settled():  # a batch run again after a crash
             write_bytes_atomically(str(batch_id).encode(), self.mark)
+
+
+def _read(path: Path) -> pa.Table:
+    with open_parquet(path) as file:
+        return file.read(use_threads=False)

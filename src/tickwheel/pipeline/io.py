@@ -8,6 +8,7 @@ compare them. Parquet needs ``pyarrow`` (``pip install 'tickwheel[cli]'``).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
            "OutputWriter", "check_spark_paths", "checkpoint_id", "count_outputs", "input_bytes",
            "input_dir_problem", "input_files", "is_input_name", "json_lines", "open_input",
-           "outcome_rows",
+           "open_parquet", "outcome_rows",
            "outcome_size", "outcome_writer", "outcomes_table", "output_owner", "parquet_events",
            "prepare_output", "quarantine_table", "quarantine_writer", "quarantined_size",
            "read_events", "read_outcomes", "read_output_table", "read_parquet_rows", "read_wire",
@@ -94,6 +95,15 @@ def _pyarrow() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError("Parquet needs pyarrow: pip install 'tickwheel[cli]'") from exc
     return pa, pq
+
+
+@contextlib.contextmanager
+def open_parquet(path: Path) -> Iterator[Any]:
+    """``pyarrow.parquet.ParquetFile`` over a file Python opened: pyarrow encodes a
+    path as UTF-8, which a name holding a byte that is not (a surrogate) cannot be."""
+    _, pq = _pyarrow()
+    with open(path, "rb") as raw, pq.ParquetFile(raw) as file:
+        yield file
 
 
 def is_input_name(name: str) -> bool:
@@ -394,9 +404,10 @@ def input_bytes(path: Path) -> int:
         return 0
     if path.suffix != ".parquet":
         return size
-    pa, pq = _pyarrow()
+    pa, _ = _pyarrow()
     try:
-        rows: int = pq.read_metadata(path).num_rows
+        with open_parquet(path) as file:
+            rows: int = file.metadata.num_rows
     except (pa.ArrowException, OSError):
         return size  # its reader quarantines it
     return max(size, rows * PARQUET_ROW_BYTES)
@@ -647,8 +658,8 @@ class OutputWriter(Generic[R]):
 
 def read_outcomes(path: Path, *, batch_rows: int = 65_536) -> Iterator[OutcomeRow]:
     """The outcomes of one output file, read ``batch_rows`` at a time."""
-    pa, pq = _pyarrow()
-    with pq.ParquetFile(path) as file:
+    pa, _ = _pyarrow()
+    with open_parquet(path) as file:
         for batch in file.iter_batches(batch_rows, columns=list(_OUTCOME_COLUMNS),
                                        use_threads=False):
             yield from outcome_rows(pa.Table.from_batches([batch]))
@@ -693,7 +704,7 @@ def count_outputs(directory: Path, column: str) -> dict[str, int]:
 
 
 def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Path, pa.Table]]:
-    pa, pq = _pyarrow()
+    pa, _ = _pyarrow()
     if not directory.is_dir():
         return
     for path in sorted(directory.iterdir()):
@@ -702,7 +713,7 @@ def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Pa
         if not _OUTPUT_FILE.fullmatch(path.name):
             raise OutputDirError(f"{path} was not written by tickwheel")
         try:
-            with pq.ParquetFile(path) as file:
+            with open_parquet(path) as file:
                 names = file.schema_arrow.names
                 missing = [c for c in columns if c not in names]
                 if missing:

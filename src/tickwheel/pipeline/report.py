@@ -7,6 +7,7 @@ outcomes takes the columns' memory, not ten times it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,6 +102,15 @@ OUTCOME_COLOURS = {"completed": "#2a9d8f", "expired": "#e76f51", "cancelled": "#
 _TIME_BARS = 60
 
 
+def _title_text(path: Path) -> str:
+    """``path`` as a plot title shows it: a byte that is not UTF-8 and a control
+    character as escapes, and ``$`` literal (matplotlib reads ``$...$`` as math)."""
+    text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
+                   for c in text)
+    return text.replace("$", r"\$")
+
+
 def plot(output: Path, path: Path | None = None) -> Path:
     """Write a PNG: the latency distribution per operation kind, and outcomes over event
     time. Needs matplotlib (``pip install 'tickwheel[cli]'``)."""
@@ -149,7 +159,7 @@ def plot(output: Path, path: Path | None = None) -> Path:
     right.set_xlabel("event time (s from the first outcome)")
     right.set_ylabel("outcomes")
     right.set_title("outcomes over event time")
-    fig.suptitle(f"{table.num_rows:,} outcomes from {output}", fontsize=10)
+    fig.suptitle(f"{table.num_rows:,} outcomes from {_title_text(output)}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
