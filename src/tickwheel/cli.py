@@ -499,7 +499,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         console.print(f"[red]{problem}[/red]")
         raise typer.Exit(2)
     try:  # before Spark starts, and its log goes into the checkpoint (checked again)
-        check_spark_paths(input, checkpoint)
+        check_spark_paths(input, checkpoint, output)
         prepare_output(output, overwrite=overwrite, checkpoint=checkpoint,
                        checkpoint_id=checkpoint_id(checkpoint))
     except (InputError, OutputDirError) as exc:

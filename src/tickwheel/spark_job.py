@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         args.dedupe_retention_ms = FOLLOW_DEDUPE_RETENTION_MS
     checkpoint = args.checkpoint or args.output / DEFAULT_CHECKPOINT
     try:
-        check_spark_paths(args.input, checkpoint)
+        check_spark_paths(args.input, checkpoint, args.output)
     except InputError as exc:
         parser.error(str(exc))
     # How PySpark itself knows that spark-submit started it: the JVM's gateway port.

@@ -605,6 +605,22 @@ def test_both_engines_read_the_same_rows_whatever_glob_characters_the_names_hold
     assert len(outcomes) > 100 and results["spark"] == results["local"]
 
 
+@pytest.mark.parametrize("where", ["input", "output", "checkpoint"])
+def test_the_spark_engine_refuses_a_path_with_a_byte_that_is_not_utf8(
+        tmp_path: Path, where: str) -> None:
+    odd = tmp_path / os.fsdecode(b"s\xffu")
+    paths = {"input": tmp_path / "in", "output": tmp_path / "out",
+             "checkpoint": tmp_path / "ckpt"}
+    paths[where] = odd / where
+    paths["input"].mkdir(parents=True)
+    result = runner.invoke(app, ["run", "--engine", "spark", *(
+        arg for name, path in paths.items() for arg in (f"--{name}", str(path)))])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert f"cannot use the {where} path" in text and "s\\xffu" in text, result.output
+    assert not paths["output"].exists() and not paths["checkpoint"].exists()
+
+
 def test_the_spark_engine_refuses_a_glob_character_in_its_checkpoint(tmp_path: Path) -> None:
     source = tmp_path / "in"
     source.mkdir()

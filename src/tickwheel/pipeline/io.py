@@ -182,10 +182,22 @@ def _skip(path: Path, why: str, skipped: dict[str, str] | None,
     skipping[path.name] = why
 
 
-def check_spark_paths(directory: Path, checkpoint: Path) -> list[Path]:
+def check_spark_paths(directory: Path, checkpoint: Path, output: Path | None = None,
+                      ) -> list[Path]:
     """:func:`input_files` for the Spark engine, which also refuses a checkpoint path
-    that its file sources would take as a glob pattern (see :data:`HADOOP_GLOB_CHARS`).
-    Input paths may hold any character: the engine lists them itself."""
+    that its file sources would take as a glob pattern (see :data:`HADOOP_GLOB_CHARS`),
+    and a path holding a byte that is not UTF-8, which the JVM cannot name. Input
+    paths may hold any other character: the engine lists them itself."""
+    for what, path in (("input", directory), ("checkpoint", checkpoint), ("output", output)):
+        if path is None:
+            continue
+        try:
+            os.fspath(path).encode("utf-8")
+        except UnicodeError:
+            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+            raise InputError(f"the Spark engine cannot use the {what} path {shown}: it holds "
+                             "a byte that is not UTF-8, and the JVM names files in "
+                             "Unicode; use the local engine or another path") from None
     files = input_files(directory, warn=False)  # the engine's own listing warns
     where = str(checkpoint.absolute())
     bad = sorted(HADOOP_GLOB_CHARS & set(where))

@@ -204,7 +204,7 @@ class SparkEngine:
         problem = input_dir_problem(input_dir)
         if problem is not None:
             raise FileNotFoundError(problem)
-        check_spark_paths(input_dir, checkpoint_dir)
+        check_spark_paths(input_dir, checkpoint_dir, output_dir)
         prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir,
                        checkpoint_id=checkpoint_id(checkpoint_dir))
         self.spark = spark
