@@ -299,9 +299,9 @@ class TimerBase(TaskOwner):
                 return False
             if self._driver is not None:
                 return True
-            driver = self._driver = Driver(f"tickwheel-{self._name}-driver", self,
-                                           self._clock.realtime)
-        driver.start()
+            self._driver = Driver(f"tickwheel-{self._name}-driver", self, self._clock.realtime)
+            # Started under the lock: a close() in between would join an unstarted thread.
+            self._driver.start()
         return True
 
     def driven_by_caller(self) -> None:
