@@ -139,6 +139,31 @@ def test_a_file_that_lands_with_an_undecodable_name_is_skipped_with_one_warning(
     assert follower.counts().files_skipped == 0
 
 
+def test_an_input_directory_that_goes_and_comes_back_is_waited_for_and_not_read_again(
+        tmp_path: Path, inbox: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A remount or a move: the service keeps its deadlines and what it has seen, and
+    # reads only what is new once the directory is back.
+    clock = WallClock(1_000)
+    follower = engine(tmp_path, clock)
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_500)])
+    assert follower.step() is not None
+    moved = tmp_path / "moved"
+    inbox.rename(moved)
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.follow"):
+        assert follower.step() is None and follower.step() is None
+        clock.ms = 1_601  # the deadline passes while the input is gone
+        batch = follower.step()
+        assert batch is not None and (batch.files, batch.outcomes) == (0, 1)
+        moved.rename(inbox)
+        land(inbox, "b.jsonl", [watch(1_700, "later", 5_000)])
+        batch = follower.step()
+    assert batch is not None and (batch.files, batch.rows) == (1, 1)  # a.jsonl not again
+    assert [r.getMessage() for r in caplog.records] == [
+        f"input directory {inbox} does not exist: waiting for it to come back",
+        f"input directory {inbox} is back"]
+    assert outcomes(tmp_path / "out") == [("op", "expired", 1_500, 500, ("k",), None)]
+
+
 # -- time passes without input --------------------------------------------------------
 
 

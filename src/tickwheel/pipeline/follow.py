@@ -236,6 +236,7 @@ class LocalFollowEngine:
         self.clock = clock
         self.sink = sink
         self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
+        self._input_gone = False  # the input directory was gone at the last listing
         self._settle_checkpoint()
         output_dir.mkdir(parents=True, exist_ok=True)
         write_bytes_atomically(json.dumps({"checkpoint": checkpoint_id(checkpoint)}).encode(),
@@ -394,14 +395,32 @@ class LocalFollowEngine:
         # The clock first: a file listed after it was written after it too, so its rows
         # are late only if they waited longer than the lateness bound to land.
         clock_ms = None if self.clock is None else self.clock()
-        listed = {path.name for path in input_files(self.input_dir, skipped=self._skipped)}
-        self._compact_files_log(listed)
-        names = sorted(listed - self._seen)
+        listed = self._listing()
+        names: list[str] = []
+        if listed is not None:
+            self._compact_files_log(listed)
+            names = sorted(listed - self._seen)
         if not names and not self._clock_moves(clock_ms):
             return None
         write_bytes_atomically(json.dumps({"batch": batch_id, "files": names,
                                            "clock_ms": clock_ms}).encode(), self._plan_path)
         return batch_id, names, clock_ms
+
+    def _listing(self) -> set[str] | None:
+        """The input files' names, or None while the input directory is gone (a
+        remount, a move): what was seen is kept, so that the files coming back with it
+        are not read again, and deadlines still fire on the wall clock meanwhile."""
+        try:
+            listed = input_files(self.input_dir, skipped=self._skipped)
+        except FileNotFoundError as exc:
+            if not self._input_gone:
+                log.warning("%s: waiting for it to come back", exc)
+                self._input_gone = True
+            return None
+        if self._input_gone:
+            log.warning("input directory %s is back", self.input_dir)
+            self._input_gone = False
+        return {path.name for path in listed}
 
     def _clock_moves(self, clock_ms: int | None) -> bool:
         if clock_ms is None:
