@@ -14,7 +14,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 
 from tickwheel.pipeline.io import input_bytes
 from tickwheel.pipeline.spark import _input_log
-from tickwheel.pipeline.spark._input_log import PUBLISHED_LOG, InputLog, skipped_files
+from tickwheel.pipeline.spark._input_log import (
+    PUBLISHED_LOG,
+    InputLog,
+    input_gone,
+    skipped_files,
+)
 from tickwheel.pipeline.spark._source import FilesPartition, InputReader, input_options
 
 
@@ -68,6 +73,30 @@ def test_a_file_landing_with_an_undecodable_name_waits_until_it_is_renamed(
     assert inputs.publish() == 1
     assert inputs.files(1, 2) == [str(inbox / "b.jsonl")]
     assert skipped_files(checkpoint) == {}
+
+
+def test_a_following_source_waits_for_an_input_directory_that_went_and_keeps_its_numbers(
+        tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, *(f"{n}.jsonl" for n in range(3)))
+    reader = _reader(inbox, checkpoint)
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert end == {"next": 3} and input_gone(checkpoint) is None
+    reader.commit(end)
+    inbox.rename(tmp_path / "moved")
+    # Nothing new while it is gone, and the driver is told why.
+    assert reader.latestOffset(end, ReadAllAvailable()) == {"next": 3}
+    assert input_gone(checkpoint) == f"input directory {inbox} does not exist"
+    (tmp_path / "moved").rename(inbox)
+    _land(inbox, "3.jsonl")
+    assert reader.latestOffset(end, ReadAllAvailable()) == {"next": 4}
+    assert _read(reader, 3, 4) == [str(inbox / "3.jsonl")]  # the others not again
+    assert input_gone(checkpoint) is None
+    # A run that does not follow refuses a directory gone, as it did at its start.
+    inbox.rename(tmp_path / "moved")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        _reader(inbox, tmp_path / "ckpt2", follow=False).latestOffset(
+            {"next": 0}, ReadAllAvailable())
 
 
 def test_a_restart_numbers_nothing_again_and_never_reuses_a_number(tmp_path: Path) -> None:

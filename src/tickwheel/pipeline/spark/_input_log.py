@@ -25,7 +25,8 @@ from pathlib import Path
 from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
 from tickwheel.pipeline.io import input_bytes, input_files
 
-__all__ = ["PUBLISHED_LOG", "SKIPPED_FILES", "InputLog", "skipped_files"]
+__all__ = ["INPUT_GONE", "PUBLISHED_LOG", "SKIPPED_FILES", "InputLog", "input_gone",
+           "skipped_files"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,9 @@ PUBLISHED_LOG = "published.log"
 #: The input files the last listing skipped, by name, with the reason: written by the
 #: streaming source, whose process's log reaches no user, and read by the driver.
 SKIPPED_FILES = "skipped.json"
+#: Why the input directory could not be listed, while it cannot (a service waits for
+#: it): written by the streaming source, read by the driver, as SKIPPED_FILES is.
+INPUT_GONE = "input-gone.txt"
 #: Entries the log may hold beyond twice those it must keep before it is rewritten.
 _SLACK = 1024
 
@@ -44,6 +48,7 @@ class InputLog:
         self.input_dir = input_dir
         self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
         self._skipped_path = checkpoint_dir / SKIPPED_FILES
+        self._gone_path = checkpoint_dir / INPUT_GONE
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self._log = BatchLog(checkpoint_dir / PUBLISHED_LOG)
         self.numbers: dict[str, int] = {}  # input path -> its number
@@ -80,6 +85,19 @@ class InputLog:
             log.info("%d new input files (%d in all)", len(new), self.next_number)
         self._forget_gone(listed)
         return len(new)
+
+    def publish_or_wait(self) -> int:
+        """:meth:`publish` for a service: while the input directory is gone (a remount,
+        a move), nothing new, and the files numbered are kept so that those coming
+        back with it are not read again; the driver is told why."""
+        try:
+            new = self.publish()
+        except FileNotFoundError as exc:
+            if not self._gone_path.exists():
+                write_bytes_atomically(str(exc).encode(), self._gone_path)
+            return 0
+        self._gone_path.unlink(missing_ok=True)
+        return new
 
     def files(self, start: int, end: int) -> list[str]:
         """The paths of the files numbered ``start`` up to ``end`` (not included)."""
@@ -137,3 +155,11 @@ def skipped_files(checkpoint_dir: Path) -> dict[str, str]:
     except FileNotFoundError:
         return {}
     return skipped
+
+
+def input_gone(checkpoint_dir: Path) -> str | None:
+    """Why the source could not list the input directory at its last listing, or None."""
+    try:
+        return (checkpoint_dir / INPUT_GONE).read_text()
+    except FileNotFoundError:
+        return None

@@ -92,10 +92,11 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int],  # noqa: N802
                      limit: ReadLimit) -> dict[str, int]:
-        if self.until is None:
+        if self.follow:
+            self.log.publish_or_wait()
+        elif self.until is None:
             self.log.publish()
-            if not self.follow:
-                self.until = self.log.next_number
+            self.until = self.log.next_number
         end = self.log.next_number if self.until is None else self.until
         if isinstance(limit, ReadMaxFiles):
             end = min(end, start["next"] + limit.max_files)

@@ -75,7 +75,7 @@ from tickwheel.pipeline.limits import (
 )
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
-from tickwheel.pipeline.spark._input_log import skipped_files
+from tickwheel.pipeline.spark._input_log import INPUT_GONE, input_gone, skipped_files
 from tickwheel.pipeline.spark._tasks import (
     batch_writer,
     key_processor,
@@ -229,6 +229,7 @@ class SparkEngine:
         self._delivery: BatchDelivery | None = None
         self.batches = 0
         self._skipped: dict[str, str] = {}  # input files skipped, as last reported
+        self._input_gone: str | None = None  # why the input cannot be listed, as reported
 
     def _settle_partitions(self, partitions: int | None) -> tuple[int, list[int]]:
         meta = self.checkpoint_dir / "tickwheel.json"
@@ -363,6 +364,18 @@ class SparkEngine:
                 log.warning("skipping input file %r: %s", str(self.input_dir / name), why)
         self._skipped = skipped
 
+    def _report_input_gone(self) -> None:
+        """Warn when the streaming source finds the input directory gone, and when it
+        is back (the source waits for it, as the local engine does)."""
+        gone = input_gone(self.checkpoint_dir)
+        if gone == self._input_gone:
+            return
+        if gone is not None:
+            log.warning("%s: waiting for it to come back", gone)
+        else:
+            log.warning("input directory %s is back", self.input_dir)
+        self._input_gone = gone
+
     def _forget_statuses_before(self, batch_id: int) -> None:
         """Every partition reported in this batch: earlier statuses are superseded (a
         service would otherwise keep a file per batch forever)."""
@@ -421,6 +434,9 @@ class SparkEngine:
         if self.sink is not None:
             self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
                                            self.checkpoint_dir / "delivered")
+        # A marker a run stopped while the input was gone left: the source's first
+        # listing says afresh.
+        (self.checkpoint_dir / INPUT_GONE).unlink(missing_ok=True)
         try:
             with self._session_settings(follow=True):
                 self._warm_workers()
@@ -434,6 +450,7 @@ class SparkEngine:
                     while not stop.wait(min(trigger_ms, 1000) / 1000):
                         if not query.isActive:
                             break
+                        self._report_input_gone()
                     self._stop_between_batches(query, trigger_ms)
                 finally:
                     query.stop()
