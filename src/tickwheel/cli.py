@@ -473,7 +473,14 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
     console.print(f"following {input} (trigger {trigger_ms} ms, {clock.value} clock, "
                   f"checkpoint {follower.checkpoint_dir}); SIGINT or SIGTERM stops")
     with _stop_on_signals() as stop:
-        result = follower.run(stop, trigger_ms=trigger_ms, on_batch=progress)
+        try:
+            result = follower.run(stop, trigger_ms=trigger_ms, on_batch=progress)
+        except OSError as exc:  # a full disk, the output or checkpoint taken away
+            console.print(f"[red]the service stopped in batch {follower.batch_id + 1}: "
+                          f"{exc}[/red]")
+            if sink is not None:
+                _print_delivery(sink.close())
+            raise typer.Exit(1) from exc
     counts = follower.counts()
     console.print(f"stopped after {result.batches} batches: {result.rows_in:,} rows, "
                   f"{result.outcomes:,} outcomes, {result.quarantined:,} quarantined; "

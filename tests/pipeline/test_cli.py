@@ -216,6 +216,24 @@ def test_an_input_that_is_not_a_directory_is_refused_saying_what_it_is(
         assert not (tmp_path / "out").exists()
 
 
+def test_a_service_that_cannot_write_stops_in_one_line_with_exit_1(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A full disk, or the output taken away under it: said, not a traceback.
+    from tickwheel.pipeline.follow import LocalFollowEngine
+
+    def full(self: LocalFollowEngine) -> None:
+        raise OSError(28, "No space left on device", str(tmp_path / "out" / "x"))
+
+    monkeypatch.setattr(LocalFollowEngine, "step", full)
+    (tmp_path / "in").mkdir()
+    result = runner.invoke(app, ["run", "--follow", "--input", str(tmp_path / "in"),
+                                 "--output", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "the service stopped in batch 0: [Errno 28] No space left on device" in text
+    assert "Traceback" not in result.output
+
+
 def test_generate_refuses_an_output_that_is_a_file(tmp_path: Path) -> None:
     target = tmp_path / "events.jsonl"
     target.write_text("keep me\n")
