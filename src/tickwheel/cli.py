@@ -482,7 +482,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                 _print_delivery(sink.close())
             raise typer.Exit(1) from exc
     counts = follower.counts()
-    console.print(f"stopped after {result.batches} batches: {result.rows_in:,} rows, "
+    console.print(f"stopped after {_plural(result.batches, 'batch')}: {result.rows_in:,} rows, "
                   f"{result.outcomes:,} outcomes, {result.quarantined:,} quarantined; "
                   f"{counts.pending:,} pending, {counts.held:,} held")
     if sink is not None:
@@ -554,7 +554,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     reasons = count_outputs(output / "quarantine", "reason")
     outcomes = sum(count_outputs(output / "outcomes", "outcome").values())
     _print_run(f"Spark engine ({master}, {spark_engine.partitions} partitions, "
-               f"{result.batches} micro-batch{'' if result.batches == 1 else 'es'})",
+               f"{_plural(result.batches, 'micro-batch')})",
                result.seconds, result.rows_in,
                result.rows_applied, reasons, outcomes, result.pending,
                result.ignored_cancels, held=result.held)
@@ -587,13 +587,18 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
     with _stop_on_signals() as stop:
         result = spark_engine.follow(stop, trigger_ms=trigger_ms)
     outcomes = sum(result.outcomes_by_outcome().values())
-    console.print(f"stopped after {result.batches} micro-batches: {result.rows_in:,} rows "
-                  f"in all, {outcomes:,} outcomes, {result.quarantined:,} quarantined; "
-                  f"{result.pending:,} pending, {result.held:,} held")
+    console.print(f"stopped after {_plural(result.batches, 'micro-batch')}: "
+                  f"{result.rows_in:,} rows in all, {outcomes:,} outcomes, "
+                  f"{result.quarantined:,} quarantined; {result.pending:,} pending, "
+                  f"{result.held:,} held")
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "es" if noun.endswith("ch") else "s")
 
 
 def _skipped_note(files: int) -> str:
-    return f"; {files} input file{'' if files == 1 else 's'} skipped" if files else ""
+    return f"; {_plural(files, 'input file')} skipped" if files else ""
 
 
 class _SparkCounts:
