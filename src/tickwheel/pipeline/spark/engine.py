@@ -372,8 +372,8 @@ class SparkEngine:
             return
         if gone is not None:
             log.warning("%s: waiting for it to come back", gone)
-        else:
-            log.warning("input directory %s is back", self.input_dir)
+        else:  # the source names it absolute
+            log.warning("input directory %s is back", self.input_dir.absolute())
         self._input_gone = gone
 
     def _forget_statuses_before(self, batch_id: int) -> None:
