@@ -418,6 +418,25 @@ def test_the_pipeline_benchmark_rejects_bad_files_per_trigger(
     assert "--files-per-trigger" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("args", "named"), [
+    (["timers", "--sizes", "0"], "--sizes"), (["timers", "--sizes", "1,x"], "--sizes"),
+    (["timers", "--workloads", "W9"], "--workloads"), (["timers", "--repeat", "0"], "--repeat"),
+    (["asyncio", "--n", "0"], "--n"), (["purgatory", "--operations", "5"], "--operations"),
+    (["dispatcher", "--workers", "0"], "--workers"),
+    (["dispatcher", "--batch", "500", "--buffer", "100"], "--batch (500)"),
+    (["pipeline", "--events", "0"], "--events"), (["follow", "--lateness-ms", "-1"],
+                                                   "--lateness-ms"),
+])
+def test_a_benchmark_refuses_bad_arguments_before_any_work(
+        args: list[str], named: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tickwheel.bench.__main__ import main as bench_main
+
+    with pytest.raises(SystemExit) as exited:
+        bench_main(args)
+    assert exited.value.code == 2
+    assert named in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("value", "expected", "header"), [
     ("all", None, "all the input per micro-batch"),
     ("4", 4, "4 files per micro-batch"),

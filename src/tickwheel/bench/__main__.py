@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tickwheel.bench._timers import IMPLEMENTATIONS, Result, run_timers
+from tickwheel.bench._timers import IMPLEMENTATIONS, TIMER_WORKLOADS, Result, run_timers
 
 ANCHOR = "asyncio"
 
@@ -56,6 +56,20 @@ def _files_per_trigger(text: str) -> int | None:
 
 def _positive(text: str) -> int:
     return _whole(text, 1)
+
+
+def _non_negative(text: str) -> int:
+    return _whole(text, 0)
+
+
+def _operations(text: str) -> int:
+    from tickwheel.bench._purgatory import ROUND
+
+    return _whole(text, ROUND)
+
+
+def _sizes(text: str) -> list[int]:
+    return [_whole(part, 1, what="a list of sizes") for part in text.split(",")]
 
 
 def _counts(text: str) -> list[int]:
@@ -120,36 +134,36 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tickwheel.bench")
     sub = parser.add_subparsers(dest="what", required=True)
     t = sub.add_parser("timers", help="timer workloads W1-W4 against asyncio, sched, heapq")
-    t.add_argument("--sizes", default="10000,100000,1000000",
+    t.add_argument("--sizes", type=_sizes, default="10000,100000,1000000",
                    help="comma-separated N (default: %(default)s)")
     t.add_argument("--impls", default=",".join(IMPLEMENTATIONS))
     t.add_argument("--workloads", default="W1,W2,W3,W4")
-    t.add_argument("--repeat", type=int, default=5, help="repetitions (median reported)")
+    t.add_argument("--repeat", type=_positive, default=5, help="repetitions (median reported)")
     t.add_argument("--gc", choices=["on", "off", "both"], default="both")
     t.add_argument("--json", type=Path, help="also write the raw results here")
     t.add_argument("--pure", action="store_true",
                    help="then run the same workloads on the pure-Python build (a copy of "
                         "the sources without compiled modules, in a second process)")
     ai = sub.add_parser("asyncio", help="asyncio timers on real loops: stock, tickwheel, uvloop")
-    ai.add_argument("--n", type=int, default=1_000_000,
+    ai.add_argument("--n", type=_positive, default=1_000_000,
                     help="pending handles in A1 and sleeping tasks in A3 (default: %(default)s)")
-    ai.add_argument("--tasks", type=int, default=100_000,
+    ai.add_argument("--tasks", type=_positive, default=100_000,
                     help="concurrent tasks in A2 (default: %(default)s)")
     ai.add_argument("--workloads", default="A1,A2,A3")
-    ai.add_argument("--repeat", type=int, default=3, help="repetitions (median reported)")
+    ai.add_argument("--repeat", type=_positive, default=3, help="repetitions (median reported)")
     pg = sub.add_parser("purgatory", help="1M operations on 100k keys vs a naive baseline")
-    pg.add_argument("--operations", type=int, default=1_000_000)
-    pg.add_argument("--repeat", type=int, default=3, help="repetitions (median reported)")
+    pg.add_argument("--operations", type=_operations, default=1_000_000)
+    pg.add_argument("--repeat", type=_positive, default=3, help="repetitions (median reported)")
     dp = sub.add_parser("dispatcher", help="1M tasks end to end through the batcher")
-    dp.add_argument("--tasks", type=int, default=1_000_000)
-    dp.add_argument("--repeat", type=int, default=3, help="repetitions (median reported)")
-    dp.add_argument("--workers", type=int, default=20)
-    dp.add_argument("--batch", type=int, default=250)
-    dp.add_argument("--buffer", type=int, default=10_000)
+    dp.add_argument("--tasks", type=_positive, default=1_000_000)
+    dp.add_argument("--repeat", type=_positive, default=3, help="repetitions (median reported)")
+    dp.add_argument("--workers", type=_positive, default=20)
+    dp.add_argument("--batch", type=_positive, default=250)
+    dp.add_argument("--buffer", type=_positive, default=10_000)
     pl = sub.add_parser("pipeline", help="Spark local[1], local[2] and the reference engine")
-    pl.add_argument("--events", type=int, default=1_000_000)
-    pl.add_argument("--repeat", type=int, default=1, help="repetitions (median reported)")
-    pl.add_argument("--spark-partitions", type=int, default=2,
+    pl.add_argument("--events", type=_positive, default=1_000_000)
+    pl.add_argument("--repeat", type=_positive, default=1, help="repetitions (median reported)")
+    pl.add_argument("--spark-partitions", type=_positive, default=2,
                     help="partitions of each stage of the Spark engine")
     pl.add_argument("--files-per-trigger", type=_files_per_trigger, default=None,
                     help="input files (50,000 rows each) per micro-batch, as a stream that "
@@ -158,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--partitions", type=_counts, default=None,
                     help="run the scaling benchmark instead: the per-partition logic "
                          "without Spark at these partition counts, e.g. 1,4,16,64")
-    pl.add_argument("--scaling-events", type=int, default=200_000,
+    pl.add_argument("--scaling-events", type=_positive, default=200_000,
                     help="events in the scaling benchmark's log (seed 7)")
     pl.add_argument("--spark-counts", type=_counts, default=[2, 32],
                     help="with --partitions: also run the Spark engine and a trivial "
@@ -183,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     fo.add_argument("--minutes", type=_minutes, default=5)
     fo.add_argument("--engines", type=_engines, default=["local", "spark"],
                     help="comma-separated: local, spark (default: both, one after the other)")
-    fo.add_argument("--lateness-ms", type=int, default=1_000)
-    fo.add_argument("--trigger-ms", type=int, default=1_000)
+    fo.add_argument("--lateness-ms", type=_non_negative, default=1_000)
+    fo.add_argument("--trigger-ms", type=_positive, default=1_000)
     fo.add_argument("--master", default="local[2]")
     fo.add_argument("--driver-memory", type=_driver_memory, default=None,
                     help="the Spark engine's --driver-memory (default: its own)")
@@ -192,10 +206,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import tickwheel
 
-    by_name = {"follow": _follow, "dispatcher": _dispatcher, "pipeline": _pipeline,
-               "pending": _pending}
+    by_name = {"follow": _follow, "pipeline": _pipeline, "pending": _pending}
     if args.what in by_name:
         return by_name[args.what](args)
+
+    if args.what == "dispatcher":
+        return _dispatcher(dp, args)
 
     if args.what == "asyncio":
         return _asyncio(parser, args)
@@ -203,20 +219,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "purgatory":
         return _purgatory(args.operations, args.repeat, tickwheel.compiled)
 
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes: list[int] = args.sizes
     impls = args.impls.split(",")
     unknown = [i for i in impls if i not in IMPLEMENTATIONS]
     if unknown:
         parser.error(f"--impls: unknown {unknown}; choose from {list(IMPLEMENTATIONS)}")
-    if args.repeat < 1:
-        parser.error("--repeat must be >= 1")
+    workloads = args.workloads.split(",")
+    unknown = [w for w in workloads if w not in TIMER_WORKLOADS]
+    if unknown:
+        parser.error(f"--workloads: unknown {unknown}; choose from {list(TIMER_WORKLOADS)}")
     gc_modes = {"on": [True], "off": [False], "both": [True, False]}[args.gc]
     start = time.monotonic()
 
     def progress(msg: str) -> None:
         print(f"[{time.monotonic() - start:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    results = run_timers(sizes, impls, args.workloads.split(","), args.repeat, gc_modes,
+    results = run_timers(sizes, impls, workloads, args.repeat, gc_modes,
                          progress)
     print(f"\ntimers benchmark: tickwheel.compiled={tickwheel.compiled}, "
           f"median of {args.repeat}, ratio to {ANCHOR} in parentheses\n")
@@ -250,7 +268,8 @@ def _pure_timers(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="tickwheel-pure-") as tmp:
         shutil.copytree(package, Path(tmp) / "tickwheel",
                         ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
-        argv = [sys.executable, "-m", "tickwheel.bench", "timers", "--sizes", args.sizes,
+        argv = [sys.executable, "-m", "tickwheel.bench", "timers",
+                "--sizes", ",".join(map(str, args.sizes)),
                 "--impls", args.impls, "--workloads", args.workloads,
                 "--repeat", str(args.repeat), "--gc", args.gc]
         print("pure-Python build, the same workloads in a second process:", flush=True)
@@ -301,11 +320,11 @@ def _asyncio(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
-def _dispatcher(args: argparse.Namespace) -> int:
+def _dispatcher(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from tickwheel.bench._dispatcher import median, run_dispatcher
 
-    if args.tasks < 1 or args.repeat < 1:
-        raise SystemExit("--tasks and --repeat must be >= 1")
+    if args.batch > args.buffer:
+        parser.error(f"--batch ({args.batch}) must not exceed --buffer ({args.buffer})")
     start = time.monotonic()
     results = run_dispatcher(
         args.tasks, args.repeat, args.workers, args.batch, args.buffer,
@@ -324,8 +343,6 @@ def _dispatcher(args: argparse.Namespace) -> int:
 def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
     from tickwheel.bench._purgatory import ROUND, leftover_entries, run_purgatory
 
-    if operations < ROUND or repeat < 1:
-        raise SystemExit(f"--operations must be >= {ROUND} and --repeat >= 1")
     start = time.monotonic()
     results, anchor, floor = run_purgatory(
         operations, repeat,

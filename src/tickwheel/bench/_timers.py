@@ -33,7 +33,7 @@ from typing import Any
 
 from tickwheel import HashedWheelTimer, HeapTimer, ManualClock, TimerBase, TimingWheelTimer
 
-__all__ = ["IMPLEMENTATIONS", "Result", "run_timers"]
+__all__ = ["IMPLEMENTATIONS", "TIMER_WORKLOADS", "Result", "run_timers"]
 
 STEP_MS = 10
 W3_PAIRS = 200_000
@@ -232,6 +232,9 @@ class HeapqFloor(Impl):
 def _timer(cls: Callable[..., TimerBase], **kw: Any) -> Callable[[ManualClock], TimerBase]:
     return lambda clock: cls(clock=clock, executor=None, **kw)
 
+
+#: The workloads ``run_timers`` knows, by name.
+TIMER_WORKLOADS = ("W1", "W2", "W3", "W4")
 
 IMPLEMENTATIONS: dict[str, Callable[[], Impl]] = {
     "TimingWheelTimer": lambda: TickwheelImpl("TimingWheelTimer", _timer(TimingWheelTimer)),
