@@ -72,9 +72,15 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
                   add_completion=False)
-console = Console()
+# No markup: what is printed holds paths, file names and data, whose brackets rich
+# would read as its own tags ("tickwheel[spark]" printed as "tickwheel").
+console = Console(markup=False)
 if not console.is_terminal:  # logs and pipes get the whole table, not an 80-column cut
-    console = Console(width=120)
+    console = Console(width=120, markup=False)
+
+
+def _error(message: str) -> None:
+    console.print(message, style="red")
 
 
 class Engine(enum.Enum):
@@ -125,7 +131,7 @@ def generate(
 ) -> None:
     """Generate a workload from the broker models and write it as JSON Lines files."""
     if output.exists() and not output.is_dir():
-        console.print(f"[red]--output {output} exists and is not a directory[/red]")
+        _error(f"--output {output} exists and is not a directory")
         raise typer.Exit(2)
     if not follow and output.is_dir():
         # Files of an earlier log would be read with this one, and its own names would
@@ -134,9 +140,9 @@ def generate(
         held = sorted(p.name for p in output.iterdir() if is_input_name(p.name))
         if held:
             shown = ", ".join(repr(name) for name in held[:3])
-            console.print(f"[red]--output {output} already holds {len(held)} input files "
-                          f"({shown}{', ...' if len(held) > 3 else ''}): give an empty or "
-                          "new directory[/red]")
+            _error(f"--output {output} already holds {len(held)} input files "
+                   f"({shown}{', ...' if len(held) > 3 else ''}): give an empty or "
+                   "new directory")
             raise typer.Exit(2)
     if follow:
         _generate_live(GeneratorConfig(seed=seed, malformed_fraction=malformed,
@@ -244,13 +250,13 @@ def run(
     user_processor = None if processor is None else _load_processor(processor)
     if not follow and (trigger_ms != DEFAULT_TRIGGER_MS or clock is not ClockKind.event
                        or metrics_port is not None):
-        console.print("[red]--trigger-ms, --clock and --metrics-port apply to --follow "
-                      "only[/red]")
+        _error("--trigger-ms, --clock and --metrics-port apply to --follow "
+               "only")
         raise typer.Exit(2)
     if follow:
         if not final:
-            console.print("[red]--no-final does not apply to --follow: a service never "
-                          "ends its input[/red]")
+            _error("--no-final does not apply to --follow: a service never "
+                   "ends its input")
             raise typer.Exit(2)
         retention = (FOLLOW_DEDUPE_RETENTION_MS if dedupe_retention_ms is None
                      else dedupe_retention_ms)
@@ -264,8 +270,8 @@ def run(
             return
         if any(option is not None
                for option in (master, partitions, max_files_per_trigger, driver_memory)):
-            console.print("[red]--master, --partitions, --max-files-per-trigger and "
-                          "--driver-memory apply to the Spark engine only[/red]")
+            _error("--master, --partitions, --max-files-per-trigger and "
+                   "--driver-memory apply to the Spark engine only")
             raise typer.Exit(2)
         _start_metrics(metrics_port, metrics_host)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
@@ -279,14 +285,14 @@ def run(
         return
     spark_only = (checkpoint, master, partitions, max_files_per_trigger, driver_memory)
     if any(option is not None for option in spark_only) or not final:
-        console.print("[red]--checkpoint, --master, --partitions, --max-files-per-trigger, "
-                      "--driver-memory and --no-final apply to the Spark engine only[/red]")
+        _error("--checkpoint, --master, --partitions, --max-files-per-trigger, "
+               "--driver-memory and --no-final apply to the Spark engine only")
         raise typer.Exit(2)
     try:
         files = input_files(input, warn=False)  # the reader's listing warns
         prepare_output(output, overwrite=overwrite)
     except (FileNotFoundError, InputError, OutputDirError) as exc:
-        console.print(f"[red]{exc}[/red]")
+        _error(f"{exc}")
         raise typer.Exit(2) from exc
     _run_local(files, input, output, lateness_ms, dedupe_retention_ms, user_processor,
                processor)
@@ -333,7 +339,7 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
                     progress.update(task, completed=reference.result.rows_applied
                                     + reasons[Reason.DUPLICATE_OP_ID.value])
     except OSError as exc:  # a full disk, an input that cannot be read
-        console.print(f"[red]the run stopped, and wrote no outputs: {exc}[/red]")
+        _error(f"the run stopped, and wrote no outputs: {exc}")
         raise typer.Exit(1) from exc
     result = reference.result
     _print_run("local engine", time.monotonic() - started, result.rows_in,
@@ -359,25 +365,25 @@ def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        console.print(f"[red]--processor must be MODULE:NAME, got {spec!r}[/red]")
+        _error(f"--processor must be MODULE:NAME, got {spec!r}")
         raise typer.Exit(2)
     try:
         found: object = importlib.import_module(module_name)
         for part in attr.split("."):
             found = getattr(found, part)
     except (ImportError, AttributeError) as exc:
-        console.print(f"[red]--processor {spec}: {exc}[/red]")
+        _error(f"--processor {spec}: {exc}")
         raise typer.Exit(2) from exc
     made = found
     if isinstance(found, type) or (callable(found) and not hasattr(found, "process_batch")):
         try:
             made = found()
         except Exception as exc:
-            console.print(f"[red]--processor {spec}: making it raised {exc!r}[/red]")
+            _error(f"--processor {spec}: making it raised {exc!r}")
             raise typer.Exit(2) from exc
     if not callable(getattr(made, "process_batch", None)):
-        console.print(f"[red]--processor {spec}: {made!r} has no process_batch(outcomes) "
-                      "method[/red]")
+        _error(f"--processor {spec}: {made!r} has no process_batch(outcomes) "
+               "method")
         raise typer.Exit(2)
     return made  # type: ignore[return-value]
 
@@ -405,14 +411,14 @@ def _start_metrics(port: int | None, host: str) -> None:
     try:
         from prometheus_client import start_http_server
     except ImportError as exc:
-        console.print("[red]--metrics-port needs the metrics extra: "
-                      "pip install 'tickwheel[metrics]'[/red]")
+        _error("--metrics-port needs the metrics extra: "
+               "pip install 'tickwheel[metrics]'")
         raise typer.Exit(2) from exc
     try:
         start_http_server(port, addr=host)
     except OSError as exc:  # in use, not this machine's address, or no such host
-        console.print(f"[red]--metrics-host {host} --metrics-port {port}: cannot serve "
-                      f"metrics there: {exc.strerror or exc}[/red]")
+        _error(f"--metrics-host {host} --metrics-port {port}: cannot serve "
+               f"metrics there: {exc.strerror or exc}")
         raise typer.Exit(2) from exc
     console.print(f"metrics on http://{host}:{port}/metrics")
 
@@ -441,7 +447,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             clock=wall_clock_ms if clock is ClockKind.wall else None, overwrite=overwrite,
             sink=sink)
     except (FileNotFoundError, InputError, OutputDirError, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]")
+        _error(f"{exc}")
         raise typer.Exit(2) from exc
 
     class _Live:  # what the metrics export reads: the latest counts, live
@@ -476,8 +482,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
         try:
             result = follower.run(stop, trigger_ms=trigger_ms, on_batch=progress)
         except OSError as exc:  # a full disk, the output or checkpoint taken away
-            console.print(f"[red]the service stopped in batch {follower.batch_id + 1}: "
-                          f"{exc}[/red]")
+            _error(f"the service stopped in batch {follower.batch_id + 1}: "
+                   f"{exc}")
             if sink is not None:
                 _print_delivery(sink.close())
             raise typer.Exit(1) from exc
@@ -498,26 +504,26 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
-        console.print("[red]the Spark engine needs its extra: "
-                      "pip install 'tickwheel[spark]'[/red]")
+        _error("the Spark engine needs its extra: "
+               "pip install 'tickwheel[spark]'")
         raise typer.Exit(2) from exc
     problem = input_dir_problem(input)
     if problem is not None:
-        console.print(f"[red]{problem}[/red]")
+        _error(f"{problem}")
         raise typer.Exit(2)
     try:  # before Spark starts, and its log goes into the checkpoint (checked again)
         check_spark_paths(input, checkpoint, output)
         prepare_output(output, overwrite=overwrite, checkpoint=checkpoint,
                        checkpoint_id=checkpoint_id(checkpoint))
     except (InputError, OutputDirError) as exc:
-        console.print(f"[red]{exc}[/red]")
+        _error(f"{exc}")
         raise typer.Exit(2) from exc
     memory = driver_memory or DEFAULT_DRIVER_MEMORY
     console.print(f"starting Spark ({master}, driver memory {memory})")
     try:
         spark = spark_session(master, driver_memory=memory)
     except RuntimeError as exc:  # no JVM, or one that stopped at once
-        console.print(f"[red]could not start Spark: {exc}[/red]")
+        _error(f"could not start Spark: {exc}")
         raise typer.Exit(1) from exc
     sink = None if processor is None else OutcomeSink(processor)
     try:
@@ -531,7 +537,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
             raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
                              "with --follow --clock wall")
     except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
+        _error(f"{exc}")
         raise typer.Exit(2) from exc
     if follow is not None:
         _follow_spark(spark_engine, *follow)
@@ -656,7 +662,7 @@ def _print_run(title: str, elapsed: float, rows_in: int, applied: int,
     table.add_row("cancels of unknown or resolved operations", f"{ignored:,}")
     console.print(table)
     if rows_in != applied + sum(quarantined.values()) + held:
-        console.print("[red]rows were lost: in != applied + quarantined + held[/red]")
+        _error("rows were lost: in != applied + quarantined + held")
         raise typer.Exit(1)
 
 
@@ -668,12 +674,12 @@ def report(
 ) -> None:
     """Tables of outcomes, latencies and quarantined rows, and a plot, from an output directory."""
     if not (output / "outcomes").is_dir():
-        console.print(f"[red]{output} has no outcomes/ directory[/red]")
+        _error(f"{output} has no outcomes/ directory")
         raise typer.Exit(2)
     try:
         summary = summarize(output)
     except OutputDirError as exc:
-        console.print(f"[red]{exc}[/red]")
+        _error(f"{exc}")
         raise typer.Exit(2) from exc
     kinds = Table(title=f"{summary.total_outcomes:,} outcomes")
     for column in ("kind", "completed", "expired", "cancelled", "error", "p50 ms", "p90 ms",
@@ -713,8 +719,8 @@ def bench(
     if what not in targets:
         asked = what in ("--help", "-h")
         if not asked:
-            console.print(f"[red]which benchmark? one of {', '.join(targets)}"
-                          f"{'' if what is None else f', not {what!r}'}[/red]")
+            _error(f"which benchmark? one of {', '.join(targets)}"
+                   f"{'' if what is None else f', not {what!r}'}")
         console.print(ctx.get_help())
         raise typer.Exit(0 if asked else 2)
     raise typer.Exit(bench_main([what, *ctx.args]))

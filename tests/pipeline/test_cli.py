@@ -234,6 +234,16 @@ def test_a_service_that_cannot_write_stops_in_one_line_with_exit_1(
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("name", ["[/x]", "[bold]b[/bold]", "tickwheel[spark]"])
+def test_brackets_in_a_path_are_printed_as_they_are(tmp_path: Path, name: str) -> None:
+    # rich would read them as its own markup: dropped, or an error of its own.
+    given = tmp_path / name
+    result = runner.invoke(app, ["run", "--input", str(given), "--output",
+                                 str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert f"input directory {given} does not exist" in " ".join(result.output.split())
+
+
 def test_generate_refuses_an_output_that_is_a_file(tmp_path: Path) -> None:
     target = tmp_path / "events.jsonl"
     target.write_text("keep me\n")
