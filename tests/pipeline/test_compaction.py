@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -102,6 +103,37 @@ def test_the_readers_take_merged_files(tmp_path: Path) -> None:
         pq.write_table(table, directory / f"batch-{i:09d}.parquet")
     compact(directory, settled=2, fan_in=3)
     assert len(read_parquet_rows(directory)) == 3
+
+
+def test_a_reader_during_a_merge_counts_each_row_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A service merges as a report reads: the merged file is in place before the files
+    # it covers go, and a file listed may be gone when it is opened.
+    from tickwheel.pipeline import io
+
+    partition_files(tmp_path, range(4), partitions=2)
+    merged = tmp_path.parent / "merged"
+    partition_files(merged, range(2), partitions=2)
+    compact(merged, settled=1, fan_in=4)
+    (merged / "batches-000000000-000000001.parquet").rename(
+        tmp_path / "batches-000000000-000000001.parquet")  # the originals still there
+    assert sorted(io.count_outputs(tmp_path, "batch").items()) == [(0, 2), (1, 2), (2, 2),
+                                                                   (3, 2)]
+    opened = io.open_parquet
+    gone = tmp_path / "batch-000000002-00000.parquet"
+
+    def merging(path: Path) -> Any:
+        if path == gone and path.exists():  # merged away between listing and reading
+            pq.write_table(pa.concat_tables([pq.read_table(p) for p in (
+                gone, tmp_path / "batch-000000002-00001.parquet")]),
+                tmp_path / "batches-000000002-000000002.parquet")
+            path.unlink()
+            (tmp_path / "batch-000000002-00001.parquet").unlink()
+        return opened(path)
+
+    monkeypatch.setattr(io, "open_parquet", merging)
+    assert sorted(io.read_output_table(tmp_path, ["batch"]).column(0).to_pylist()) == [
+        0, 0, 1, 1, 2, 2, 3, 3]
 
 
 def test_batches_a_sink_has_not_settled_do_not_merge(tmp_path: Path) -> None:

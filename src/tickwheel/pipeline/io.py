@@ -65,6 +65,9 @@ DEFAULT_CHECKPOINT = "_checkpoint"
 _OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}(-\d{5})?|batches-\d{9}-\d{9})\.parquet"
                           r"|\.(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.tmp"
                           r"|\.batch-\d{9}-\d{5}\.\d+\.tmp")
+#: A file of outputs and the batches it covers: one batch's (a partition's file of
+#: it), or a merged run's, first and last.
+_COVERED = re.compile(r"batch-(\d{9})(?:-\d{5})?\.parquet|batches-(\d{9})-(\d{9})\.parquet")
 _OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error")
 _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
 # A dict lookup: OutcomeKind(value) goes through the enum's Python-level lookup.
@@ -694,7 +697,8 @@ def read_output_table(directory: Path, columns: Sequence[str]) -> pa.Table:
     there that no engine wrote, or without these columns, raises
     :class:`OutputDirError` naming it."""
     pa, _ = _pyarrow()
-    tables = [table for _, table in _output_tables(directory, columns)]
+    tables = _reread_if_changed(directory, lambda: [
+        table for _, table in _output_tables(directory, columns)])
     if not tables:
         empty = quarantine_table([]) if directory.name == "quarantine" else outcomes_table([])
         return empty.select(list(columns))
@@ -708,20 +712,56 @@ def count_outputs(directory: Path, column: str) -> dict[str, int]:
     _pyarrow()
     import pyarrow.compute as pc
 
-    counts: dict[str, int] = {}
-    for _, table in _output_tables(directory, [column]):
-        for item in pc.value_counts(table.column(0)).to_pylist():
-            counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
-    return dict(sorted(counts.items()))
+    def count() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _, table in _output_tables(directory, [column]):
+            for item in pc.value_counts(table.column(0)).to_pylist():
+                counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+        return counts
+
+    return dict(sorted(_reread_if_changed(directory, count).items()))
+
+
+class _Vanished(Exception):
+    """A file listed was gone when it was read: a running service merged it."""
+
+
+_R = TypeVar("_R")
+#: Reads of a directory a service keeps compacting before giving up.
+_READS = 5
+
+
+def _reread_if_changed(directory: Path, read: Callable[[], _R]) -> _R:
+    for _ in range(_READS):
+        try:
+            return read()
+        except _Vanished:
+            continue
+    raise OutputDirError(f"{directory} changed under each of {_READS} reads: a running "
+                         "service is merging its files; try again")
+
+
+def _merged_away(paths: list[Path]) -> set[Path]:
+    """The files of ``paths`` that a merged file among them covers: a merge's file is
+    renamed into place before the files it merged are removed, and a reader that
+    listed both in between would count their rows twice."""
+    ranges = {path: (int(m[1] or m[2]), int(m[1] or m[3]))
+              for path in paths if (m := _COVERED.fullmatch(path.name))}
+    merged = [(path, span) for path, span in ranges.items() if path.name.startswith("batches-")]
+    return {path for path, (first, last) in ranges.items()
+            if any(other != path and low <= first and last <= high
+                   for other, (low, high) in merged)}
 
 
 def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Path, pa.Table]]:
     pa, _ = _pyarrow()
     if not directory.is_dir():
         return
-    for path in sorted(directory.iterdir()):
-        if path.name.startswith("."):
-            continue  # a write in progress
+    paths = sorted(directory.iterdir())
+    covered = _merged_away(paths)
+    for path in paths:
+        if path.name.startswith(".") or path in covered:
+            continue  # a write in progress; rows a merged file holds too
         if not _OUTPUT_FILE.fullmatch(path.name):
             raise OutputDirError(f"{path} was not written by tickwheel")
         try:
@@ -731,6 +771,8 @@ def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Pa
                 if missing:
                     raise OutputDirError(f"{path} lacks the columns {', '.join(missing)}")
                 table = file.read(columns=list(columns), use_threads=False)
+        except FileNotFoundError:
+            raise _Vanished(path) from None
         except (pa.ArrowException, OSError) as exc:
             raise OutputDirError(f"{path} cannot be read as the Parquet file tickwheel "
                                  f"wrote there: {exc}") from None
