@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tickwheel.pipeline.io import open_parquet, write_tables_atomically
+from tickwheel.pipeline.io import covered_batches, open_parquet, write_tables_atomically
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,20 +31,9 @@ log = logging.getLogger(__name__)
 
 # One batch's file: the local engine writes one, the Spark engine's executors one per
 # partition (batch-<id>-<partition>).
-_BATCH = re.compile(r"batch-(\d{9})(?:-\d{5})?\.parquet")
-_MERGED = re.compile(r"batches-(\d{9})-(\d{9})\.parquet")
 
 FAN_IN = 64
 MAX_BYTES = 64 << 20
-
-
-def covered_batches(path: Path) -> tuple[int, int] | None:
-    """The first and last batch ids a file of outputs covers, or None."""
-    if m := _BATCH.fullmatch(path.name):
-        return int(m.group(1)), int(m.group(1))
-    if m := _MERGED.fullmatch(path.name):
-        return int(m.group(1)), int(m.group(2))
-    return None
 
 
 def batch_files(directory: Path, batch_id: int) -> list[Path]:
@@ -160,4 +148,4 @@ def _finish(directory: Path) -> list[tuple[tuple[int, int], Path]]:
 
 
 def _is_batch(path: Path) -> bool:
-    return _BATCH.fullmatch(path.name) is not None
+    return covered_batches(path) is not None and not path.name.startswith("batches-")

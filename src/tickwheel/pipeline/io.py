@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
-           "OutputWriter", "check_spark_paths", "checkpoint_id", "count_outputs", "input_bytes",
+           "OutputWriter", "check_spark_paths", "checkpoint_id", "count_outputs",
+           "covered_batches", "input_bytes",
            "input_dir_problem", "input_files", "is_input_name", "json_lines", "open_input",
            "open_parquet", "outcome_rows",
            "outcome_size", "outcome_writer", "outcomes_table", "output_owner", "parquet_events",
@@ -65,9 +66,9 @@ DEFAULT_CHECKPOINT = "_checkpoint"
 _OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}(-\d{5})?|batches-\d{9}-\d{9})\.parquet"
                           r"|\.(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.tmp"
                           r"|\.batch-\d{9}-\d{5}\.\d+\.tmp")
-#: A file of outputs and the batches it covers: one batch's (a partition's file of
-#: it), or a merged run's, first and last.
-_COVERED = re.compile(r"batch-(\d{9})(?:-\d{5})?\.parquet|batches-(\d{9})-(\d{9})\.parquet")
+# A batch's file of outputs (a partition's file of it), and a merged run's.
+_BATCH = re.compile(r"batch-(\d{9})(?:-\d{5})?\.parquet")
+_MERGED = re.compile(r"batches-(\d{9})-(\d{9})\.parquet")
 _OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error")
 _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
 # A dict lookup: OutcomeKind(value) goes through the enum's Python-level lookup.
@@ -741,13 +742,22 @@ def _reread_if_changed(directory: Path, read: Callable[[], _R]) -> _R:
                          "service is merging its files; try again")
 
 
+def covered_batches(path: Path) -> tuple[int, int] | None:
+    """The first and last batch ids a file of outputs covers, or None."""
+    if m := _BATCH.fullmatch(path.name):
+        return int(m.group(1)), int(m.group(1))
+    if m := _MERGED.fullmatch(path.name):
+        return int(m.group(1)), int(m.group(2))
+    return None
+
+
 def _merged_away(paths: list[Path]) -> set[Path]:
     """The files of ``paths`` that a merged file among them covers: a merge's file is
     renamed into place before the files it merged are removed, and a reader that
     listed both in between would count their rows twice."""
-    ranges = {path: (int(m[1] or m[2]), int(m[1] or m[3]))
-              for path in paths if (m := _COVERED.fullmatch(path.name))}
-    merged = [(path, span) for path, span in ranges.items() if path.name.startswith("batches-")]
+    ranges = {path: span for path in paths if (span := covered_batches(path)) is not None}
+    merged = [(path, span) for path, span in ranges.items()
+              if _MERGED.fullmatch(path.name) is not None]
     return {path for path, (first, last) in ranges.items()
             if any(other != path and low <= first and last <= high
                    for other, (low, high) in merged)}
