@@ -83,6 +83,12 @@ def _error(message: str) -> None:
     console.print(message, style="red")
 
 
+def _warn_no_input(input: Path) -> None:
+    # An empty run is valid (a day without events), but more often a wrong directory.
+    console.print(f"no input files in {input}: the engines read files named *.jsonl, "
+                  "*.json or *.parquet", style="yellow")
+
+
 class Engine(enum.Enum):
     local = "local"
     spark = "spark"
@@ -345,6 +351,8 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
     _print_run("local engine", time.monotonic() - started, result.rows_in,
                result.rows_applied, dict(reasons), outcomes.rows, result.pending,
                result.ignored_cancels, held=0)
+    if not files:
+        _warn_no_input(input)
     if user_processor is not None:
         with console.status(f"delivering {outcomes.rows:,} outcomes to {processor}"):
             _print_delivery(deliver_outcomes(read_outcomes(outcomes.path), user_processor))
@@ -512,12 +520,14 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         _error(f"{problem}")
         raise typer.Exit(2)
     try:  # before Spark starts, and its log goes into the checkpoint (checked again)
-        check_spark_paths(input, checkpoint, output)
+        files = check_spark_paths(input, checkpoint, output)
         prepare_output(output, overwrite=overwrite, checkpoint=checkpoint,
                        checkpoint_id=checkpoint_id(checkpoint))
     except (InputError, OutputDirError) as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from exc
+    if not files and follow is None:
+        _warn_no_input(input)
     memory = driver_memory or DEFAULT_DRIVER_MEMORY
     console.print(f"starting Spark ({master}, driver memory {memory})")
     try:

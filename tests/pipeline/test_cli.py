@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import socket
@@ -740,6 +741,40 @@ def test_a_directory_or_a_pipe_named_as_an_input_file_is_skipped_with_a_warning(
         "files in it are not read",
         f"skipping input file {str(source / 'zz-pipe.jsonl')!r}: not a regular file (a "
         "pipe, socket or device)"]
+
+
+def test_a_file_that_is_not_a_log_is_left_unread_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A log kept compressed or under another suffix would otherwise vanish silently.
+    source, out = _generated(tmp_path, events=500), tmp_path / "out"
+    first = source / "events-00001.jsonl"
+    (source / "more.jsonl.gz").write_bytes(gzip.compress(first.read_bytes()))
+    (source / "notes.csv").write_text("op_id,deadline\n")
+    (source / ".incoming.jsonl.tmp").write_text("{}\n")  # being written: not mentioned
+    (source / "_SUCCESS").write_text("")
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
+        result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    warnings = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
+    assert warnings == [
+        f"skipping input file {str(source / 'more.jsonl.gz')!r}: compressed: the engines "
+        "read files named *.jsonl, *.json or *.parquet, uncompressed",
+        f"skipping input file {str(source / 'notes.csv')!r}: not a log: the engines read "
+        "files named *.jsonl, *.json or *.parquet"]
+    assert "rows applied" in result.output and "500" in result.output
+    assert "no input files" not in result.output
+
+
+def test_an_input_directory_without_a_log_runs_empty_and_says_so(tmp_path: Path) -> None:
+    source = tmp_path / "logs"
+    source.mkdir()
+    (source / "app.log").write_text("started\n")
+    result = runner.invoke(app, ["run", "--input", str(source), "--output",
+                                 str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert (f"no input files in {source}: the engines read files named *.jsonl, *.json or "
+            "*.parquet") in " ".join(result.output.split())
+    assert read_parquet_rows(tmp_path / "out" / "outcomes") == []
 
 
 def test_the_scaling_benchmark_reports_each_partition_count(

@@ -139,6 +139,22 @@ def test_a_file_that_lands_with_an_undecodable_name_is_skipped_with_one_warning(
     assert follower.counts().files_skipped == 0
 
 
+def test_a_file_that_is_not_a_log_is_logged_once_while_it_stays(
+        tmp_path: Path, inbox: Path, caplog: pytest.LogCaptureFixture) -> None:
+    follower = engine(tmp_path, None)
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_050)])
+    (inbox / "b.jsonl.gz").write_bytes(b"\x1f\x8b")
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
+        assert follower.step() is not None and follower.step() is None
+    assert [r.getMessage() for r in caplog.records].count(
+        f"skipping input file {str(inbox / 'b.jsonl.gz')!r}: compressed: the engines read "
+        "files named *.jsonl, *.json or *.parquet, uncompressed") == 1
+    assert follower.counts().files_skipped == 1
+    (inbox / "b.jsonl.gz").unlink()
+    follower.step()
+    assert follower.counts().files_skipped == 0
+
+
 def test_an_input_directory_that_goes_and_comes_back_is_waited_for_and_not_read_again(
         tmp_path: Path, inbox: Path, caplog: pytest.LogCaptureFixture) -> None:
     # A remount or a move: the service keeps its deadlines and what it has seen, and

@@ -52,6 +52,8 @@ __all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
+_READ = "files named *.jsonl, *.json or *.parquet"
+_COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 
 #: What an engine writes into its output directory: these, and the checkpoint when it
 #: is the default ``OUTPUT/_checkpoint``.
@@ -134,7 +136,9 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
     A symlink is followed only while it points inside ``directory``: one that leads
     elsewhere, or to nothing (dangling, or a loop), is skipped and logged, so an input
     directory never copies a file from outside it into the quarantine. A directory or
-    a pipe with an input file's name is skipped and logged too. A name that is
+    a pipe with an input file's name is skipped and logged too, and so is a file whose
+    name is not a log's (``notes.csv``, ``events.jsonl.gz``); a hidden name (``.`` or
+    ``_`` first) is a file being written, left out unlogged. A name that is
     not valid UTF-8 raises :class:`InputError` (refused before any work), unless
     ``skipped`` is given: a running service's listing skips such a file instead of
     stopping, and logs each name it skips once while the name stays: ``skipped``
@@ -149,6 +153,10 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
     for path in sorted(directory.iterdir()):
         name = path.name
         if not is_input_name(name):
+            # A hidden name is a file on its way in; any other file is said to be
+            # left unread, so that a log kept as .csv or .jsonl.gz is not lost silently.
+            if not name.startswith((".", "_")) and path.is_file():
+                _skip(path, _unread_reason(name), skipped, skipping, warn)
             continue
         if not is_utf8(name):  # undecodable bytes come as lone surrogates
             if skipped is None:
@@ -177,6 +185,12 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
         skipped.clear()
         skipped.update(skipping)
     return files
+
+
+def _unread_reason(name: str) -> str:
+    if name.endswith(_COMPRESSED):
+        return f"compressed: the engines read {_READ}, uncompressed"
+    return f"not a log: the engines read {_READ}"
 
 
 def _skip(path: Path, why: str, skipped: dict[str, str] | None,
