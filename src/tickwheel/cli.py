@@ -35,6 +35,7 @@ from tickwheel.pipeline.generator import (
 )
 from tickwheel.pipeline.io import (
     DEFAULT_CHECKPOINT,
+    INPUT_NAMES,
     InputError,
     OutputDirError,
     check_spark_paths,
@@ -85,8 +86,8 @@ def _error(message: str) -> None:
 
 def _warn_no_input(input: Path) -> None:
     # An empty run is valid (a day without events), but more often a wrong directory.
-    console.print(f"no input files in {input}: the engines read files named *.jsonl, "
-                  "*.json or *.parquet", style="yellow")
+    console.print(f"no input files in {input}: the engines read {INPUT_NAMES}",
+                  style="yellow")
 
 
 class Engine(enum.Enum):

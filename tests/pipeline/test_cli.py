@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
+import bz2
 import json
 import os
 import socket
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from tickwheel.cli import app
 from tickwheel.pipeline.events import MAX_ROW_CHARS, TOO_LONG_KEPT_CHARS, Quarantined, Reason
-from tickwheel.pipeline.io import parquet_events, read_parquet_rows
+from tickwheel.pipeline.io import INPUT_NAMES, parquet_events, read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine
 
 runner = CliRunner()
@@ -748,7 +748,7 @@ def test_a_file_that_is_not_a_log_is_left_unread_with_a_warning(
     # A log kept compressed or under another suffix would otherwise vanish silently.
     source, out = _generated(tmp_path, events=500), tmp_path / "out"
     first = source / "events-00001.jsonl"
-    (source / "more.jsonl.gz").write_bytes(gzip.compress(first.read_bytes()))
+    (source / "more.jsonl.bz2").write_bytes(bz2.compress(first.read_bytes()))
     (source / "notes.csv").write_text("op_id,deadline\n")
     (source / ".incoming.jsonl.tmp").write_text("{}\n")  # being written: not mentioned
     (source / "_SUCCESS").write_text("")
@@ -757,10 +757,10 @@ def test_a_file_that_is_not_a_log_is_left_unread_with_a_warning(
     assert result.exit_code == 0, result.output
     warnings = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
     assert warnings == [
-        f"skipping input file {str(source / 'more.jsonl.gz')!r}: compressed: the engines "
-        "read files named *.jsonl, *.json or *.parquet, uncompressed",
+        f"skipping input file {str(source / 'more.jsonl.bz2')!r}: compressed with .bz2, "
+        f"which is not read: the engines read {INPUT_NAMES}",
         f"skipping input file {str(source / 'notes.csv')!r}: not a log: the engines read "
-        "files named *.jsonl, *.json or *.parquet"]
+        f"{INPUT_NAMES}"]
     assert "rows applied" in result.output and "500" in result.output
     assert "no input files" not in result.output
 
@@ -772,8 +772,8 @@ def test_an_input_directory_without_a_log_runs_empty_and_says_so(tmp_path: Path)
     result = runner.invoke(app, ["run", "--input", str(source), "--output",
                                  str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert (f"no input files in {source}: the engines read files named *.jsonl, *.json or "
-            "*.parquet") in " ".join(result.output.split())
+    assert f"no input files in {source}: the engines read {INPUT_NAMES}" in " ".join(
+        result.output.split())
     assert read_parquet_rows(tmp_path / "out" / "outcomes") == []
 
 

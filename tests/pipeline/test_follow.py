@@ -24,6 +24,7 @@ import pytest
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tickwheel.pipeline import follow
 from tickwheel.pipeline.follow import LocalFollowEngine, wall_clock_ms
+from tickwheel.pipeline.io import INPUT_NAMES
 from tickwheel.pipeline.reference import ReferenceEngine
 
 
@@ -139,18 +140,30 @@ def test_a_file_that_lands_with_an_undecodable_name_is_skipped_with_one_warning(
     assert follower.counts().files_skipped == 0
 
 
+def test_a_gzipd_file_that_lands_is_read_as_its_lines(tmp_path: Path, inbox: Path) -> None:
+    import gzip
+
+    follower = engine(tmp_path, None)
+    text = watch(1_000, "op", 1_050) + "\n" + watch(1_200, "later", 5_000) + "\n"
+    (inbox / ".a.jsonl.gz.tmp").write_bytes(gzip.compress(text.encode()))
+    (inbox / ".a.jsonl.gz.tmp").rename(inbox / "a.jsonl.gz")
+    batch = follower.step()
+    assert batch is not None and (batch.files, batch.rows) == (1, 2)
+    assert outcomes(tmp_path / "out") == [("op", "expired", 1_050, 50, ("k",), None)]
+
+
 def test_a_file_that_is_not_a_log_is_logged_once_while_it_stays(
         tmp_path: Path, inbox: Path, caplog: pytest.LogCaptureFixture) -> None:
     follower = engine(tmp_path, None)
     land(inbox, "a.jsonl", [watch(1_000, "op", 1_050)])
-    (inbox / "b.jsonl.gz").write_bytes(b"\x1f\x8b")
+    (inbox / "b.jsonl.xz").write_bytes(b"\xfd7zXZ")
     with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
         assert follower.step() is not None and follower.step() is None
     assert [r.getMessage() for r in caplog.records].count(
-        f"skipping input file {str(inbox / 'b.jsonl.gz')!r}: compressed: the engines read "
-        "files named *.jsonl, *.json or *.parquet, uncompressed") == 1
+        f"skipping input file {str(inbox / 'b.jsonl.xz')!r}: compressed with .xz, which is "
+        f"not read: the engines read {INPUT_NAMES}") == 1
     assert follower.counts().files_skipped == 1
-    (inbox / "b.jsonl.gz").unlink()
+    (inbox / "b.jsonl.xz").unlink()
     follower.step()
     assert follower.counts().files_skipped == 0
 

@@ -4,6 +4,7 @@ that survives a hard kill. One Spark session for the whole test run (conftest)."
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import marshal
 import os
@@ -191,10 +192,11 @@ def write_parquet(lines: list[str], path: Path) -> None:
     pq.write_table(pa.table(columns), path)
 
 
-def test_parquet_and_json_lines_input_resolve_like_the_reference_engine(
+def test_parquet_and_json_lines_gzipd_or_not_resolve_like_the_reference_engine(
         spark: Any, tmp_path: Path) -> None:
     """Parquet files are read whole by the reference engine's reader: a file whose
-    columns have other types, or that is not Parquet at all, is quarantined. The
+    columns have other types, or that is not Parquet at all, is quarantined, and so is
+    what a gzip'd file cut short no longer holds. The
     packers read files from the paths Spark lists, which Hadoop prints without
     percent-encoding: names with spaces, a literal %20 and non-ASCII letters."""
     import pyarrow as pa
@@ -216,7 +218,12 @@ def test_parquet_and_json_lines_input_resolve_like_the_reference_engine(
             carried = [line for line in part if not _is_typed(line)]
         else:
             path = log / f"events-{i:05d} 100%20 é.jsonl"
-            path.write_text("\n".join(carried + part) + "\n")
+            text = "\n".join(carried + part) + "\n"
+            if i == 4:
+                path = path.with_name(f"{path.name}.gz")
+                path.write_bytes(gzip.compress(text.encode()))
+            else:
+                path.write_text(text)
             carried = []
         # The two sources each take one file per micro-batch, in modification-time order.
         os.utime(path, (now + i, now + i))
@@ -227,6 +234,9 @@ def test_parquet_and_json_lines_input_resolve_like_the_reference_engine(
     (log / "events-00007.parquet").write_bytes(b"not parquet at all")
     for i in (6, 7):
         os.utime(log / f"events-{i:05d}.parquet", (now + i, now + i))
+    cut = gzip.compress("\n".join(random_log(6, rows=200)).encode())
+    (log / "events-00008.jsonl.gz").write_bytes(cut[: len(cut) // 2])
+    os.utime(log / "events-00008.jsonl.gz", (now + 8, now + 8))
     expected = reference(log)
     reasons = expected.quarantined_by_reason()
     assert reasons["bad_type"] >= 1 and reasons["unparseable"] >= 1
@@ -238,8 +248,10 @@ def test_parquet_and_json_lines_input_resolve_like_the_reference_engine(
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
     assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
     assert result.rows_in == expected.rows_in
-    assert any("unreadable Parquet file events-00007.parquet" in raw
-               for _, raw, _ in quarantine_of(tmp_path / "out"))
+    raws = [raw for _, raw, _ in quarantine_of(tmp_path / "out")]
+    assert any("unreadable Parquet file events-00007.parquet" in raw for raw in raws)
+    assert any(raw.startswith("unreadable gzip file events-00008.jsonl.gz after ")
+               for raw in raws)
 
 
 def _is_typed(line: str) -> bool:

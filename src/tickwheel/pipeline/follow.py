@@ -48,6 +48,7 @@ from tickwheel.pipeline.io import (
     input_dir_problem,
     input_files,
     json_lines,
+    json_stream,
     open_input,
     outcomes_table,
     parquet_events,
@@ -195,8 +196,8 @@ def _rows_of(path: Path) -> list[Wire]:
     with opened as stream:
         if path.suffix == ".parquet":
             return [to_wire(row) for rows in parquet_events(stream) for row in rows]
-        return [compact_wire(line) for lines in json_lines(stream) for line in lines
-                if line.strip()]
+        return [compact_wire(line) for lines in json_lines(json_stream(stream, path.name))
+                for line in lines if line.strip()]
 
 
 class LocalFollowEngine:

@@ -1,9 +1,10 @@
 """Reading event directories and writing outcomes and quarantine as Parquet.
 
-Input files are ``*.jsonl``, ``*.json`` and ``*.parquet`` in name order (names
-starting with ``.`` or ``_`` are not input); both engines write ``DIR/outcomes/`` and
-``DIR/quarantine/`` with the columns of the event-log contract, so any tool can
-compare them. Parquet needs ``pyarrow`` (``pip install 'tickwheel[cli]'``).
+Input files are ``*.jsonl``, ``*.json`` (either gzip'd as ``*.jsonl.gz``, ``*.json.gz``)
+and ``*.parquet`` in name order (names starting with ``.`` or ``_`` are not input); both
+engines write ``DIR/outcomes/`` and ``DIR/quarantine/`` with the columns of the
+event-log contract, so any tool can compare them. Parquet needs ``pyarrow`` (``pip
+install 'tickwheel[cli]'``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import logging
 import os
 import re
 import shutil
+import struct
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Generic, Protocol, TypeVar
@@ -38,11 +41,11 @@ from tickwheel.pipeline.reference import OutcomeRow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
+__all__ = ["HADOOP_GLOB_CHARS", "INPUT_NAMES", "ByteStream", "InputError", "OutputDirError",
            "OutputWriter", "check_spark_paths", "checkpoint_id", "count_outputs",
            "covered_batches", "input_bytes",
-           "input_dir_problem", "input_files", "is_input_name", "json_lines", "open_input",
-           "open_parquet", "outcome_rows",
+           "input_dir_problem", "input_files", "is_input_name", "json_lines", "json_stream",
+           "open_input", "open_parquet", "outcome_rows",
            "outcome_size", "outcome_writer", "outcomes_table", "output_owner", "parquet_events",
            "prepare_output", "quarantine_table", "quarantine_writer", "quarantined_size",
            "read_events", "read_outcomes", "read_output_table", "read_parquet_rows", "read_wire",
@@ -51,9 +54,11 @@ __all__ = ["HADOOP_GLOB_CHARS", "ByteStream", "InputError", "OutputDirError",
 
 log = logging.getLogger(__name__)
 
-SUFFIXES = (".jsonl", ".json", ".parquet")
-_READ = "files named *.jsonl, *.json or *.parquet"
-_COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
+SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
+GZIP_SUFFIX = ".gz"
+#: The input files' names, as messages give them.
+INPUT_NAMES = "files named *.jsonl or *.json (gzip'd or not) or *.parquet"
+_COMPRESSED = (".bz2", ".xz", ".zst", ".zstd", ".lz4", ".zip", ".snappy", ".br")
 
 #: What an engine writes into its output directory: these, and the checkpoint when it
 #: is the default ``OUTPUT/_checkpoint``.
@@ -188,9 +193,10 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
 
 
 def _unread_reason(name: str) -> str:
-    if name.endswith(_COMPRESSED):
-        return f"compressed: the engines read {_READ}, uncompressed"
-    return f"not a log: the engines read {_READ}"
+    base, _, suffix = name.rpartition(".")
+    if base.endswith((".jsonl", ".json")) and f".{suffix}" in _COMPRESSED:
+        return f"compressed with .{suffix}, which is not read: the engines read {INPUT_NAMES}"
+    return f"not a log: the engines read {INPUT_NAMES}"
 
 
 def _skip(path: Path, why: str, skipped: dict[str, str] | None,
@@ -270,8 +276,9 @@ def _rows(directory: Path, max_chars: int, on_bytes: Callable[[int], object] | N
                 if on_bytes is not None:
                     on_bytes(os.fstat(stream.fileno()).st_size)
                 continue
+            # Progress counts the file's own bytes, compressed or not.
             counted: ByteStream = stream if on_bytes is None else _Counted(stream, on_bytes)
-            for lines in json_lines(counted, max_chars=max_chars):
+            for lines in json_lines(json_stream(counted, path.name), max_chars=max_chars):
                 for line in lines:
                     if line.strip():
                         yield parse(line)
@@ -295,6 +302,79 @@ class _Counted:
         block = self._stream.read(size)
         self._on_bytes(len(block))
         return block
+
+
+def json_stream(stream: ByteStream, name: str) -> ByteStream:
+    """What :func:`json_lines` reads of a JSON Lines file opened as ``stream``: its
+    bytes, or, for a name ending ``.gz``, its gzip'd bytes decompressed, a slice at a
+    time (a file that expands a thousandfold is never held whole)."""
+    return _Gunzipped(stream, name) if name.endswith(GZIP_SUFFIX) else stream
+
+
+class _Gunzipped:
+    """A gzip'd file's bytes, decompressed: its members one after another, zero bytes
+    between them skipped (as :mod:`gzip` reads them). Data that cannot be decompressed
+    (a file cut short, corrupt, or not gzip at all) ends them with one line naming the
+    file and the fault, after the bytes read before it: no JSON, so both engines
+    quarantine it as ``unparseable``, as they do a Parquet file that cannot be read.
+    An error reading the file itself is raised."""
+
+    _BLOCK = 1 << 20  # compressed bytes read at a time
+
+    def __init__(self, stream: ByteStream, name: str) -> None:
+        self._raw = stream
+        self._name = name
+        self._inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # a gzip member
+        self._tail = b""  # compressed bytes read and not yet decompressed
+        self._in_member = False  # a byte of the current member was read
+        self._given = 0
+        self._line_open = False  # the bytes given so far end inside a line
+        self._ended = False
+
+    def read(self, size: int, /) -> bytes:
+        parts: list[bytes] = []
+        wanted = size
+        while wanted > 0 and not self._ended:
+            try:
+                block = self._next(wanted)
+            except zlib.error as exc:
+                block = self._fault(str(exc))
+            parts.append(block)
+            wanted -= len(block)
+        return b"".join(parts)
+
+    def _next(self, size: int) -> bytes:
+        while True:
+            if self._inflate.eof:
+                rest = self._inflate.unused_data.lstrip(b"\0")
+                while not rest:
+                    block = self._raw.read(self._BLOCK)
+                    if not block:
+                        self._ended = True
+                        return b""
+                    rest = block.lstrip(b"\0")
+                self._inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+                self._tail = rest
+            data = self._tail or self._raw.read(self._BLOCK)
+            if not data:
+                if self._in_member:
+                    return self._fault("the file ends inside its gzip data (cut short)")
+                self._ended = True  # an empty file: no member at all
+                return b""
+            self._in_member = True
+            out = self._inflate.decompress(data, size)
+            self._tail = self._inflate.unconsumed_tail
+            if out:
+                self._given += len(out)
+                self._line_open = not out.endswith(b"\n")
+                return out
+
+    def _fault(self, why: str) -> bytes:
+        self._ended = True
+        # On a line of its own: a line the fault cut is a row of its own, as it was.
+        line = (("\n" if self._line_open else "")
+                + f"unreadable gzip file {self._name} after {self._given} bytes: {why}\n")
+        return line.encode("utf-8", "surrogateescape")
 
 
 _BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark
@@ -426,12 +506,14 @@ PARQUET_ROW_BYTES = 128
 
 def input_bytes(path: Path) -> int:
     """How much input a file holds, as a micro-batch's budget counts it: a JSON Lines
-    file's size, a Parquet file's rows (from its footer) at PARQUET_ROW_BYTES each; 0
-    for a file gone."""
+    file's size (a gzip'd one's size decompressed, from its trailer), a Parquet file's
+    rows (from its footer) at PARQUET_ROW_BYTES each; 0 for a file gone."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         return 0
+    if path.name.endswith(GZIP_SUFFIX):
+        return max(size, _gzip_size(path))
     if path.suffix != ".parquet":
         return size
     pa, _ = _pyarrow()
@@ -441,6 +523,20 @@ def input_bytes(path: Path) -> int:
     except (pa.ArrowException, OSError):
         return size  # its reader quarantines it
     return max(size, rows * PARQUET_ROW_BYTES)
+
+
+def _gzip_size(path: Path) -> int:
+    """A gzip'd file's size decompressed, as its trailer gives it: modulo 4 GiB, and
+    its last member's only (a guess for a budget, never a bound); 0 if unreadable."""
+    try:
+        with open(path, "rb") as file:
+            if file.seek(0, os.SEEK_END) < 18:  # a gzip member's header and trailer
+                return 0
+            file.seek(-4, os.SEEK_END)
+            size: int = struct.unpack("<I", file.read(4))[0]
+            return size
+    except OSError:
+        return 0
 
 
 def open_input(path: Path) -> BinaryIO | None:

@@ -39,6 +39,7 @@ from tickwheel.pipeline.events import Quarantined, compact_wire, to_wire
 from tickwheel.pipeline.io import (
     OutputWriter,
     json_lines,
+    json_stream,
     open_input,
     outcomes_table,
     parquet_events,
@@ -199,7 +200,7 @@ def packer(labels: list[int], lateness_ms: int) -> Any:
                             if out is not None:
                                 yield out
                         continue
-                    for lines in json_lines(stream):
+                    for lines in json_lines(json_stream(stream, target.name)):
                         with collector_paused():
                             rows = [compact_wire(line) for line in lines if line.strip()]
                             out = _chunk_batch(cut(rows)) if rows else None
