@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         from exc
 
 from tickwheel._signals import stop_on_signals
+from tickwheel.bench import BENCHMARKS
 from tickwheel.pipeline.events import Quarantined, Reason
 from tickwheel.pipeline.generator import (
     MAX_RATE,
@@ -107,14 +108,6 @@ def _check_driver_memory(value: str | None) -> str | None:
         return check_driver_memory(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-
-
-class BenchTarget(enum.Enum):
-    timers = "timers"
-    purgatory = "purgatory"
-    dispatcher = "dispatcher"
-    pipeline = "pipeline"
-    follow = "follow"
 
 
 @app.command()
@@ -720,13 +713,12 @@ def report(
 def bench(
     ctx: typer.Context,
     what: Annotated[str | None, typer.Argument(
-        help="which benchmark: " + ", ".join(t.value for t in BenchTarget))] = None,
+        help="which benchmark: " + ", ".join(BENCHMARKS))] = None,
 ) -> None:
-    """Run a benchmark; options after its name go to it (`tickwheel bench pipeline
-    --repeat 3`; `tickwheel bench WHAT --help` lists them)."""
+    """Run a benchmark; options after its name go to it (see `tickwheel bench WHAT --help`)."""
     from tickwheel.bench.__main__ import main as bench_main
 
-    targets = [t.value for t in BenchTarget]
+    targets = BENCHMARKS
     if what not in targets:
         asked = what in ("--help", "-h")
         if not asked:

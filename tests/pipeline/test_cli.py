@@ -274,6 +274,22 @@ def test_a_benchmarks_help_is_its_own() -> None:
     assert result.exit_code == 0 and "--workloads" in result.output
 
 
+def test_the_command_runs_every_benchmark_the_module_has(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tickwheel.bench import BENCHMARKS
+    from tickwheel.bench.__main__ import main as bench_main
+
+    with pytest.raises(SystemExit):
+        bench_main(["--help"])
+    usage = capsys.readouterr().out
+    listed = usage[usage.index("{") + 1:usage.index("}")].split(",")
+    assert tuple(listed) == BENCHMARKS
+    for name in BENCHMARKS:
+        result = runner.invoke(app, ["bench", name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
+        assert f"python -m tickwheel.bench {name}" in " ".join(result.output.split())
+
+
 @pytest.mark.parametrize("command", ["generate", "run", "report", "bench"])
 def test_help_everywhere(command: str) -> None:
     result = runner.invoke(app, [command, "--help"])
