@@ -81,6 +81,22 @@ if not console.is_terminal:  # logs and pipes get the whole table, not an 80-col
     console = Console(width=120, markup=False)
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from tickwheel.__main__ import main as describe
+
+        describe()
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_show_version, is_eager=True,
+        help="print the version, and whether the core is compiled, and exit")] = False,
+             ) -> None:
+    pass
+
+
 def _error(message: str) -> None:
     console.print(message, style="red")
 

@@ -290,6 +290,15 @@ def test_the_command_runs_every_benchmark_the_module_has(
         assert f"python -m tickwheel.bench {name}" in " ".join(result.output.split())
 
 
+def test_version_names_the_release_and_the_build() -> None:
+    import tickwheel
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert f"tickwheel {tickwheel.__version__} on Python" in result.output
+    assert ("core: compiled" if tickwheel.compiled else "core: pure Python") in result.output
+
+
 @pytest.mark.parametrize("command", ["generate", "run", "report", "bench"])
 def test_help_everywhere(command: str) -> None:
     result = runner.invoke(app, [command, "--help"])
