@@ -62,6 +62,7 @@ from tickwheel.pipeline.limits import (
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
     check_driver_memory,
+    check_spark_settings,
 )
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
@@ -235,6 +236,10 @@ def run(
         help="Spark: the memory of the driver's JVM that this command starts, as Spark "
              "writes it (512m, 2g; default: 4g). Under spark-submit, its own "
              "--driver-memory")] = None,
+    conf: Annotated[list[str] | None, typer.Option(
+        "--conf", metavar="KEY=VALUE",
+        help="Spark: a Spark setting, as spark-submit's --conf (spark.executor.memory=2g); "
+             "repeat for more")] = None,
     overwrite: Annotated[bool, typer.Option(
         help="clear earlier outputs in OUTPUT first (and OUTPUT/_checkpoint); without it "
              "OUTPUT must be empty or new, or, for Spark, hold its checkpoint's own "
@@ -263,6 +268,11 @@ def run(
              "least once, retried after congestion")] = None,
 ) -> None:
     """Resolve an event log: every operation's outcome, and every bad row quarantined."""
+    try:
+        spark_settings = check_spark_settings(conf or [])
+    except ValueError as exc:
+        _error(f"--conf: {exc}")
+        raise typer.Exit(2) from exc
     user_processor = None if processor is None else _load_processor(processor)
     if not follow and (trigger_ms != DEFAULT_TRIGGER_MS or clock is not ClockKind.event
                        or metrics_port is not None):
@@ -282,12 +292,14 @@ def run(
                        checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]",
                        partitions, max_files_per_trigger, final, overwrite,
                        follow=(trigger_ms, clock, metrics_port),
-                       processor=user_processor, driver_memory=driver_memory)
+                       processor=user_processor, driver_memory=driver_memory,
+                       settings=spark_settings)
             return
         if any(option is not None
-               for option in (master, partitions, max_files_per_trigger, driver_memory)):
-            _error("--master, --partitions, --max-files-per-trigger and "
-                   "--driver-memory apply to the Spark engine only")
+               for option in (master, partitions, max_files_per_trigger, driver_memory,
+                              conf)):
+            _error("--master, --partitions, --max-files-per-trigger, --driver-memory "
+                   "and --conf apply to the Spark engine only")
             raise typer.Exit(2)
         _start_metrics(metrics_port, metrics_host)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
@@ -297,12 +309,12 @@ def run(
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
                    checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]", partitions,
                    max_files_per_trigger, final, overwrite, processor=user_processor,
-                   driver_memory=driver_memory)
+                   driver_memory=driver_memory, settings=spark_settings)
         return
-    spark_only = (checkpoint, master, partitions, max_files_per_trigger, driver_memory)
+    spark_only = (checkpoint, master, partitions, max_files_per_trigger, driver_memory, conf)
     if any(option is not None for option in spark_only) or not final:
         _error("--checkpoint, --master, --partitions, --max-files-per-trigger, "
-               "--driver-memory and --no-final apply to the Spark engine only")
+               "--driver-memory, --conf and --no-final apply to the Spark engine only")
         raise typer.Exit(2)
     try:
         files = input_files(input, warn=False)  # the reader's listing warns
@@ -518,7 +530,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                max_files_per_trigger: int | None, final: bool, overwrite: bool,
                follow: tuple[int, ClockKind, int | None] | None = None,
                processor: TaskProcessor[OutcomeRow] | None = None,
-               driver_memory: str | None = None) -> None:
+               driver_memory: str | None = None,
+               settings: dict[str, str] | None = None) -> None:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -541,7 +554,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     memory = driver_memory or DEFAULT_DRIVER_MEMORY
     console.print(f"starting Spark ({master}, driver memory {memory})")
     try:
-        spark = spark_session(master, driver_memory=memory)
+        spark = spark_session(master, driver_memory=memory, settings=settings)
     except RuntimeError as exc:  # no JVM, or one that stopped at once
         _error(f"could not start Spark: {exc}")
         raise typer.Exit(1) from exc

@@ -162,6 +162,10 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
     ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--driver-memory", "1g"],
     ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--driver-memory",
      "lots"],
+    # Spark settings are the Spark engine's, and checked before it starts.
+    ["run", "--input", ".", "--output", "/tmp/x", "--conf", "spark.executor.memory=2g"],
+    ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--conf", "spark.a=1"],
+    ["run", "--engine", "spark", "--input", ".", "--output", "/tmp/x", "--conf", "spark.x"],
 ])
 def test_bad_arguments_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, args)
@@ -629,13 +633,43 @@ def test_a_jvm_that_cannot_start_is_reported_with_what_it_printed(tmp_path: Path
     assert "Traceback" not in printed
 
 
+@pytest.mark.parametrize(("item", "reason"), [
+    ("spark.executor.memory", "is KEY=VALUE"), ("=2g", "is KEY=VALUE"),
+    ("executor.memory=2g", "'executor.memory' is not a Spark setting"),
+    ("spark.=1", "'spark.' is not a Spark setting"),
+    ("spark.master=yarn", "spark.master cannot be set here; use --master"),
+    ("spark.driver.memory=8g", "use --driver-memory"),
+    ("spark.sql.streaming.stateStore.providerClass=x", "needs RocksDB's state store"),
+])
+def test_a_spark_setting_that_cannot_be_taken_is_refused_by_name(item: str,
+                                                                 reason: str) -> None:
+    result = runner.invoke(app, ["run", "--engine", "spark", "--input", ".", "--output",
+                                 "/tmp/x", "--conf", item])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert text.startswith("--conf: ") and reason in text, result.output
+
+
+def test_spark_settings_are_read_as_spark_submit_reads_them() -> None:
+    from tickwheel.pipeline.limits import check_spark_settings
+
+    assert check_spark_settings(["spark.executor.memory=2g", "spark.a.b=x=y", "spark.c=",
+                                 "spark.executor.memory=2g"]) == {
+        "spark.executor.memory": "2g", "spark.a.b": "x=y", "spark.c": ""}
+    with pytest.raises(ValueError, match="given twice, as '2g' and '3g'"):
+        check_spark_settings(["spark.executor.memory=2g", "spark.executor.memory=3g"])
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
 def test_the_driver_memory_is_the_heap_of_the_jvm_the_session_starts(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     script = (
         "import os, pathlib\n"
         "from tickwheel.pipeline.spark import spark_session\n"
-        "spark = spark_session('local[1]', driver_memory='600m')\n"
+        "spark = spark_session('local[1]', driver_memory='600m', settings={\n"
+        "    'spark.app.name': 'named-by-the-user',\n"
+        "    'spark.driver.extraJavaOptions': '-Dtickwheel.probe=1'})\n"
+        "print(spark.sparkContext.appName)\n"
         "kids = [int(k) for t in pathlib.Path(f'/proc/{os.getpid()}/task').iterdir()\n"
         "        for k in (t / 'children').read_text().split()]\n"
         "print([pathlib.Path(f'/proc/{k}/cmdline').read_bytes().split(b'\\0')\n"
@@ -646,6 +680,9 @@ def test_the_driver_memory_is_the_heap_of_the_jvm_the_session_starts(tmp_path: P
                             env=env, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "b'-Xmx600m'" in result.stdout, result.stdout
+    # The user's settings reach the JVM the session starts, and the session.
+    assert "b'-Dtickwheel.probe=1'" in result.stdout, result.stdout
+    assert result.stdout.startswith("named-by-the-user\n"), result.stdout
     with pytest.raises(ValueError, match="driver memory must be"):
         from tickwheel.pipeline.spark import spark_session
 

@@ -9,7 +9,8 @@ from typing import Final
 __all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY", "DEFAULT_LATENESS_MS",
            "DEFAULT_SPILL_BYTES", "DEFAULT_SPILL_EVENTS", "DEFAULT_TRIGGER_MS",
            "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
-           "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "check_driver_memory"]
+           "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "RESERVED_SPARK_SETTINGS",
+           "check_driver_memory", "check_spark_settings"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
 #: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can
@@ -59,3 +60,36 @@ def check_driver_memory(value: str) -> str:
         raise ValueError(f"driver memory must be at least {_MIN_DRIVER_MIB}m for Spark to "
                          f"start; got {value!r}")
     return value
+
+
+#: Spark settings a user may not give as such: the engine's own, or one that an option
+#: of its own sets (the value it names).
+RESERVED_SPARK_SETTINGS: Final = {
+    "spark.master": "--master (or spark-submit's)",
+    "spark.driver.memory": "--driver-memory (or spark-submit's)",
+    "spark.sql.streaming.stateStore.providerClass":
+        "nothing: the engine's state needs RocksDB's state store",
+}
+
+
+def check_spark_settings(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` items, as spark-submit's ``--conf`` takes them, as a dict: each key
+    a Spark setting (``spark.`` first; Spark ignores any other) that is not reserved
+    (see :data:`RESERVED_SPARK_SETTINGS`), given once."""
+    settings: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"a Spark setting is KEY=VALUE, as in "
+                             f"spark.executor.memory=2g; got {item!r}")
+        if not key.startswith("spark.") or key == "spark.":
+            raise ValueError(f"{key!r} is not a Spark setting: their names start with "
+                             "'spark.'")
+        if key in RESERVED_SPARK_SETTINGS:
+            raise ValueError(f"{key} cannot be set here; use "
+                             f"{RESERVED_SPARK_SETTINGS[key]}")
+        if key in settings and settings[key] != value:
+            raise ValueError(f"{key} is given twice, as {settings[key]!r} and {value!r}")
+        settings[key] = value
+    return settings

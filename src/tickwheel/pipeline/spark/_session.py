@@ -18,10 +18,14 @@ import re
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import IO, TYPE_CHECKING
 
-from tickwheel.pipeline.limits import DEFAULT_DRIVER_MEMORY, check_driver_memory
+from tickwheel.pipeline.limits import (
+    DEFAULT_DRIVER_MEMORY,
+    check_driver_memory,
+    check_spark_settings,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,11 +42,18 @@ _launched = False
 
 def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
                   driver_memory: str = DEFAULT_DRIVER_MEMORY,
-                  python: str | None = None) -> SparkSession:
+                  python: str | None = None,
+                  settings: Mapping[str, str] | None = None) -> SparkSession:
     """A session for the engine. ``python`` runs the Python workers (the executors'
     ``spark.pyspark.python``); by default this interpreter for a master on this
     machine, and Spark's own setting (``PYSPARK_PYTHON`` or its defaults file)
     otherwise, since a cluster's executors have their own.
+
+    ``settings`` are Spark settings of the user's (``spark.executor.memory``, say), as
+    spark-submit's ``--conf`` gives them; they take the place of this function's own
+    defaults, and a reserved one is refused (see
+    :func:`~tickwheel.pipeline.limits.check_spark_settings`). Like the JVM's memory,
+    they apply to a session whose context starts here.
 
     ``master=None`` takes the master, the JVM's memory and any other setting from
     ``spark-submit`` (its JVM is up before this runs) or Spark's defaults file, and
@@ -50,31 +61,34 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
     from pyspark.sql import SparkSession
 
     check_driver_memory(driver_memory)
+    given = check_spark_settings([f"{k}={v}" for k, v in (settings or {}).items()])
     is_local = master is not None and master.startswith("local")
-    settings: dict[str, str] = {}
+    conf: dict[str, str] = {}
     if master is not None:  # an embedded session; spark-submit's user chooses these
-        settings.update({"spark.master": master, "spark.app.name": app_name,
-                         "spark.driver.memory": driver_memory,
-                         "spark.ui.enabled": "false",
-                         "spark.ui.showConsoleProgress": "false"})
+        conf.update({"spark.master": master, "spark.app.name": app_name,
+                     "spark.driver.memory": driver_memory,
+                     "spark.ui.enabled": "false",
+                     "spark.ui.showConsoleProgress": "false"})
     if is_local:
         # Everything of a local master is on this machine: its driver listens on
         # loopback only, not on whatever address the host name resolves to.
-        settings.update({"spark.driver.bindAddress": "127.0.0.1",
-                         "spark.driver.host": "127.0.0.1"})
+        conf.update({"spark.driver.bindAddress": "127.0.0.1",
+                     "spark.driver.host": "127.0.0.1"})
     if python is None and master is not None and master.startswith(("local", "spark://")):
         python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    python = given.get("spark.pyspark.python", python)
     if python is not None:
-        settings["spark.pyspark.python"] = python
-    settings.update({"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-                     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000"})
+        conf["spark.pyspark.python"] = python
+    conf["spark.sql.execution.arrow.maxRecordsPerBatch"] = "20000"
+    conf.update(given)
+    conf["spark.sql.streaming.stateStore.providerClass"] = ROCKSDB
     builder = SparkSession.builder
-    for name, value in settings.items():
+    for name, value in conf.items():
         builder = builder.config(name, value)
     with _workers_python(python):
         if (master is not None and not _launched
                 and SparkSession.getActiveSession() is None):
-            _start_context(settings)
+            _start_context(conf)
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
