@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import io
+import json
 import sys
 import threading
 import time
@@ -704,6 +705,9 @@ def report(
     output: Annotated[Path, typer.Option(help="an engine's output directory")],
     plot_path: Annotated[Path | None, typer.Option(
         "--plot", help="where to write the plot (default: OUTPUT/report.png)")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="print the summary as one JSON object instead of tables, and "
+                       "write a plot only if --plot is given")] = False,
 ) -> None:
     """Tables of outcomes, latencies and quarantined rows, and a plot, from an output directory."""
     if not (output / "outcomes").is_dir():
@@ -714,6 +718,12 @@ def report(
     except OutputDirError as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from exc
+    if as_json:
+        # Plain print: a console would wrap long lines and colour what a program reads.
+        print(json.dumps(summary.to_json(), indent=2, ensure_ascii=False))
+        if plot_path is not None:
+            print(f"plot: {plot(output, plot_path)}", file=sys.stderr)
+        return
     kinds = Table(title=f"{summary.total_outcomes:,} outcomes")
     for column in ("kind", "completed", "expired", "cancelled", "error", "p50 ms", "p90 ms",
                    "p99 ms", "max ms"):

@@ -121,3 +121,31 @@ def test_an_output_file_that_is_not_parquet_is_refused_by_name(tmp_path: Path) -
         summarize(tmp_path)
     result = CliRunner().invoke(app, ["report", "--output", str(tmp_path)])
     assert result.exit_code == 2 and "cannot be read" in result.output, result.output
+
+
+def test_the_json_report_is_the_summary_and_writes_no_plot_unless_asked(
+        tmp_path: Path) -> None:
+    import json
+
+    rows = [_outcome("produce-1", "completed", 40), _outcome("produce-2", "expired", 900),
+            _outcome("fetch-1", "completed", 5)]
+    write_outcomes(rows, tmp_path / "outcomes")
+    write_quarantine([Quarantined("x", Reason.UNPARSEABLE, None)], tmp_path / "quarantine")
+    result = CliRunner().invoke(app, ["report", "--output", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        "outcomes": 3,
+        "kinds": {
+            "fetch": {"outcomes": {"completed": 1},
+                      "latency_ms": {"p50": 5, "p90": 5, "p99": 5, "max": 5}},
+            "produce": {"outcomes": {"completed": 1, "expired": 1},
+                        "latency_ms": {"p50": 40, "p90": 900, "p99": 900, "max": 900}},
+        },
+        "quarantine": {"unparseable": 1},
+    }
+    assert not (tmp_path / "report.png").exists()
+    picture = tmp_path / "elsewhere.png"
+    result = CliRunner().invoke(app, ["report", "--output", str(tmp_path), "--json",
+                                      "--plot", str(picture)])
+    assert result.exit_code == 0 and json.loads(result.stdout)["outcomes"] == 3
+    assert picture.read_bytes()[:4] == b"\x89PNG"

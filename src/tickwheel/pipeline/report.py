@@ -45,6 +45,17 @@ class Summary:
     def total_outcomes(self) -> int:
         return sum(sum(v.values()) for v in self.outcomes.values())
 
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON values: what ``tickwheel report --json`` prints."""
+        return {
+            "outcomes": self.total_outcomes,
+            "kinds": {kind: {"outcomes": counts,
+                             "latency_ms": dict(zip(("p50", "p90", "p99", "max"),
+                                                    self.latency[kind], strict=True))}
+                      for kind, counts in self.outcomes.items()},
+            "quarantine": self.quarantine,
+        }
+
 
 def _nearest_rank(count: int, q: float) -> int:
     """The index of the ``q`` quantile among ``count`` sorted values."""
