@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 try:
     import typer
     from rich.console import Console
-    from rich.progress import DownloadColumn, MofNCompleteColumn, Progress
+    from rich.progress import DownloadColumn, MofNCompleteColumn, Progress, ProgressColumn
     from rich.table import Table
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise SystemExit("the tickwheel command needs its extra: pip install 'tickwheel[cli]'") \
@@ -99,6 +99,13 @@ def _options(version: Annotated[bool, typer.Option(
     pass
 
 
+def _progress(*columns: ProgressColumn) -> Progress:
+    # Shown on a terminal only: elsewhere a bar still writes a blank line, and a pipe
+    # closed early (| head) would then stop the work itself, not just its printing.
+    return Progress(*Progress.get_default_columns(), *columns, console=console,
+                    transient=True, disable=not console.is_terminal)
+
+
 def _error(message: str) -> None:
     console.print(message, style="red")
 
@@ -170,8 +177,7 @@ def generate(
     config = GeneratorConfig(events=events, seed=seed, malformed_fraction=malformed,
                              disorder_ms=disorder_ms, rows_per_file=rows_per_file)
     total = events + int(events * malformed)
-    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console,
-                  transient=True) as progress:
+    with _progress(MofNCompleteColumn()) as progress:
         task = progress.add_task("generating", total=total)
         try:
             stats = write_event_log(config, output,
@@ -347,8 +353,7 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
     try:
         with quarantine_writer(output / "quarantine") as quarantined, \
                 outcome_writer(output / "outcomes") as outcomes:
-            with Progress(*Progress.get_default_columns(), DownloadColumn(), console=console,
-                          transient=True) as progress:
+            with _progress(DownloadColumn()) as progress:
                 task = progress.add_task(f"reading {len(files)} files", total=total)
                 for row in read_wire(input, on_bytes=lambda n: progress.advance(task, n)):
                     reference.feed_wire(row)
@@ -357,8 +362,7 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
             quarantine(reference.take_quarantine())
             spilled = reference.spilled_runs
             events = reference.result.rows_in - sum(reasons.values())
-            with Progress(*Progress.get_default_columns(), console=console,
-                          transient=True) as progress:
+            with _progress() as progress:
                 task = progress.add_task(
                     "resolving" + (f" {spilled} runs sorted on disk" if spilled else ""),
                     total=events)

@@ -294,6 +294,29 @@ def test_the_command_runs_every_benchmark_the_module_has(
         assert f"python -m tickwheel.bench {name}" in " ".join(result.output.split())
 
 
+@pytest.mark.parametrize("command", ["generate", "run"])
+def test_a_closed_standard_output_stops_the_printing_not_the_work(
+        tmp_path: Path, command: str) -> None:
+    # As with | head: every write to stdout fails (EPIPE) from the start. The work is
+    # done first, and only the lines after it are lost.
+    source = _generated(tmp_path, events=500)
+    out = tmp_path / "out"
+    args = (["run", "--input", str(source), "--output", str(out)] if command == "run"
+            else ["generate", "--events", "500", "--output", str(out)])
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, "-m", "tickwheel.cli", *args],
+                                stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                timeout=120, check=False)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    written = out / "outcomes" / "part-00000.parquet" if command == "run" \
+        else out / "events-00001.jsonl"
+    assert written.exists()
+
+
 def test_version_names_the_release_and_the_build() -> None:
     import tickwheel
 
