@@ -189,19 +189,30 @@ def test_a_metrics_endpoint_that_cannot_be_served_is_refused_before_any_work(
             assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    ("2 g", "a whole number and a unit"), ("1.5g", "a whole number and a unit"),
-    ("4096", "a whole number and a unit"), ("\udcff1g", "a whole number and a unit"),
-    ("99999999999999g", "a whole number and a unit"), ("449m", "at least 450m"),
-    ("460799k", "at least 450m"),
+@pytest.mark.parametrize(("option", "value", "reason"), [
+    ("--driver-memory", "2 g", "a whole number and a unit"),
+    ("--driver-memory", "1.5g", "a whole number and a unit"),
+    ("--driver-memory", "4096", "a whole number and a unit"),
+    ("--driver-memory", "\udcff1g", "a whole number and a unit"),
+    ("--driver-memory", "99999999999999g", "a whole number and a unit"),
+    ("--driver-memory", "449m", "at least 450m"),
+    ("--driver-memory", "460799k", "at least 450m"),
+    ("--conf", "spark.executor.memory", "is KEY=VALUE"),
+    ("--conf", "=2g", "is KEY=VALUE"),
+    ("--conf", "executor.memory=2g", "'executor.memory' is not a Spark setting"),
+    ("--conf", "spark.=1", "'spark.' is not a Spark setting"),
+    ("--conf", "spark.master=yarn", "spark.master cannot be set here; use --master"),
+    ("--conf", "spark.driver.memory=8g", "use --driver-memory"),
+    ("--conf", "spark.sql.streaming.stateStore.providerClass=x",
+     "needs RocksDB's state store"),
 ])
-def test_a_driver_memory_spark_would_refuse_is_refused_by_name(value: str,
+def test_a_spark_setting_spark_would_refuse_is_refused_by_name(option: str, value: str,
                                                                reason: str) -> None:
     result = runner.invoke(app, ["run", "--engine", "spark", "--input", ".", "--output",
-                                 "/tmp/x", "--driver-memory", value])
+                                 "/tmp/x", option, value])
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.replace("│", " ").split())  # as wrapped in its box
-    assert "--driver-memory" in text and reason in text, result.output
+    assert option in text and reason in text, result.output
 
 
 @pytest.mark.parametrize("follow", [[], ["--follow"], ["--engine", "spark"]])
@@ -654,23 +665,6 @@ def test_a_jvm_that_cannot_start_is_reported_with_what_it_printed(tmp_path: Path
     assert "could not start Spark" in printed
     assert "no-java/bin/java" in printed  # the JVM's own words, from the log's last lines
     assert "Traceback" not in printed
-
-
-@pytest.mark.parametrize(("item", "reason"), [
-    ("spark.executor.memory", "is KEY=VALUE"), ("=2g", "is KEY=VALUE"),
-    ("executor.memory=2g", "'executor.memory' is not a Spark setting"),
-    ("spark.=1", "'spark.' is not a Spark setting"),
-    ("spark.master=yarn", "spark.master cannot be set here; use --master"),
-    ("spark.driver.memory=8g", "use --driver-memory"),
-    ("spark.sql.streaming.stateStore.providerClass=x", "needs RocksDB's state store"),
-])
-def test_a_spark_setting_that_cannot_be_taken_is_refused_by_name(item: str,
-                                                                 reason: str) -> None:
-    result = runner.invoke(app, ["run", "--engine", "spark", "--input", ".", "--output",
-                                 "/tmp/x", "--conf", item])
-    assert result.exit_code == 2, result.output
-    text = " ".join(result.output.split())
-    assert text.startswith("--conf: ") and reason in text, result.output
 
 
 def test_spark_settings_are_read_as_spark_submit_reads_them() -> None:

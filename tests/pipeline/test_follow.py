@@ -120,19 +120,25 @@ def test_a_file_is_read_once_however_many_batches_run(tmp_path: Path, inbox: Pat
     assert outcomes(tmp_path / "out") == [("op", "expired", 1_050, 50, ("k",), None)]
 
 
-def test_a_file_that_lands_with_an_undecodable_name_is_skipped_with_one_warning(
-        tmp_path: Path, inbox: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # Refused before any work (a command line's input), but a service that is
-    # running keeps running: the file waits, logged, until it is renamed.
+@pytest.mark.parametrize(("name", "why"), [
+    (b"b\xff.jsonl", "its name is not valid UTF-8: rename it"),
+    (b"b.jsonl.xz", f"compressed with .xz, which is not read: the engines read {INPUT_NAMES}"),
+    (b"b.txt", f"not a log: the engines read {INPUT_NAMES}"),
+])
+def test_a_file_that_lands_unreadable_by_name_is_skipped_with_one_warning_until_renamed(
+        tmp_path: Path, inbox: Path, caplog: pytest.LogCaptureFixture, name: bytes,
+        why: str) -> None:
+    # An undecodable name is refused before any work (a command line's input), but a
+    # service that is running keeps running: the file waits, logged, until renamed.
     follower = engine(tmp_path, None)
     land(inbox, "a.jsonl", [watch(1_000, "op", 1_050)])
     follower.step()
-    bad = inbox / os.fsdecode(b"b\xff.jsonl")
+    bad = inbox / os.fsdecode(name)
     bad.write_text(watch(1_200, "later", 5_000) + "\n")
     with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
         assert follower.step() is None and follower.step() is None
     assert [r.getMessage() for r in caplog.records].count(
-        f"skipping input file {str(bad)!r}: its name is not valid UTF-8: rename it") == 1
+        f"skipping input file {str(bad)!r}: {why}") == 1
     assert follower.counts().files_skipped == 1
     bad.rename(inbox / "b.jsonl")
     batch = follower.step()
@@ -150,22 +156,6 @@ def test_a_gzipd_file_that_lands_is_read_as_its_lines(tmp_path: Path, inbox: Pat
     batch = follower.step()
     assert batch is not None and (batch.files, batch.rows) == (1, 2)
     assert outcomes(tmp_path / "out") == [("op", "expired", 1_050, 50, ("k",), None)]
-
-
-def test_a_file_that_is_not_a_log_is_logged_once_while_it_stays(
-        tmp_path: Path, inbox: Path, caplog: pytest.LogCaptureFixture) -> None:
-    follower = engine(tmp_path, None)
-    land(inbox, "a.jsonl", [watch(1_000, "op", 1_050)])
-    (inbox / "b.jsonl.xz").write_bytes(b"\xfd7zXZ")
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
-        assert follower.step() is not None and follower.step() is None
-    assert [r.getMessage() for r in caplog.records].count(
-        f"skipping input file {str(inbox / 'b.jsonl.xz')!r}: compressed with .xz, which is "
-        f"not read: the engines read {INPUT_NAMES}") == 1
-    assert follower.counts().files_skipped == 1
-    (inbox / "b.jsonl.xz").unlink()
-    follower.step()
-    assert follower.counts().files_skipped == 0
 
 
 def test_an_input_directory_that_goes_and_comes_back_is_waited_for_and_not_read_again(
