@@ -75,3 +75,25 @@ def _is_compiled() -> bool:
 
 #: True when the timer core runs as a compiled (mypyc) extension, False in pure Python.
 compiled: bool = _is_compiled()
+
+
+def _build_lines() -> list[str]:
+    """What ``python -m tickwheel`` and ``tickwheel --version`` print: the release, the
+    Python, and which core and lock this install runs."""
+    import sys
+
+    from tickwheel import _mutex
+
+    lines = [f"tickwheel {__version__} on Python {sys.version.split()[0]}"]
+    if compiled:
+        lines.append("core: compiled (mypyc)")
+    else:
+        lines.append("core: pure Python (no C compiler at install, or "
+                     "TICKWHEEL_PURE_PYTHON=1); reinstall where a C compiler exists for "
+                     "the compiled core")
+    if isinstance(_mutex.new_lock(), _mutex.Mutex):
+        lock = "RawLock (C)" if _mutex.native else "the token lock (queue.SimpleQueue)"
+    else:
+        lock = "threading.Lock"
+    lines.append(f"mutex: {lock}")
+    return lines

@@ -85,9 +85,10 @@ if not console.is_terminal:  # logs and pipes get the whole table, not an 80-col
 
 def _show_version(value: bool) -> None:
     if value:
-        from tickwheel.__main__ import main as describe
+        import tickwheel
 
-        describe()
+        for line in tickwheel._build_lines():
+            print(line)
         raise typer.Exit()
 
 
