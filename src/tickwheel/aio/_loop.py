@@ -23,6 +23,11 @@ from tickwheel.aio._scheduler import SchedulerStats, WheelScheduler, register
 __all__ = ["EventLoop", "EventLoopPolicy", "new_event_loop"]
 
 _PACKAGE_DIR = os.path.dirname(__file__)
+
+if sys.version_info >= (3, 14):  # asyncio's own is deprecated there, and inspect's equal
+    from inspect import iscoroutinefunction
+else:  # it also knows the marks of older coroutine functions (AsyncMock on 3.11)
+    from asyncio import iscoroutinefunction
 #: The stock loop's call_at, which arms the wheel's sentinel in the base loop's heap.
 _BASE_CALL_AT = asyncio.SelectorEventLoop.call_at
 #: Frames kept per scheduling stack in debug mode (asyncio keeps as many).
@@ -82,7 +87,7 @@ class EventLoop(asyncio.SelectorEventLoop):
             if running is not self:
                 raise RuntimeError("Non-thread-safe operation invoked on an event loop "
                                    "other than the current one")
-        if asyncio.iscoroutine(callback) or asyncio.iscoroutinefunction(callback):
+        if asyncio.iscoroutine(callback) or iscoroutinefunction(callback):
             raise TypeError(f"coroutines cannot be used with {method}()")
         if not callable(callback):
             raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")
