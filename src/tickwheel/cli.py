@@ -35,22 +35,13 @@ from tickwheel.pipeline.generator import (
     follow_event_log,
     write_event_log,
 )
-from tickwheel.pipeline.io import (
-    DEFAULT_CHECKPOINT,
+from tickwheel.pipeline.input_dir import (
     INPUT_NAMES,
     InputError,
-    OutputDirError,
     check_spark_paths,
-    checkpoint_id,
-    count_outputs,
     input_dir_problem,
     input_files,
     is_input_name,
-    outcome_writer,
-    prepare_output,
-    quarantine_writer,
-    read_outcomes,
-    read_wire,
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_DRIVER_MEMORY,
@@ -64,6 +55,17 @@ from tickwheel.pipeline.limits import (
     MAX_TRIGGER_MS,
     check_driver_memory,
     check_spark_settings,
+)
+from tickwheel.pipeline.log_reader import read_wire
+from tickwheel.pipeline.outputs import (
+    DEFAULT_CHECKPOINT,
+    OutputDirError,
+    checkpoint_id,
+    count_outputs,
+    outcome_writer,
+    prepare_output,
+    quarantine_writer,
+    read_outcomes,
 )
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize

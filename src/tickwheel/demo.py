@@ -92,12 +92,8 @@ def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
     import time as _time
 
     from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-    from tickwheel.pipeline.io import (
-        read_parquet_rows,
-        read_wire,
-        write_outcomes,
-        write_quarantine,
-    )
+    from tickwheel.pipeline.log_reader import read_wire
+    from tickwheel.pipeline.outputs import read_parquet_rows, write_outcomes, write_quarantine
     from tickwheel.pipeline.reference import ReferenceEngine
     from tickwheel.pipeline.report import plot, summarize
 

@@ -135,12 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.input is None or args.output is None:
         parser.error("--input and --output are required")
-    from tickwheel.pipeline.io import (
-        DEFAULT_CHECKPOINT,
-        InputError,
-        check_spark_paths,
-        input_dir_problem,
-    )
+    from tickwheel.pipeline.input_dir import InputError, check_spark_paths, input_dir_problem
+    from tickwheel.pipeline.outputs import DEFAULT_CHECKPOINT
 
     problem = input_dir_problem(args.input)
     if problem is not None:

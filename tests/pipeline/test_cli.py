@@ -19,7 +19,9 @@ from typer.testing import CliRunner
 
 from tickwheel.cli import app
 from tickwheel.pipeline.events import MAX_ROW_CHARS, TOO_LONG_KEPT_CHARS, Quarantined, Reason
-from tickwheel.pipeline.io import INPUT_NAMES, parquet_events, read_parquet_rows
+from tickwheel.pipeline.input_dir import INPUT_NAMES
+from tickwheel.pipeline.log_reader import parquet_events
+from tickwheel.pipeline.outputs import read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine
 
 runner = CliRunner()
@@ -778,7 +780,7 @@ def test_a_symlink_out_of_the_input_directory_is_skipped_with_one_warning(
     secret.write_text("root:x:0:0\n")
     (source / "zz-link.jsonl").symlink_to(secret)
     (source / "zz-inside.jsonl").symlink_to(source / "events-00001.jsonl")
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.input_dir"):
         result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
     assert result.exit_code == 0, result.output
     warnings = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
@@ -811,7 +813,7 @@ def test_a_directory_or_a_pipe_named_as_an_input_file_is_skipped_with_a_warning(
     (source / "zz-parts.jsonl").mkdir()
     (source / "zz-parts.jsonl" / "part-0.jsonl").write_text("{}\n")
     os.mkfifo(source / "zz-pipe.jsonl")
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.input_dir"):
         result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
     assert result.exit_code == 0, result.output
     warnings = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
@@ -831,7 +833,7 @@ def test_a_file_that_is_not_a_log_is_left_unread_with_a_warning(
     (source / "notes.csv").write_text("op_id,deadline\n")
     (source / ".incoming.jsonl.tmp").write_text("{}\n")  # being written: not mentioned
     (source / "_SUCCESS").write_text("")
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.input_dir"):
         result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
     assert result.exit_code == 0, result.output
     warnings = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())

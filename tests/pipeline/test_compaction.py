@@ -13,7 +13,7 @@ import pytest
 
 from tickwheel.pipeline.compaction import batch_files as files_of_batch
 from tickwheel.pipeline.compaction import compact, covered_batches
-from tickwheel.pipeline.io import read_parquet_rows
+from tickwheel.pipeline.outputs import read_parquet_rows
 
 
 def batch_files(directory: Path, ids: range) -> None:
@@ -109,7 +109,7 @@ def test_a_reader_during_a_merge_counts_each_row_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A service merges as a report reads: the merged file is in place before the files
     # it covers go, and a file listed may be gone when it is opened.
-    from tickwheel.pipeline import io
+    from tickwheel.pipeline import outputs
 
     partition_files(tmp_path, range(4), partitions=2)
     merged = tmp_path.parent / "merged"
@@ -117,9 +117,9 @@ def test_a_reader_during_a_merge_counts_each_row_once(
     compact(merged, settled=1, fan_in=4)
     (merged / "batches-000000000-000000001.parquet").rename(
         tmp_path / "batches-000000000-000000001.parquet")  # the originals still there
-    assert sorted(io.count_outputs(tmp_path, "batch").items()) == [(0, 2), (1, 2), (2, 2),
+    assert sorted(outputs.count_outputs(tmp_path, "batch").items()) == [(0, 2), (1, 2), (2, 2),
                                                                    (3, 2)]
-    opened = io.open_parquet
+    opened = outputs.open_parquet
     gone = tmp_path / "batch-000000002-00000.parquet"
 
     def merging(path: Path) -> Any:
@@ -131,8 +131,8 @@ def test_a_reader_during_a_merge_counts_each_row_once(
             (tmp_path / "batch-000000002-00001.parquet").unlink()
         return opened(path)
 
-    monkeypatch.setattr(io, "open_parquet", merging)
-    assert sorted(io.read_output_table(tmp_path, ["batch"]).column(0).to_pylist()) == [
+    monkeypatch.setattr(outputs, "open_parquet", merging)
+    assert sorted(outputs.read_output_table(tmp_path, ["batch"]).column(0).to_pylist()) == [
         0, 0, 1, 1, 2, 2, 3, 3]
 
 

@@ -15,7 +15,7 @@ from tests.pipeline.test_sink import Flaky
 from tickwheel import ProcessingResult
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import OutcomeKind
-from tickwheel.pipeline.io import outcome_rows
+from tickwheel.pipeline.outputs import outcome_rows
 from tickwheel.pipeline.reference import OutcomeRow
 from tickwheel.pipeline.sink import OutcomeSink
 

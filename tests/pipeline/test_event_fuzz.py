@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tickwheel.pipeline.events import compact_wire, parse_wire
-from tickwheel.pipeline.io import (
-    json_lines,
+from tickwheel.pipeline.log_reader import json_lines
+from tickwheel.pipeline.outputs import (
     outcomes_table,
     quarantine_table,
     read_parquet_rows,

@@ -24,7 +24,7 @@ import pytest
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tickwheel.pipeline import follow
 from tickwheel.pipeline.follow import LocalFollowEngine, wall_clock_ms
-from tickwheel.pipeline.io import INPUT_NAMES
+from tickwheel.pipeline.input_dir import INPUT_NAMES
 from tickwheel.pipeline.reference import ReferenceEngine
 
 
@@ -135,7 +135,7 @@ def test_a_file_that_lands_unreadable_by_name_is_skipped_with_one_warning_until_
     follower.step()
     bad = inbox / os.fsdecode(name)
     bad.write_text(watch(1_200, "later", 5_000) + "\n")
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io"):
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.input_dir"):
         assert follower.step() is None and follower.step() is None
     assert [r.getMessage() for r in caplog.records].count(
         f"skipping input file {str(bad)!r}: {why}") == 1
@@ -514,7 +514,7 @@ def test_a_long_run_leaves_few_files_and_every_outcome(tmp_path: Path, inbox: Pa
 
 
 def outcomes_all(output: Path) -> list[tuple[Any, ...]]:
-    from tickwheel.pipeline.io import read_parquet_rows
+    from tickwheel.pipeline.outputs import read_parquet_rows
 
     return [(r["op_id"], r["outcome"]) for r in read_parquet_rows(output / "outcomes")]
 

@@ -144,8 +144,10 @@ def test_a_live_workload_lands_whole_files_of_rows_whose_time_has_passed(
             assert row["ts_ms"] >= started_ms - 1
             if row["type"] == "watch":
                 assert row["deadline_ms"] >= row["ts_ms"] - 1
-    # About 2,000 events/s (generous: the test machine may be busy).
-    assert 1_000 <= rows / 2.0 <= 3_000, rows
+    # About 2,000 events per second of the files' own time, however busy the machine
+    # was (a thread that starts late covers less wall time, not fewer rows a second).
+    span_s = (int(files[-1].stem.split("-")[1]) + 200 - int(files[0].stem.split("-")[1])) / 1e3
+    assert 1_000 <= rows / span_s <= 3_000, (rows, span_s)
     assert sum(n for n, _ in landed) == rows + sum(
         1 for f in files for line in f.read_text().splitlines() if line in _MALFORMED_SET)
 

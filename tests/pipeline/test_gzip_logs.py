@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tickwheel.pipeline.events import Quarantined, Reason
-from tickwheel.pipeline.io import input_bytes, json_lines, json_stream, read_events
+from tickwheel.pipeline.log_reader import input_bytes, json_lines, json_stream, read_events
 
 ROWS = b"".join(b'{"ts_ms": %d, "type": "tick"}\n' % i for i in range(2_000))
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tickwheel.pipeline.events import OutcomeKind, Quarantined, Reason
-from tickwheel.pipeline.io import (
+from tickwheel.pipeline.outputs import (
     OutputDirError,
     OutputWriter,
     outcomes_table,

@@ -28,7 +28,8 @@ from tickwheel.pipeline.events import (
     parse_wire,
 )
 from tickwheel.pipeline.generator import GeneratorConfig, generate
-from tickwheel.pipeline.io import json_lines, read_events, read_parquet_rows, write_outcomes
+from tickwheel.pipeline.log_reader import json_lines, read_events
+from tickwheel.pipeline.outputs import read_parquet_rows, write_outcomes
 from tickwheel.pipeline.reference import OutcomeRow, ReferenceEngine, RunResult
 
 ISSUE_EXAMPLE = """\
@@ -572,11 +573,11 @@ def test_reading_reports_every_byte_of_every_file_as_it_goes(tmp_path: Path) -> 
 def test_a_file_gone_between_listing_and_reading_is_passed_over_with_a_warning(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from tickwheel.pipeline import io as pipeline_io
+    from tickwheel.pipeline import log_reader
 
     (tmp_path / "b.jsonl").write_text('{"ts_ms": 1, "type": "tick"}\n')
     listed = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]  # a.jsonl: moved away since
-    monkeypatch.setattr(pipeline_io, "input_files", lambda directory: listed)
+    monkeypatch.setattr(log_reader, "input_files", lambda directory: listed)
     rows = list(read_events(tmp_path))
     assert [type(row) for row in rows] == [Event]
     assert "a.jsonl went away before it was read" in caplog.text

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tickwheel.cli import app
 from tickwheel.pipeline.events import OutcomeKind, Quarantined, Reason
-from tickwheel.pipeline.io import (
+from tickwheel.pipeline.outputs import (
     OutputDirError,
     count_outputs,
     outcomes_table,

@@ -24,7 +24,8 @@ from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_sink import Flaky
 from tickwheel.pipeline.events import Event, compact_wire
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-from tickwheel.pipeline.io import read_events, read_parquet_rows
+from tickwheel.pipeline.log_reader import read_events
+from tickwheel.pipeline.outputs import read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.routing import partition_of
 from tickwheel.pipeline.sink import OutcomeSink
@@ -471,7 +472,7 @@ def test_rows_come_back_as_they_were_sent_and_compressed() -> None:
 
 def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
     from tickwheel.pipeline.events import OutcomeKind
-    from tickwheel.pipeline.io import outcomes_table
+    from tickwheel.pipeline.outputs import outcomes_table
     from tickwheel.pipeline.resolver import OutcomeRow
 
     rows = [OutcomeRow(f"op-{n}", OutcomeKind.EXPIRED, 100 + n, 50, ("k",), None)

@@ -22,7 +22,7 @@ import pytest
 
 from tickwheel.pipeline import partition as partition_module
 from tickwheel.pipeline.events import OutcomeKind, Quarantined, Reason, compact_wire
-from tickwheel.pipeline.io import outcomes_table, quarantine_table
+from tickwheel.pipeline.outputs import outcomes_table, quarantine_table
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.spark import _tasks, _wire

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-from tickwheel.pipeline.io import read_wire
+from tickwheel.pipeline.log_reader import read_wire
 from tickwheel.pipeline.reference import ReferenceEngine
 
 __all__ = ["PipelineResult", "run_pipeline"]

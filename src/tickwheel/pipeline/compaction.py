@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tickwheel.pipeline.io import covered_batches, open_parquet, write_tables_atomically
+from tickwheel.pipeline._arrow import open_parquet
+from tickwheel.pipeline.outputs import covered_batches, write_tables_atomically
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -41,27 +41,23 @@ from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined, Wire, compact_wire, to_wire
-from tickwheel.pipeline.io import (
-    DEFAULT_CHECKPOINT,
-    OWNER_FILE,
-    checkpoint_id,
-    input_dir_problem,
-    input_files,
-    json_lines,
-    json_stream,
-    open_input,
-    outcomes_table,
-    parquet_events,
-    prepare_output,
-    quarantine_table,
-    write_atomically,
-)
+from tickwheel.pipeline.input_dir import input_dir_problem, input_files
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
     MAX_LATENESS_MS,
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
+)
+from tickwheel.pipeline.log_reader import json_lines, json_stream, open_input, parquet_events
+from tickwheel.pipeline.outputs import (
+    DEFAULT_CHECKPOINT,
+    OWNER_FILE,
+    checkpoint_id,
+    outcomes_table,
+    prepare_output,
+    quarantine_table,
+    write_atomically,
 )
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.resolver import OutcomeRow

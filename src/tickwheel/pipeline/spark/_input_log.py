@@ -5,7 +5,7 @@ The source's offsets are these numbers: a micro-batch reads the files numbered f
 its start offset up to its end offset, and Spark's offset log holds just the two
 numbers. So what Spark keeps per micro-batch does not grow with the files read so
 far, and Spark lists no directory: the input is listed here, with
-:func:`~tickwheel.pipeline.io.input_files` as the local engine lists it (Hadoop would
+:func:`~tickwheel.pipeline.input_dir.input_files` as the local engine lists it (Hadoop would
 take ``{}[]*?\\`` in a name as a pattern).
 
 The numbers are kept in ``CHECKPOINT/published.log``, a
@@ -23,7 +23,8 @@ import logging
 from pathlib import Path
 
 from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
-from tickwheel.pipeline.io import input_bytes, input_files
+from tickwheel.pipeline.input_dir import input_files
+from tickwheel.pipeline.log_reader import input_bytes
 
 __all__ = ["INPUT_GONE", "PUBLISHED_LOG", "SKIPPED_FILES", "InputLog", "input_gone",
            "skipped_files"]
@@ -110,7 +111,7 @@ class InputLog:
 
     def end_within(self, start: int, end: int, max_bytes: int) -> int:
         """The end of the files from ``start`` (up to ``end``) that hold ``max_bytes``
-        of input at most (:func:`~tickwheel.pipeline.io.input_bytes`), one file at
+        of input at most (:func:`~tickwheel.pipeline.log_reader.input_bytes`), one file at
         least."""
         total = 0
         for number, path in enumerate(self.files(start, end), start):

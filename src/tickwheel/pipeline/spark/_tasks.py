@@ -36,15 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.events import Quarantined, compact_wire, to_wire
-from tickwheel.pipeline.io import (
-    OutputWriter,
-    json_lines,
-    json_stream,
-    open_input,
-    outcomes_table,
-    parquet_events,
-    quarantine_table,
-)
+from tickwheel.pipeline.log_reader import json_lines, json_stream, open_input, parquet_events
+from tickwheel.pipeline.outputs import OutputWriter, outcomes_table, quarantine_table
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.routing import partition_of, route
 from tickwheel.pipeline.spark._entry_log import EntryLog

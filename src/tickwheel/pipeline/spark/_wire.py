@@ -22,7 +22,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tickwheel.pipeline.events import Quarantined
-from tickwheel.pipeline.io import (
+from tickwheel.pipeline.outputs import (
     outcome_size,
     outcomes_table,
     quarantine_table,
@@ -61,8 +61,8 @@ OUTPUT_SCHEMA = "outcomes binary, quarantine binary, status string"
 WRITTEN_SCHEMA = "status string, outcomes long, quarantined long"
 #: A blob of outcomes or quarantined rows holds at most this many rows ...
 BLOB_ROWS = 65_536
-#: ... and about this many bytes (by :func:`~tickwheel.pipeline.io.outcome_size` and
-#: :func:`~tickwheel.pipeline.io.quarantined_size`).
+#: ... and about this many bytes (by :func:`~tickwheel.pipeline.outputs.outcome_size` and
+#: :func:`~tickwheel.pipeline.outputs.quarantined_size`).
 BLOB_BYTES = 16 << 20
 #: A frame a worker yields holds about this many bytes of blobs (one blob at least).
 FRAME_BYTES = 64 << 20

@@ -53,16 +53,7 @@ from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.batch_log import write_bytes_atomically
 from tickwheel.pipeline.compaction import batch_files, compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
-from tickwheel.pipeline.io import (
-    OWNER_FILE,
-    check_spark_paths,
-    checkpoint_id,
-    input_bytes,
-    input_dir_problem,
-    input_files,
-    prepare_output,
-    write_atomically,
-)
+from tickwheel.pipeline.input_dir import check_spark_paths, input_dir_problem, input_files
 from tickwheel.pipeline.limits import (
     DEFAULT_BYTES_PER_TRIGGER,
     DEFAULT_LATENESS_MS,
@@ -73,6 +64,8 @@ from tickwheel.pipeline.limits import (
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
 )
+from tickwheel.pipeline.log_reader import input_bytes
+from tickwheel.pipeline.outputs import OWNER_FILE, checkpoint_id, prepare_output, write_atomically
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
 from tickwheel.pipeline.spark._input_log import INPUT_GONE, input_gone, skipped_files
@@ -179,7 +172,7 @@ class SparkEngine:
         settled; the caller closes the sink.
 
         ``output_dir`` must be empty, new, or hold the outputs of this checkpoint
-        (:class:`~tickwheel.pipeline.io.OutputDirError` otherwise); ``overwrite``
+        (:class:`~tickwheel.pipeline.outputs.OutputDirError` otherwise); ``overwrite``
         clears earlier outputs, and the checkpoint too when it is inside
         ``output_dir``.
 

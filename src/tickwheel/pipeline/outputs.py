@@ -1,0 +1,433 @@
+"""An engine's outputs: outcomes and quarantined rows as Parquet files in
+``DIR/outcomes/`` and ``DIR/quarantine/``, with the columns of the event-log contract
+so that any tool can compare them, written atomically and read back (also while a
+service merges them); and the output directory's ownership. Parquet needs ``pyarrow``
+(``pip install 'tickwheel[cli]'``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from tickwheel._validate import check_positive_int
+from tickwheel.pipeline._arrow import open_parquet, pyarrow_modules
+from tickwheel.pipeline.events import OutcomeKind, Quarantined
+from tickwheel.pipeline.input_dir import within
+from tickwheel.pipeline.reference import OutcomeRow
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["DEFAULT_CHECKPOINT", "OUTPUT_SUBDIRS", "OWNER_FILE", "REPORT_FILE",
+           "OutputDirError", "OutputWriter", "checkpoint_id", "count_outputs",
+           "covered_batches", "outcome_rows", "outcome_size", "outcome_writer",
+           "outcomes_table", "output_owner", "prepare_output", "quarantine_table",
+           "quarantine_writer", "quarantined_size", "read_outcomes", "read_output_table",
+           "read_parquet_rows", "write_atomically", "write_outcomes", "write_quarantine",
+           "write_tables_atomically"]
+
+#: What an engine writes into its output directory: these, and the checkpoint when it
+#: is the default ``OUTPUT/_checkpoint``.
+OUTPUT_SUBDIRS = ("outcomes", "quarantine")
+#: Which Spark checkpoint the outputs beside it belong to.
+OWNER_FILE = "_tickwheel-output.json"
+#: The plot ``tickwheel report`` writes by default.
+REPORT_FILE = "report.png"
+DEFAULT_CHECKPOINT = "_checkpoint"
+# The files an engine writes in outcomes/ and quarantine/ (and the Spark engine's
+# temporary files on their way there): nothing else is read as output.
+_OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}(-\d{5})?|batches-\d{9}-\d{9})\.parquet"
+                          r"|\.(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.tmp"
+                          r"|\.batch-\d{9}-\d{5}\.\d+\.tmp")
+# A batch's file of outputs (a partition's file of it), and a merged run's.
+_BATCH = re.compile(r"batch-(\d{9})(?:-\d{5})?\.parquet")
+_MERGED = re.compile(r"batches-(\d{9})-(\d{9})\.parquet")
+_OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error")
+_QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
+# A dict lookup: OutcomeKind(value) goes through the enum's Python-level lookup.
+_OUTCOMES = {o.value: o for o in OutcomeKind}
+R = TypeVar("R")
+
+
+class OutputDirError(ValueError):
+    """The output directory holds something its run did not write (refused before any
+    work: mixing files in would corrupt the result)."""
+
+
+def outcomes_table(rows: list[OutcomeRow]) -> pa.Table:
+    """Outcomes in the contract's columns, as both engines write them."""
+    pa, _ = pyarrow_modules()
+    return pa.table({
+        "op_id": pa.array([r.op_id for r in rows], pa.string()),
+        # `_value_`: an enum's `.value` is a Python-level descriptor, and this runs
+        # once a row of every batch; the member's own attribute is a plain read.
+        "outcome": pa.array([r.outcome._value_ for r in rows], pa.string()),
+        "resolved_ms": pa.array([r.resolved_ms for r in rows], pa.int64()),
+        "latency_ms": pa.array([r.latency_ms for r in rows], pa.int64()),
+        # The tuples as they are: pyarrow takes them, and a list of each is a copy.
+        "keys": pa.array([r.keys for r in rows], pa.list_(pa.string())),
+        "error": pa.array([r.error for r in rows], pa.string()),
+    })
+
+
+def quarantine_table(rows: list[Quarantined]) -> pa.Table:
+    """Quarantined rows in the contract's columns, as both engines write them."""
+    pa, _ = pyarrow_modules()
+    return pa.table({
+        "raw": pa.array([q.raw for q in rows], pa.string()),
+        "reason": pa.array([q.reason.value for q in rows], pa.string()),
+        "ts_ms": pa.array([q.ts_ms for q in rows], pa.int64()),
+    })
+
+
+def outcome_rows(table: pa.Table) -> list[OutcomeRow]:
+    """The rows of an outcomes table (the contract's columns)."""
+    c = table.to_pydict()
+    return [OutcomeRow(op_id, _OUTCOMES[outcome], resolved, latency, tuple(keys), error)
+            for op_id, outcome, resolved, latency, keys, error in zip(
+                c["op_id"], c["outcome"], c["resolved_ms"], c["latency_ms"], c["keys"],
+                c["error"], strict=True)]
+
+
+def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:
+    with outcome_writer(directory) as writer:
+        writer.write(rows)
+    return writer.path
+
+
+def write_quarantine(rows: list[Quarantined], directory: Path) -> Path:
+    with quarantine_writer(directory) as writer:
+        writer.write(rows)
+    return writer.path
+
+
+def outcome_writer(directory: Path) -> OutputWriter[OutcomeRow]:
+    """An :class:`OutputWriter` of outcomes, weighing each by its strings."""
+    return OutputWriter(directory, outcomes_table, row_bytes=outcome_size)
+
+
+def quarantine_writer(directory: Path) -> OutputWriter[Quarantined]:
+    """An :class:`OutputWriter` of quarantined rows, weighing each by its line."""
+    return OutputWriter(directory, quarantine_table, row_bytes=quarantined_size)
+
+
+def outcome_size(row: OutcomeRow) -> int:
+    """About the bytes an outcome takes, to cut output into pieces of bounded size."""
+    return 64 + len(row.op_id) + sum(map(len, row.keys)) + len(row.error or "")
+
+
+def quarantined_size(row: Quarantined) -> int:
+    """About the bytes a quarantined row takes (its line is most of it)."""
+    return 64 + len(row.raw)
+
+
+def write_atomically(table: pa.Table, path: Path) -> None:
+    """A Parquet file written whole and fsync'd under a hidden name (which no reader
+    takes), then renamed into place: a crash, even of the machine, leaves the old file
+    or the new one, never half; and a batch's outputs are on disk before the state that
+    commits the batch (which is fsync'd after them)."""
+    write_tables_atomically(table.schema, [table], path)
+
+
+def write_tables_atomically(schema: pa.Schema, tables: Iterable[pa.Table], path: Path) -> None:
+    """:func:`write_atomically` for tables that come one at a time, each its own row
+    group: a merge of files never holds them all."""
+    _, pq = pyarrow_modules()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            with pq.ParquetWriter(out, schema) as writer:
+                for table in tables:
+                    writer.write_table(table)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+
+
+class OutputWriter(Generic[R]):
+    """Rows written to ``directory/name`` as they come, a row group at a time, so that
+    a run's outputs need not fit in memory. The file is written under a hidden name
+    (``tmp_name``; by default the name's stem after a dot, which no reader takes), then
+    fsync'd and renamed into place when the writer closes without an error; an error
+    removes it. ``to_table`` makes a list of rows into the contract's columns
+    (:func:`outcomes_table`, :func:`quarantine_table`); :meth:`write_table` takes rows
+    already in them. A row group holds ``group_rows`` rows, or fewer once
+    ``row_bytes`` (a row's size, roughly) adds up to ``group_bytes``: rows of up to a
+    megabyte of text each (a quarantined row keeps its line) must not be held 65,536
+    at a time."""
+
+    def __init__(self, directory: Path, to_table: Callable[[list[R]], pa.Table], *,
+                 group_rows: int = 65_536, row_bytes: Callable[[R], int] | None = None,
+                 group_bytes: int = 16 << 20, name: str = "part-00000.parquet",
+                 tmp_name: str | None = None) -> None:
+        _, pq = pyarrow_modules()
+        self.path = directory / name
+        self.rows = 0
+        self._to_table = to_table
+        self._group_rows = check_positive_int("group_rows", group_rows)
+        self._row_bytes = row_bytes
+        self._group_bytes = check_positive_int("group_bytes", group_bytes)
+        self._pending: list[R] = []
+        self._pending_bytes = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(tmp_name or f".{self.path.stem}.tmp")
+        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by close() or abort()
+        try:
+            self._writer = pq.ParquetWriter(self._file, to_table([]).schema)
+        except BaseException:
+            self._file.close()
+            self._tmp.unlink(missing_ok=True)
+            raise
+
+    def write(self, rows: Iterable[R]) -> None:
+        pending = self._pending
+        size = self._row_bytes
+        if size is None:
+            pending.extend(rows)
+        else:
+            for row in rows:
+                pending.append(row)
+                self._pending_bytes += size(row)
+                if self._pending_bytes >= self._group_bytes:
+                    self._write_group(pending)
+                    pending.clear()
+                    self._pending_bytes = 0
+        while len(pending) >= self._group_rows:
+            self._write_group(pending[:self._group_rows])
+            del pending[:self._group_rows]
+            self._pending_bytes = 0  # an estimate: the rest starts a group afresh
+
+    def write_table(self, table: pa.Table) -> None:
+        """Rows already in the contract's columns, after those written before."""
+        if self._pending:
+            self._write_group(self._pending)
+            self._pending = []
+            self._pending_bytes = 0
+        self._writer.write_table(table, row_group_size=self._group_rows)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        """The file, whole, in place."""
+        if self._pending or self.rows == 0:  # an empty output still gets its file
+            self._write_group(self._pending)
+            self._pending = []
+        self._writer.close()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """No file: what was written is removed."""
+        try:
+            self._writer.close()
+        finally:
+            self._file.close()
+            self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> OutputWriter[R]:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _write_group(self, rows: list[R]) -> None:
+        self._writer.write_table(self._to_table(rows))
+        self.rows += len(rows)
+
+
+def read_outcomes(path: Path, *, batch_rows: int = 65_536) -> Iterator[OutcomeRow]:
+    """The outcomes of one output file, read ``batch_rows`` at a time."""
+    pa, _ = pyarrow_modules()
+    with open_parquet(path) as file:
+        for batch in file.iter_batches(batch_rows, columns=list(_OUTCOME_COLUMNS),
+                                       use_threads=False):
+            yield from outcome_rows(pa.Table.from_batches([batch]))
+
+
+def read_parquet_rows(directory: Path) -> list[dict[str, Any]]:
+    """Rows of every output file in ``directory`` (an engine's ``outcomes/`` or
+    ``quarantine/``), as Python objects: for tests and small outputs
+    (:func:`read_output_table` and :func:`count_outputs` read large ones). A file there
+    that no engine wrote, or without the contract's columns, raises
+    :class:`OutputDirError` naming it."""
+    columns = _QUARANTINE_COLUMNS if directory.name == "quarantine" else _OUTCOME_COLUMNS
+    rows: list[dict[str, Any]] = read_output_table(directory, columns).to_pylist()
+    return rows
+
+
+def read_output_table(directory: Path, columns: Sequence[str]) -> pa.Table:
+    """The ``columns`` of every output file in ``directory``, as one Arrow table (in
+    file order; empty if there is none): the other columns are never read. A file
+    there that no engine wrote, or without these columns, raises
+    :class:`OutputDirError` naming it."""
+    pa, _ = pyarrow_modules()
+    tables = _reread_if_changed(directory, lambda: [
+        table for _, table in _output_tables(directory, columns)])
+    if not tables:
+        empty = quarantine_table([]) if directory.name == "quarantine" else outcomes_table([])
+        return empty.select(list(columns))
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def count_outputs(directory: Path, column: str) -> dict[str, int]:
+    """How many rows of the output files in ``directory`` hold each value of
+    ``column`` (an outcome's ``outcome``, a quarantined row's ``reason``), read from
+    that column alone, a file at a time."""
+    pyarrow_modules()
+    import pyarrow.compute as pc
+
+    def count() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _, table in _output_tables(directory, [column]):
+            for item in pc.value_counts(table.column(0)).to_pylist():
+                counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+        return counts
+
+    return dict(sorted(_reread_if_changed(directory, count).items()))
+
+
+class _Vanished(Exception):
+    """A file listed was gone when it was read: a running service merged it."""
+
+
+_R = TypeVar("_R")
+#: Reads of a directory a service keeps compacting before giving up.
+_READS = 5
+
+
+def _reread_if_changed(directory: Path, read: Callable[[], _R]) -> _R:
+    for _ in range(_READS):
+        try:
+            return read()
+        except _Vanished:
+            continue
+    raise OutputDirError(f"{directory} changed under each of {_READS} reads: a running "
+                         "service is merging its files; try again")
+
+
+def covered_batches(path: Path) -> tuple[int, int] | None:
+    """The first and last batch ids a file of outputs covers, or None."""
+    if m := _BATCH.fullmatch(path.name):
+        return int(m.group(1)), int(m.group(1))
+    if m := _MERGED.fullmatch(path.name):
+        return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def _merged_away(paths: list[Path]) -> set[Path]:
+    """The files of ``paths`` that a merged file among them covers: a merge's file is
+    renamed into place before the files it merged are removed, and a reader that
+    listed both in between would count their rows twice."""
+    ranges = {path: span for path in paths if (span := covered_batches(path)) is not None}
+    merged = [(path, span) for path, span in ranges.items()
+              if _MERGED.fullmatch(path.name) is not None]
+    return {path for path, (first, last) in ranges.items()
+            if any(other != path and low <= first and last <= high
+                   for other, (low, high) in merged)}
+
+
+def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Path, pa.Table]]:
+    pa, _ = pyarrow_modules()
+    if not directory.is_dir():
+        return
+    paths = sorted(directory.iterdir())
+    covered = _merged_away(paths)
+    for path in paths:
+        if path.name.startswith(".") or path in covered:
+            continue  # a write in progress; rows a merged file holds too
+        if not _OUTPUT_FILE.fullmatch(path.name):
+            raise OutputDirError(f"{path} was not written by tickwheel")
+        try:
+            with open_parquet(path) as file:
+                names = file.schema_arrow.names
+                missing = [c for c in columns if c not in names]
+                if missing:
+                    raise OutputDirError(f"{path} lacks the columns {', '.join(missing)}")
+                table = file.read(columns=list(columns), use_threads=False)
+        except FileNotFoundError:
+            raise _Vanished(path) from None
+        except (pa.ArrowException, OSError) as exc:
+            raise OutputDirError(f"{path} cannot be read as the Parquet file tickwheel "
+                                 f"wrote there: {exc}") from None
+        yield path, table
+
+
+def checkpoint_id(checkpoint: Path) -> str | None:
+    """The id of a Spark engine's checkpoint (None for a new one)."""
+    try:
+        return str(json.loads((checkpoint / "tickwheel.json").read_text())["id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def output_owner(output: Path) -> str | None:
+    """The id of the Spark checkpoint whose outputs ``output`` holds, if any."""
+    try:
+        return str(json.loads((output / OWNER_FILE).read_text())["checkpoint"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = None,
+                   checkpoint_id: str | None = None) -> None:
+    """Make ``output`` ready for a run, or refuse it with :class:`OutputDirError`.
+
+    The local engine (``checkpoint`` None) takes only an empty or new directory. The
+    Spark engine also takes the outputs of its own checkpoint (``checkpoint_id``, None
+    for a new one), so that a run goes on where the last one stopped. ``overwrite``
+    removes earlier outputs (and the default checkpoint inside ``output``) first; other
+    files are left alone and never read."""
+    if output.exists() and not output.is_dir():
+        raise OutputDirError(f"output {output} exists and is not a directory")
+    inside = checkpoint is not None and within(checkpoint.absolute(), output.absolute())
+    if overwrite:
+        for name in (*OUTPUT_SUBDIRS, OWNER_FILE, REPORT_FILE):
+            target = output / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+        if checkpoint is not None and checkpoint.exists():
+            if not inside:
+                raise OutputDirError(
+                    f"--overwrite starts afresh, but the checkpoint {checkpoint} is not "
+                    f"inside {output}: delete it or give a new one")
+            shutil.rmtree(checkpoint)
+        return
+    if not output.is_dir():
+        return
+    ours = set(OUTPUT_SUBDIRS)
+    if checkpoint is not None:
+        ours |= {OWNER_FILE, f".{OWNER_FILE}.tmp", REPORT_FILE, DEFAULT_CHECKPOINT}
+        if inside:
+            ours.add(checkpoint.relative_to(output).parts[0])
+    strangers = sorted(p.name for p in output.iterdir() if p.name not in ours)
+    if strangers:
+        raise OutputDirError(
+            f"output {output} holds files a run did not write ({', '.join(strangers[:3])}"
+            f"{', ...' if len(strangers) > 3 else ''}): give an empty or new directory, "
+            "or --overwrite")
+    written = [p for sub in OUTPUT_SUBDIRS if (output / sub).is_dir()
+               for p in sorted((output / sub).iterdir())]
+    for path in written:
+        if not _OUTPUT_FILE.fullmatch(path.name):
+            raise OutputDirError(f"{path} was not written by tickwheel: remove it, or "
+                                 "--overwrite")
+    if written and (checkpoint is None or checkpoint_id is None
+                    or output_owner(output) != checkpoint_id):
+        whose = "an earlier run" if checkpoint is None else "another checkpoint"
+        raise OutputDirError(f"output {output} holds the outputs of {whose}: give an empty "
+                             "or new directory, or --overwrite")
