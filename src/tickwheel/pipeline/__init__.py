@@ -1,2 +1,4 @@
-"""The purgatory over event streams: the event log, the reference engine and (later)
-the Spark engine, the generator and the reports."""
+"""The purgatory over event streams, Spark-free: the event-log contract and its
+semantics, the reference engine, the two partitioned stages, the local engine as a
+service, the input and output files, the generator and the reports. The Spark engine
+is the subpackage :mod:`tickwheel.pipeline.spark`."""
