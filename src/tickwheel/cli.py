@@ -147,6 +147,8 @@ def generate(
                                              help="extra malformed rows, as a fraction")] = 0.0,
     disorder_ms: Annotated[int, typer.Option(min=0, help="bounded disorder of rows")] = 0,
     rows_per_file: Annotated[int, typer.Option(min=1)] = 20_000,
+    gzip: Annotated[bool, typer.Option(
+        "--gzip", help="write the files gzip'd (events-00001.jsonl.gz, ...)")] = False,
     follow: Annotated[bool, typer.Option(
         help="write the workload as it happens, with wall-clock ts_ms, until SIGINT or "
              "SIGTERM (--events and --rows-per-file do not apply)")] = False,
@@ -173,6 +175,9 @@ def generate(
                    "new directory")
             raise typer.Exit(2)
     if follow:
+        if gzip:
+            _error("--gzip does not apply to --follow: its files are small and many")
+            raise typer.Exit(2)
         _generate_live(GeneratorConfig(seed=seed, malformed_fraction=malformed,
                                        disorder_ms=disorder_ms), output, rate, file_ms)
         return
@@ -184,10 +189,10 @@ def generate(
         task = progress.add_task("generating", total=total)
         try:
             stats = write_event_log(config, output,
-                                    on_rows=lambda n: progress.advance(task, n))
+                                    on_rows=lambda n: progress.advance(task, n), gzip=gzip)
         except KeyboardInterrupt:
             progress.stop()
-            files = sorted(output.glob("events-*.jsonl"))
+            files = sorted(output.glob("events-*.jsonl*"))
             console.print(f"interrupted: {output} holds {len(files)} whole files")
             raise typer.Exit(130) from None
     console.print(f"wrote {stats['rows']:,} rows ({stats['malformed']:,} malformed) in "

@@ -125,3 +125,19 @@ def test_the_engines_read_a_gzipd_log_as_the_same_log_uncompressed(tmp_path: Pat
         else:
             (packed / path.name).write_bytes(data)
     assert list(read_events(packed)) == list(read_events(plain))
+
+
+def test_the_generator_writes_a_gzipd_log_that_reads_as_its_plain_one(tmp_path: Path) -> None:
+    from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
+
+    config = GeneratorConfig(events=3_000, rows_per_file=1_000, seed=9,
+                             malformed_fraction=0.05)
+    write_event_log(config, tmp_path / "plain")
+    write_event_log(config, tmp_path / "packed", gzip=True)
+    write_event_log(config, tmp_path / "again", gzip=True)
+    names = sorted(p.name for p in (tmp_path / "packed").iterdir())
+    assert names == [f"events-0000{n}.jsonl.gz" for n in range(1, 5)]
+    assert list(read_events(tmp_path / "packed")) == list(read_events(tmp_path / "plain"))
+    # The same seed, the same bytes: no time stamp in the gzip header.
+    assert all((tmp_path / "packed" / n).read_bytes() == (tmp_path / "again" / n).read_bytes()
+               for n in names)

@@ -24,6 +24,7 @@ partition and its byte keys. Seeded: the same arguments give the same log.
 
 from __future__ import annotations
 
+import gzip as gzip_module
 import heapq
 import itertools
 import json
@@ -306,9 +307,11 @@ def _disordered(rows: Iterator[dict[str, Any]], disorder_ms: int,
 
 
 def write_event_log(config: GeneratorConfig, directory: Path,
-                    on_rows: Callable[[int], None] | None = None) -> dict[str, int]:
+                    on_rows: Callable[[int], None] | None = None, *,
+                    gzip: bool = False) -> dict[str, int]:
     """Write the workload as JSON Lines files ``events-00001.jsonl``, ... in time order
-    (with bounded disorder and malformed rows if asked); return counts.
+    (with bounded disorder and malformed rows if asked); return counts. ``gzip`` writes
+    them gzip'd, as ``events-00001.jsonl.gz``, ...
 
     Rows stream to the files as the models make them, so memory does not grow with
     ``config.events``. Each file is written whole under a hidden name, then renamed into
@@ -324,7 +327,8 @@ def write_event_log(config: GeneratorConfig, directory: Path,
         files += 1
         rows += len(batch)
         malformed += sum(1 for line in batch if line in _MALFORMED_SET)
-        _land(directory / f"events-{files:05d}.jsonl", batch)
+        name = f"events-{files:05d}.jsonl" + (".gz" if gzip else "")
+        _land(directory / name, batch)
         if on_rows is not None:
             on_rows(len(batch))
     return {"rows": rows, "malformed": malformed, "files": files}
@@ -406,8 +410,12 @@ def follow_event_log(config: GeneratorConfig, directory: Path, rate: int,
 def _land(target: Path, lines: list[str]) -> None:
     """Written whole under a hidden name, then renamed: no reader sees half a file."""
     tmp = target.with_name(f".{target.name}.tmp")
+    data = "".join(f"{line}\n" for line in lines).encode()
+    if target.suffix == ".gz":
+        # mtime 0: the same seed makes the same bytes, as it does uncompressed.
+        data = gzip_module.compress(data, compresslevel=6, mtime=0)
     try:
-        tmp.write_text("".join(f"{line}\n" for line in lines))
+        tmp.write_bytes(data)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
