@@ -175,11 +175,8 @@ def generate(
                    "new directory")
             raise typer.Exit(2)
     if follow:
-        if gzip:
-            _error("--gzip does not apply to --follow: its files are small and many")
-            raise typer.Exit(2)
         _generate_live(GeneratorConfig(seed=seed, malformed_fraction=malformed,
-                                       disorder_ms=disorder_ms), output, rate, file_ms)
+                                       disorder_ms=disorder_ms), output, rate, file_ms, gzip)
         return
     started = time.monotonic()
     config = GeneratorConfig(events=events, seed=seed, malformed_fraction=malformed,
@@ -199,7 +196,8 @@ def generate(
                   f"{stats['files']} files to {output} in {time.monotonic() - started:.1f} s")
 
 
-def _generate_live(config: GeneratorConfig, output: Path, rate: int, file_ms: int) -> None:
+def _generate_live(config: GeneratorConfig, output: Path, rate: int, file_ms: int,
+                   gzip: bool) -> None:
     started = time.monotonic()
     written = {"rows": 0, "last": 0.0}
 
@@ -216,7 +214,7 @@ def _generate_live(config: GeneratorConfig, output: Path, rate: int, file_ms: in
                   "SIGINT or SIGTERM stops")
     with _stop_on_signals("after this file") as stop:
         counts = follow_event_log(config, output, rate, stop, file_ms=file_ms,
-                                  on_file=on_file)
+                                  on_file=on_file, gzip=gzip)
     console.print(f"stopped: {counts['rows']:,} rows ({counts['malformed']:,} malformed) in "
                   f"{counts['files']} files")
 

@@ -153,7 +153,6 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
     ["run", "--input", ".", "--output", "/tmp/x", "--follow", "--metrics-port", "70000"],
     ["generate", "--output", "/tmp/x", "--follow", "--rate", "10"],
     ["generate", "--output", "/tmp/x", "--follow", "--file-ms", "0"],
-    ["generate", "--output", "/tmp/x", "--follow", "--gzip"],
     # A processor that cannot be loaded or is not one: refused before any work.
     ["run", "--input", ".", "--output", "/tmp/x", "--processor", "no_colon"],
     ["run", "--input", ".", "--output", "/tmp/x", "--processor", "no_such_module_xyz:P"],

@@ -141,3 +141,26 @@ def test_the_generator_writes_a_gzipd_log_that_reads_as_its_plain_one(tmp_path: 
     # The same seed, the same bytes: no time stamp in the gzip header.
     assert all((tmp_path / "packed" / n).read_bytes() == (tmp_path / "again" / n).read_bytes()
                for n in names)
+
+
+def test_a_live_workload_can_land_gzipd_files(tmp_path: Path) -> None:
+    import threading
+
+    from tickwheel.pipeline.generator import GeneratorConfig, follow_event_log
+
+    stop = threading.Event()
+    ticks = itertools.count(1_700_000_000_000, 250)  # a clock that never makes it wait
+    landed: list[int] = []
+
+    def on_file(rows: int, behind_ms: int) -> None:
+        landed.append(rows)
+        if len(landed) == 3:
+            stop.set()
+
+    counts = follow_event_log(GeneratorConfig(seed=3), tmp_path, 2_000, stop, file_ms=100,
+                              clock=lambda: next(ticks), on_file=on_file, gzip=True)
+    files = sorted(tmp_path.iterdir())
+    assert files and all(f.name.endswith(".jsonl.gz") for f in files)
+    rows = list(read_events(tmp_path))
+    assert len(rows) == counts["rows"] == sum(landed) > 0
+    assert not any(isinstance(row, Quarantined) for row in rows)

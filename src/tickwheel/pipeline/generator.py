@@ -357,7 +357,8 @@ def _wall_ms() -> int:
 def follow_event_log(config: GeneratorConfig, directory: Path, rate: int,
                      stop: threading.Event, *, file_ms: int = 1_000,
                      clock: Callable[[], int] = _wall_ms,
-                     on_file: Callable[[int, int], None] | None = None) -> dict[str, int]:
+                     on_file: Callable[[int, int], None] | None = None,
+                     gzip: bool = False) -> dict[str, int]:
     """Write the workload as it happens, until ``stop`` is set: about ``rate`` events
     per second with wall-clock ``ts_ms`` (epoch milliseconds; deadlines move with
     them), in a file per ``file_ms`` of time, each written whole once its last row's
@@ -365,7 +366,8 @@ def follow_event_log(config: GeneratorConfig, directory: Path, rate: int,
     order). ``config.events`` is ignored; ``config.malformed_fraction`` of the rows,
     on average, are malformed. ``on_file(rows, behind_ms)`` is told of every file:
     how many rows, and how long after its time it was written (the models falling
-    behind the clock show there). Returns counts."""
+    behind the clock show there). ``gzip`` writes the files gzip'd (``.jsonl.gz``).
+    Returns counts."""
     if not 1 <= file_ms <= 3_600_000:
         raise ValueError(f"file_ms must be in 1..3600000, got {file_ms}")
     config = replace(config, events=2**62, step_us=step_us_for(rate))
@@ -390,7 +392,8 @@ def follow_event_log(config: GeneratorConfig, directory: Path, rate: int,
             if (wait_ms > 0 and stop.wait(wait_ms / 1000)) or stop.is_set():
                 return counts
             if lines:  # a quiet window leaves no file
-                _land(directory / f"events-{window_end - file_ms:013d}.jsonl", lines)
+                name = f"events-{window_end - file_ms:013d}.jsonl" + (".gz" if gzip else "")
+                _land(directory / name, lines)
                 counts["files"] += 1
                 counts["rows"] += len(lines)
             if on_file is not None:
