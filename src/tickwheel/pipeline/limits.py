@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Final
 
 __all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY", "DEFAULT_LATENESS_MS",
            "DEFAULT_SPILL_BYTES", "DEFAULT_SPILL_EVENTS", "DEFAULT_TRIGGER_MS",
            "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
            "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "RESERVED_SPARK_SETTINGS",
-           "check_driver_memory", "check_spark_settings"]
+           "check_driver_memory", "check_spark_setting_names", "check_spark_settings"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
 #: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can
@@ -74,8 +75,7 @@ RESERVED_SPARK_SETTINGS: Final = {
 
 def check_spark_settings(items: list[str]) -> dict[str, str]:
     """``KEY=VALUE`` items, as spark-submit's ``--conf`` takes them, as a dict: each key
-    a Spark setting (``spark.`` first; Spark ignores any other) that is not reserved
-    (see :data:`RESERVED_SPARK_SETTINGS`), given once."""
+    a Spark setting that :func:`check_spark_setting_names` takes, given once."""
     settings: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -83,13 +83,23 @@ def check_spark_settings(items: list[str]) -> dict[str, str]:
         if not sep or not key:
             raise ValueError(f"a Spark setting is KEY=VALUE, as in "
                              f"spark.executor.memory=2g; got {item!r}")
-        if not key.startswith("spark.") or key == "spark.":
-            raise ValueError(f"{key!r} is not a Spark setting: their names start with "
-                             "'spark.'")
-        if key in RESERVED_SPARK_SETTINGS:
-            raise ValueError(f"{key} cannot be set here; use "
-                             f"{RESERVED_SPARK_SETTINGS[key]}")
+        _check_setting_name(key)
         if key in settings and settings[key] != value:
             raise ValueError(f"{key} is given twice, as {settings[key]!r} and {value!r}")
         settings[key] = value
     return settings
+
+
+def check_spark_setting_names(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` as a dict, if every key is a Spark setting (``spark.`` first; Spark
+    ignores any other) that is not reserved (see :data:`RESERVED_SPARK_SETTINGS`)."""
+    for key in settings:
+        _check_setting_name(key)
+    return dict(settings)
+
+
+def _check_setting_name(key: str) -> None:
+    if not key.startswith("spark.") or key == "spark.":
+        raise ValueError(f"{key!r} is not a Spark setting: their names start with 'spark.'")
+    if key in RESERVED_SPARK_SETTINGS:
+        raise ValueError(f"{key} cannot be set here; use {RESERVED_SPARK_SETTINGS[key]}")

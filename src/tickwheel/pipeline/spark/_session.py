@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING
 from tickwheel.pipeline.limits import (
     DEFAULT_DRIVER_MEMORY,
     check_driver_memory,
-    check_spark_settings,
+    check_spark_setting_names,
 )
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
     ``settings`` are Spark settings of the user's (``spark.executor.memory``, say), as
     spark-submit's ``--conf`` gives them; they take the place of this function's own
     defaults, and a reserved one is refused (see
-    :func:`~tickwheel.pipeline.limits.check_spark_settings`). Like the JVM's memory,
+    :func:`~tickwheel.pipeline.limits.check_spark_setting_names`). Like the JVM's memory,
     they apply to a session whose context starts here.
 
     ``master=None`` takes the master, the JVM's memory and any other setting from
@@ -61,7 +61,7 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
     from pyspark.sql import SparkSession
 
     check_driver_memory(driver_memory)
-    given = check_spark_settings([f"{k}={v}" for k, v in (settings or {}).items()])
+    given = check_spark_setting_names(settings or {})
     is_local = master is not None and master.startswith("local")
     conf: dict[str, str] = {}
     if master is not None:  # an embedded session; spark-submit's user chooses these
