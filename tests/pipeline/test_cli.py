@@ -706,7 +706,7 @@ def test_the_driver_memory_is_the_heap_of_the_jvm_the_session_starts(tmp_path: P
         from tickwheel.pipeline.spark import spark_session
 
         spark_session("local[1]", driver_memory="600")
-    with pytest.raises(ValueError, match="spark.master cannot be set here"):
+    with pytest.raises(ValueError, match=r"spark\.master cannot be set here"):
         spark_session("local[1]", settings={"spark.master": "local[4]"})
 
 
