@@ -62,7 +62,9 @@ def _ext_modules() -> list[object]:
     extensions = mypycify(CORE, opt_level="3", debug_level="0", group_name="tickwheel._core")
     # The lock the compiled core takes on every schedule and cancel (see _rawlock.c).
     rawlock = Extension("tickwheel._rawlock", ["src/tickwheel/_rawlock.c"])
-    return [*extensions, rawlock]
+    # Hiding a running loop's pending timer handles from the collector (see _gc.c).
+    gc = Extension("tickwheel.aio._gc", ["src/tickwheel/aio/_gc.c"])
+    return [*extensions, rawlock, gc]
 
 
 setup(ext_modules=_ext_modules())

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,8 @@ def test_the_install_uses_the_compiled_core_where_a_compiler_exists() -> None:
     # A silent fallback to pure Python would cost 3-5x in speed; make it loud.
     assert tickwheel.compiled is True
     assert tickwheel._mutex.native is True  # the C lock is built with the core
+    # ... and the module that hides a running loop's pending handles from the collector
+    assert importlib.util.find_spec("tickwheel.aio._gc") is not None
 
 
 def test_no_compiled_module_is_older_than_its_source() -> None:
@@ -87,6 +91,9 @@ def test_a_plain_isolated_pip_build_compiles_the_core(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     [wheel] = wheels.glob("tickwheel-*.whl")
     assert "-cp3" in wheel.name and "linux" in wheel.name, wheel.name  # a platform wheel
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(name.startswith("tickwheel/aio/_gc.") and name.endswith(".so")
+               for name in names), names
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
+import importlib.util
 import math
 import random
 import sys
 import threading
+import weakref
 from fractions import Fraction
 
 import pytest
@@ -215,6 +218,74 @@ def test_a_million_cancelled_timers_leave_nothing_behind(
     stats = loop.timer_stats()
     assert stats.pending == 0 and stats.cancelled == 100_000
     assert stats.arms < 100
+
+
+# -- the cyclic collector ---------------------------------------------------------------
+
+hides = pytest.mark.skipif(importlib.util.find_spec("tickwheel.aio._gc") is None,
+                           reason="handles are hidden only where the package is compiled")
+
+
+@hides
+def test_a_running_loops_pending_handles_are_hidden_from_the_collector_until_they_leave(
+        ) -> None:
+    # A real clock: a virtual one set after the wheel was made reads as a clock that
+    # went back, and its handles wait outside the wheel. Nothing here depends on timing.
+    loop = aio.new_event_loop()
+    early = loop.call_later(0.001, int)  # scheduled before the loop runs
+    assert gc.is_tracked(early)
+    seen: dict[str, object] = {}
+
+    async def main() -> aio.TimerHandle:
+        ran, cancelled, left = (loop.call_later(d, int) for d in (0.001, 2.0, 3600.0))
+        seen["pending"] = [gc.is_tracked(h) for h in (ran, cancelled, left)]
+        cancelled.cancel()
+        seen["cancelled"] = gc.is_tracked(cancelled)
+        await asyncio.sleep(0.01)
+        seen["ran"] = gc.is_tracked(ran)
+        seen["left"] = gc.is_tracked(left)
+        return left
+
+    try:
+        left = loop.run_until_complete(main())
+        assert seen == {"pending": [False, False, False], "cancelled": True, "ran": True,
+                        "left": False}
+        # Stopped, the loop may be dropped: every handle it still holds is seen again.
+        assert gc.is_tracked(left) and not left.cancelled() and gc.is_tracked(early)
+    finally:
+        loop.close()
+
+
+@hides
+def test_a_loop_dropped_unclosed_with_pending_handles_is_collected_as_the_stock_one() -> None:
+    def run_and_drop() -> weakref.ref[aio.EventLoop]:
+        loop = aio.new_event_loop()
+
+        async def main() -> None:
+            # A cycle through a pending handle: its callback holds a future, which
+            # holds the loop, which holds the wheel, which holds the handle.
+            loop.call_later(3600.0, loop.create_future().set_result, None)
+
+        loop.run_until_complete(main())
+        return weakref.ref(loop)
+
+    gone = run_and_drop()
+    with pytest.warns(ResourceWarning, match="unclosed event loop"):
+        gc.collect()
+    assert gone() is None
+
+
+def test_handles_on_another_loops_wheel_are_never_hidden() -> None:
+    # tickwheel.aio.call_later cannot see that loop stop, so its handles stay tracked.
+    loop = asyncio.new_event_loop()
+
+    async def main() -> bool:
+        return gc.is_tracked(aio.call_later(3600.0, print))
+
+    try:
+        assert loop.run_until_complete(main()) is True
+    finally:
+        loop.close()
 
 
 # -- asyncio on top -------------------------------------------------------------------

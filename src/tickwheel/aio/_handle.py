@@ -21,6 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from tickwheel.timers import TimerEntry
 
+expose: Callable[[object], None] | None
+try:
+    from tickwheel.aio._gc import expose
+except ImportError:  # built without a C compiler: handles are never hidden
+    expose = None
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -72,6 +78,10 @@ class TimerHandle(TimerEntry):
         while owner is not None and not owner.remove_task(self, True):
             owner = self._owner
         self._index = _CANCELLED
+        expose_handle = expose
+        if expose_handle is not None:
+            # Out of the wheel: the collector must see it again (see WheelScheduler).
+            expose_handle(self)
         # Drop the references at once, as asyncio does: a cancelled handle must not
         # keep a task or a large argument alive until its slot would have come round.
         self._callback = None

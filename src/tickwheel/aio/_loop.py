@@ -72,6 +72,18 @@ class EventLoop(asyncio.SelectorEventLoop):
     ) -> TimerHandle:
         return self._wheel.loop_call_later(delay, callback, *args, context=context)
 
+    def run_forever(self) -> None:
+        if self.is_running():
+            super().run_forever()  # refused with the stock loop's error
+            return
+        self._wheel.start_hiding()
+        try:
+            super().run_forever()
+        finally:
+            # A loop that is not running may be dropped: its handles' references must
+            # be the collector's to see again (see WheelScheduler.expose_pending).
+            self._wheel.expose_pending()
+
     def set_debug(self, enabled: bool) -> None:
         super().set_debug(enabled)
         self._wheel.debug_check = self._check_callable if enabled else None

@@ -27,11 +27,24 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
+from tickwheel._compat import provide_mypyc_attr
 from tickwheel._histogram import HistogramSnapshot
 from tickwheel.aio._handle import DebugTimerHandle, TimerHandle
 from tickwheel.timers import TimerEntry, TimingWheelTimer
+
+if TYPE_CHECKING:
+    from mypy_extensions import mypyc_attr
+
+provide_mypyc_attr(globals())
+
+expose: Callable[[object], None] | None
+hide: Callable[[object], None] | None
+try:
+    from tickwheel.aio._gc import expose, hide
+except ImportError:  # built without a C compiler: pending handles stay tracked
+    expose = hide = None
 
 __all__ = ["SchedulerStats", "WheelScheduler", "as_seconds", "call_at", "call_later",
            "scheduler_for"]
@@ -125,6 +138,17 @@ def _when_of(entry: TimerEntry) -> float:
     return cast(TimerHandle, entry)._when
 
 
+@mypyc_attr(native_class=False)
+class _Anchor:
+    """What the per-loop registry refers to weakly, since a compiled class takes no
+    weak references: it lives exactly as long as its wheel, which holds it."""
+
+    __slots__ = ("__weakref__", "scheduler")
+
+    def __init__(self, scheduler: WheelScheduler) -> None:
+        self.scheduler = scheduler
+
+
 class WheelScheduler:
     """One loop's timing wheel and its sentinel.
 
@@ -166,6 +190,10 @@ class WheelScheduler:
         # ones): the wheel counts only cancels of what it holds.
         self._cancelled_out = 0
         self.closed = False
+        self._anchor = _Anchor(self)
+        # hide() while a loop runs (see start_hiding), None otherwise.
+        self._hide: Callable[[object], None] | None = None
+        self._hidden = False
         #: Called as ``check(callback, method)`` before each schedule when set: the
         #: loop's debug-mode checks, which return the stack that is scheduling.
         self.debug_check: Callable[[object, str], list[Any]] | None = None
@@ -212,6 +240,12 @@ class WheelScheduler:
             handle = DebugTimerHandle(when, callback, args, context, copy, source_traceback)
         self._timer.add_at(handle, expiration,
                            None if now is None else math.floor(now * 1000.0))
+        hide_handle = self._hide
+        if hide_handle is not None:
+            # Reachable from the running loop while it waits here, so no collection
+            # could free it: walking it in each full collection is pure cost.
+            hide_handle(handle)
+            self._hidden = True
         if expiration < self._armed_ms:
             self._arm(expiration, expiration / 1000.0)
         return handle
@@ -312,9 +346,12 @@ class WheelScheduler:
         # In debug mode each handle is timed, as the stock loop times each callback it
         # runs (otherwise its warning would name the sentinel for the whole batch).
         debug = self.debug_check is not None
+        expose_handle = expose
         try:
             while i < n:
                 handle = cast(TimerHandle, due[i])
+                if expose_handle is not None:
+                    expose_handle(handle)
                 if handle._when > now:
                     break
                 i += 1
@@ -335,6 +372,8 @@ class WheelScheduler:
             # KeyboardInterrupt) waits for the next fire; cancelled ones are dropped.
             while i < n:
                 handle = cast(TimerHandle, due[i])
+                if expose_handle is not None:
+                    expose_handle(handle)
                 i += 1
                 if handle.cancelled():
                     self._cancelled_out += 1
@@ -342,6 +381,30 @@ class WheelScheduler:
                     self._early_seq += 1
                     heapq.heappush(early, (handle._when, self._early_seq, handle))
             self._rearm()
+
+    # -- the collector ----------------------------------------------------------------
+
+    def start_hiding(self) -> None:
+        """Hide each new handle from the cyclic collector while it waits in the wheel
+        (where the package is compiled). Only for a loop that is about to run, which
+        calls :meth:`expose_pending` as it stops: a running loop is reachable from its
+        own frame, and so is every handle in its wheel."""
+        if not self.closed:
+            self._hide = hide
+
+    def expose_pending(self) -> None:
+        """Stop hiding handles, and let the cyclic collector see those hidden so far.
+
+        A hidden handle's references are invisible to the collector: a cycle through
+        it (a pending ``sleep`` holds its task, which holds the loop, which holds this
+        wheel) could never be freed. The loop calls this as it stops running, so a
+        loop dropped without ``close()`` is collected as the stock loop is."""
+        self._hide = None
+        if not self._hidden or expose is None:
+            return
+        self._hidden = False
+        for entry in self._timer.pending_entries():
+            expose(entry)
 
     # -- the rest ---------------------------------------------------------------------
 
@@ -364,6 +427,7 @@ class WheelScheduler:
         """Drop every pending handle (each reports ``cancelled()``); return how many."""
         if self.closed:
             return 0
+        self.expose_pending()
         self.closed = True
         self._disarm()
         dropped = self._timer.close()  # counted among the wheel's own cancels
@@ -378,29 +442,48 @@ class WheelScheduler:
 
 # -- one wheel per loop ------------------------------------------------------------------
 
-_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WheelScheduler] = (
+# Both held weakly: a wheel holds its handles, whose callbacks hold tasks, which hold the
+# loop, so a strong reference from here would keep every loop alive that was dropped
+# with timers pending (or, through the loop's attributes, any loop at all). A wheel with
+# handles pending is kept alive by its loop, through the sentinel armed there; a tickwheel
+# loop holds its own. An idle wheel of another loop may go, and is made anew on next use.
+_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.ref[_Anchor]] = (
     weakref.WeakKeyDictionary())
-# The last loop asked for (weakly) and its wheel, as one tuple so that threads running
-# loops of their own never see a loop paired with another loop's wheel. A program runs
-# one loop per thread, and this spares the weak dictionary's lookup on every call.
-_last: tuple[weakref.ref[asyncio.AbstractEventLoop], WheelScheduler] | None = None
+# The last loop asked for and its wheel, as one tuple so that threads running loops of
+# their own never see a loop paired with another loop's wheel. A program runs one loop
+# per thread, and this spares the weak dictionary's lookup on every call.
+_last: tuple[weakref.ref[asyncio.AbstractEventLoop], weakref.ref[_Anchor]] | None = None
 
 
 def register(loop: asyncio.AbstractEventLoop, scheduler: WheelScheduler) -> None:
-    """Make ``scheduler`` the wheel of ``loop`` (a tickwheel loop registers its own)."""
-    _schedulers[loop] = scheduler
+    """Make ``scheduler`` the wheel of ``loop`` (a tickwheel loop registers its own,
+    and holds it)."""
+    _schedulers[loop] = weakref.ref(scheduler._anchor)
+
+
+def _held(ref: weakref.ref[_Anchor] | None) -> WheelScheduler | None:
+    anchor = None if ref is None else ref()
+    if anchor is None or anchor.scheduler.closed:
+        return None
+    return anchor.scheduler
 
 
 def scheduler_for(loop: asyncio.AbstractEventLoop) -> WheelScheduler:
-    """The wheel that holds ``loop``'s tickwheel timers (made on first use)."""
+    """The wheel that holds ``loop``'s tickwheel timers. It is made on first use, and
+    lives while the loop does and it has handles pending (a tickwheel loop's, as long
+    as the loop): an idle wheel of another loop may be dropped and made anew, with its
+    counters back at zero."""
     global _last
     last = _last
-    if last is not None and last[0]() is loop and not last[1].closed:
-        return last[1]
-    scheduler = _schedulers.get(loop)
-    if scheduler is None or scheduler.closed:
-        scheduler = _schedulers[loop] = WheelScheduler(loop)
-    _last = (weakref.ref(loop), scheduler)
+    if last is not None and last[0]() is loop:
+        scheduler = _held(last[1])
+        if scheduler is not None:
+            return scheduler
+    scheduler = _held(_schedulers.get(loop))
+    if scheduler is None:
+        scheduler = WheelScheduler(loop)
+        register(loop, scheduler)
+    _last = (weakref.ref(loop), weakref.ref(scheduler._anchor))
     return scheduler
 
 
