@@ -11,6 +11,7 @@ import random
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from fractions import Fraction
 
 import pytest
@@ -256,14 +257,17 @@ def test_a_running_loops_pending_handles_are_hidden_from_the_collector_until_the
         loop.close()
 
 
-@hides
-def test_a_loop_dropped_unclosed_with_pending_handles_is_collected_as_the_stock_one() -> None:
-    def run_and_drop() -> weakref.ref[aio.EventLoop]:
-        loop = aio.new_event_loop()
+@pytest.mark.parametrize("factory", [aio.new_event_loop, asyncio.SelectorEventLoop],
+                         ids=["tickwheel-loop", "stock-loop-with-tickwheel-aio"])
+def test_a_loop_dropped_unclosed_with_pending_handles_is_collected_as_the_stock_one(
+        factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    def run_and_drop() -> weakref.ref[asyncio.AbstractEventLoop]:
+        loop = factory()
 
         async def main() -> None:
             # A cycle through a pending handle: its callback holds a future, which
             # holds the loop, which holds the wheel, which holds the handle.
+            aio.call_later(3600.0, loop.create_future().set_result, None)
             loop.call_later(3600.0, loop.create_future().set_result, None)
 
         loop.run_until_complete(main())
