@@ -715,9 +715,13 @@ def test_a_follow_service_killed_hard_and_restarted_gives_the_outcomes_of_one_ru
     parts = [lines[i:i + 300] for i in range(0, len(lines), 300)]
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()
+    # A killed JVM cannot remove its scratch directories: they go under tmp_path.
+    (tmp_path / "java-tmp").mkdir()
     command = [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--engine", "spark",
                "--master", "local[2]", "--partitions", "2", "--input", str(inbox),
-               "--output", str(out), "--lateness-ms", str(LATENESS_MS), "--trigger-ms", "200"]
+               "--output", str(out), "--lateness-ms", str(LATENESS_MS), "--trigger-ms", "200",
+               "--conf", f"spark.local.dir={tmp_path / 'spark-local'}",
+               "--conf", f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={tmp_path / 'java-tmp'}"]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
 
     def start() -> subprocess.Popen[str]:
