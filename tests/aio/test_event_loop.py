@@ -257,6 +257,31 @@ def test_a_running_loops_pending_handles_are_hidden_from_the_collector_until_the
         loop.close()
 
 
+@hides
+def test_a_loop_that_runs_for_long_keeps_no_list_of_handles_long_gone(
+        vloop: tuple[aio.EventLoop, VirtualSelector]) -> None:
+    loop, _ = vloop
+    kept = [loop.call_later(3600.0, int) for _ in range(10)]
+
+    async def churn() -> tuple[int, int]:
+        held = []
+        for i in range(50_000):
+            handle = loop.call_later(60.0, int)
+            if i % 1_000 == 0:
+                held.append(handle)  # a few stay pending
+            else:
+                handle.cancel()
+        return len(loop._wheel._hidden), len(loop._wheel)
+
+    listed, pending = loop.run_until_complete(churn())
+    # 60 pending, and the list of what this run hid is compacted once it outgrows
+    # twice that and 4,096 more: never the 50,000 scheduled.
+    assert pending == 60
+    assert listed <= 2 * pending + 4096
+    assert len(loop._wheel._hidden) == 0  # stopped: all shown again, none listed
+    assert all(gc.is_tracked(h) for h in kept)
+
+
 @pytest.mark.parametrize("factory", [aio.new_event_loop, asyncio.SelectorEventLoop],
                          ids=["tickwheel-loop", "stock-loop-with-tickwheel-aio"])
 def test_a_loop_dropped_unclosed_with_pending_handles_is_collected_as_the_stock_one(
