@@ -11,16 +11,22 @@
  *
  * Both are the documented PyObject_GC_UnTrack and PyObject_GC_Track, guarded so that
  * each may be called on an object in either state (PyObject_GC_Track aborts on an
- * object already tracked).
+ * object already tracked). hidden() counts what is hidden, in every loop of the
+ * process: at zero, a stopping loop need not walk its wheel.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+/* Objects hidden by hide() and not yet exposed: zero means no walk is needed to find
+ * any (every caller holds the GIL). */
+static Py_ssize_t hidden_count = 0;
 
 static PyObject *
 gc_hide(PyObject *module, PyObject *obj)
 {
     if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj)) {
         PyObject_GC_UnTrack(obj);
+        hidden_count++;
     }
     Py_RETURN_NONE;
 }
@@ -30,8 +36,15 @@ gc_expose(PyObject *module, PyObject *obj)
 {
     if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj)) {
         PyObject_GC_Track(obj);
+        hidden_count--;
     }
     Py_RETURN_NONE;
+}
+
+static PyObject *
+gc_hidden(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSsize_t(hidden_count);
 }
 
 static PyMethodDef gc_methods[] = {
@@ -39,6 +52,8 @@ static PyMethodDef gc_methods[] = {
      "hide(obj)\n\nStop the cyclic collector from tracking obj (if it does)."},
     {"expose", (PyCFunction)gc_expose, METH_O,
      "expose(obj)\n\nMake the cyclic collector track obj again (if its type can be)."},
+    {"hidden", (PyCFunction)gc_hidden, METH_NOARGS,
+     "hidden() -> int\n\nHow many objects hide() took out that expose() has not put back."},
     {NULL, NULL, 0, NULL},
 };
 

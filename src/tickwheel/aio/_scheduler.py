@@ -41,10 +41,11 @@ provide_mypyc_attr(globals())
 
 expose: Callable[[object], None] | None
 hide: Callable[[object], None] | None
+hidden: Callable[[], int] | None
 try:
-    from tickwheel.aio._gc import expose, hide
+    from tickwheel.aio._gc import expose, hidden, hide
 except ImportError:  # built without a C compiler: pending handles stay tracked
-    expose = hide = None
+    expose = hide = hidden = None
 
 __all__ = ["SchedulerStats", "WheelScheduler", "as_seconds", "call_at", "call_later",
            "scheduler_for"]
@@ -57,9 +58,6 @@ _IDLE: Final = 1 << 63
 #: many variables a fresh copy is cheaper than the comparison.
 _MAX_SHARED_VARS: Final = 8
 _MISSING: Final = object()
-#: The list of hidden handles is compacted (those no longer pending dropped) once it
-#: holds more than twice as many handles as are pending, and this many more.
-_MIN_COMPACT: Final = 4096
 #: Slow callbacks are reported where asyncio reports its own.
 _asyncio_log: Final = logging.getLogger("asyncio")
 
@@ -194,11 +192,8 @@ class WheelScheduler:
         self._cancelled_out = 0
         self.closed = False
         self._anchor = _Anchor(self)
-        # hide() while a loop runs (see start_hiding), None otherwise; the handles it
-        # hid in this run (some since taken out, and shown again then).
+        # hide() while a loop runs (see start_hiding), None otherwise.
         self._hide: Callable[[object], None] | None = None
-        self._hidden: list[TimerHandle] = []
-        self._compact_at = _MIN_COMPACT
         #: Called as ``check(callback, method)`` before each schedule when set: the
         #: loop's debug-mode checks, which return the stack that is scheduling.
         self.debug_check: Callable[[object, str], list[Any]] | None = None
@@ -250,10 +245,6 @@ class WheelScheduler:
             # Reachable from the running loop while it waits here, so no collection
             # could free it: walking it in each full collection is pure cost.
             hide_handle(handle)
-            hidden = self._hidden
-            hidden.append(handle)
-            if len(hidden) >= self._compact_at:
-                self._compact_hidden()
         if expiration < self._armed_ms:
             self._arm(expiration, expiration / 1000.0)
         return handle
@@ -406,29 +397,16 @@ class WheelScheduler:
         A hidden handle's references are invisible to the collector: a cycle through
         it (a pending ``sleep`` holds its task, which holds the loop, which holds this
         wheel) could never be freed. The loop calls this as it stops running, so a
-        loop dropped without ``close()`` is collected as the stock loop is. Handles
-        hidden in earlier runs were shown again as those runs stopped."""
+        loop dropped without ``close()`` is collected as the stock loop is. It walks
+        the wheel only while some handle is hidden (in any loop of the process)."""
         self._hide = None
-        hidden = self._hidden
-        if not hidden:
-            return
-        self._hidden = []
-        self._compact_at = _MIN_COMPACT
         expose_handle = expose
-        if expose_handle is not None:
-            # Only what this run hid: a stop costs what the run scheduled, not what
-            # is pending. Those already taken out were shown again then; again is a no-op.
-            for handle in hidden:
-                expose_handle(handle)
-
-    def _compact_hidden(self) -> None:
-        """Drop the handles that left the wheel from the list of those hidden, so that
-        a loop that runs for days holds no more than about twice what is pending. The
-        list is walked only once it outgrows that, so the walks cost O(1) a handle."""
-        bound = 2 * len(self._timer) + _MIN_COMPACT
-        if len(self._hidden) >= bound:
-            self._hidden = [handle for handle in self._hidden if handle._owner is not None]
-        self._compact_at = bound
+        if expose_handle is None or hidden is None or hidden() == 0:
+            # Nothing is hidden anywhere: the handles this run hid have all left the
+            # wheel, as a run_until_complete's timeouts mostly have by its end.
+            return
+        for entry in self._timer.pending_entries():
+            expose_handle(entry)
 
     # -- the rest ---------------------------------------------------------------------
 

@@ -105,6 +105,19 @@ class TimingWheelTimer(TimerBase):
                         best = expiration
             return best
 
+    def pending_entries(self) -> list[TimerEntry]:
+        """Every entry the timer holds, in no particular order, as a new list."""
+        with self._lock:
+            out: list[TimerEntry] = []
+            seen: set[int] = set()
+            for flush_at, serial, bucket in self._queue:
+                # A stale queue entry, or the second of a bucket queued twice for a tick.
+                if bucket.queued and bucket.expiration == flush_at and serial not in seen:
+                    seen.add(serial)
+                    out.extend(bucket.tasks)
+            out.extend(self._due.tasks)
+            return out
+
     def _insert(self, task: TimerEntry, expiration: int, now_ms: int) -> None:
         task._expiration = expiration
         tick_ms = self._tick_ms
