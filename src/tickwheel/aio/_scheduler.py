@@ -345,7 +345,9 @@ class WheelScheduler:
         # In debug mode each handle is timed, as the stock loop times each callback it
         # runs (otherwise its warning would name the sentinel for the whole batch).
         debug = self.debug_check is not None
-        expose_handle = expose
+        # One count read per fire: with nothing hidden (any wheel of another loop),
+        # no handle taken out needs showing again.
+        expose_handle = expose if hidden is not None and hidden() else None
         try:
             while i < n:
                 handle = cast(TimerHandle, due[i])
