@@ -281,6 +281,32 @@ def test_the_count_of_hidden_handles_tells_a_stop_whether_to_walk_the_wheel() ->
         loop.close()
 
 
+@hides
+def test_a_loop_stopped_by_keyboard_interrupt_shows_its_pending_handles_again() -> None:
+    from tickwheel.aio import _gc
+
+    loop = aio.new_event_loop()
+    before = _gc.hidden()
+    left: list[asyncio.TimerHandle] = []
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    async def main() -> None:
+        left.extend(loop.call_later(3600.0, int) for _ in range(3))
+        assert _gc.hidden() - before == 3
+        loop.call_soon(interrupt)
+        await asyncio.sleep(3600.0)
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(main())
+        assert _gc.hidden() == before
+        assert all(gc.is_tracked(handle) and not handle.cancelled() for handle in left)
+    finally:
+        loop.close()
+
+
 @pytest.mark.parametrize("factory", [aio.new_event_loop, asyncio.SelectorEventLoop],
                          ids=["tickwheel-loop", "stock-loop-with-tickwheel-aio"])
 def test_a_loop_dropped_unclosed_with_pending_handles_is_collected_as_the_stock_one(
