@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,42 @@ def test_path_names_the_file_spark_submit_runs(capsys: pytest.CaptureFixture[str
     path = Path(capsys.readouterr().out.strip())
     assert path.is_file() and path.name == "spark_job.py"
     assert path == Path(spark_job.__file__).resolve()
+
+
+def test_zip_writes_the_sources_that_executors_import_as_the_pure_python_build(
+        tmp_path: Path) -> None:
+    target = tmp_path / "tick wheel.zip"
+    done = subprocess.run([sys.executable, "-m", "tickwheel.spark_job", "--zip", str(target)],
+                          capture_output=True, check=True)
+    assert Path(os.fsdecode(done.stdout.rstrip(b"\n"))) == target.resolve()
+    root = Path(spark_job.__file__).resolve().parent
+    sources = {(Path("tickwheel") / p.relative_to(root)).as_posix()
+               for p in root.rglob("*.py") if "__pycache__" not in p.parts}
+    assert set(zipfile.ZipFile(target).namelist()) == sources
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temporary left
+    # First on the path, as --py-files puts it on an executor's.
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import tickwheel; "
+             "from tickwheel.pipeline.events import compact_wire; "
+             "print(tickwheel.__file__, tickwheel.compiled, "
+             "compact_wire('{\"ts_ms\":5,\"type\":\"tick\"}'), sep='\\n')")
+    ran = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True,
+                         text=True, check=True, cwd=tmp_path)
+    where, compiled, row = ran.stdout.splitlines()
+    assert where == str(target / "tickwheel" / "__init__.py")
+    assert compiled == "False" and row.strip().startswith("(5, 'tick'")
+
+
+@pytest.mark.parametrize("name, message", [
+    ("missing/out.zip", "is not a directory"),
+    (".", "is a directory"),
+])
+def test_zip_refuses_a_path_it_cannot_write(name: str, message: str, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        spark_job.main(["--zip", str(tmp_path / name)])
+    assert exit.value.code == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_run_as_a_file_it_takes_its_own_directory_off_the_module_path(tmp_path: Path) -> None:

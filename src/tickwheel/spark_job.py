@@ -10,7 +10,9 @@ Its options are those of ``tickwheel run --engine spark`` but ``--master`` and
 
 ``--path`` prints this file's path. The Python that runs Spark's workers must have
 tickwheel installed (``PYSPARK_PYTHON``, or ``spark.pyspark.python``); on a cluster,
-so must every executor's, and the input directory must be at the same path on each.
+so must every executor's, or ``--zip PATH`` writes tickwheel's Python sources to a zip
+for spark-submit's ``--py-files``, from which executors import its pure-Python build.
+The input directory must be at the same path on every node.
 
 Exit codes: 0 success, 1 rows were lost (in != applied + quarantined + held), 2 bad
 arguments or not started by ``spark-submit``.
@@ -21,6 +23,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
         "quarantined.")
     parser.add_argument("--path", action="store_true",
                         help="print this file's path, for spark-submit, and exit")
+    parser.add_argument("--zip", type=Path, metavar="PATH",
+                        help="write this tickwheel's Python sources to PATH, a zip for "
+                             "spark-submit's --py-files (executors without tickwheel "
+                             "then run its pure-Python build), print PATH and exit")
     parser.add_argument("--input", type=Path, help="event log directory")
     parser.add_argument("--output", type=Path,
                         help="writes outcomes/ and quarantine/ here")
@@ -127,11 +135,41 @@ def _follow(engine: SparkEngine, trigger_ms: int) -> SparkRunResult:
         return engine.follow(stop, trigger_ms=trigger_ms)
 
 
+def _write_sources_zip(path: Path) -> Path:
+    """This tickwheel's Python sources in a zip at ``path`` (written whole, then put in
+    place), as spark-submit's ``--py-files`` ships them to executors: compiled modules
+    cannot be imported from a zip, and the pure-Python build behaves the same."""
+    root = Path(__file__).resolve().parent
+    sources = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as out:
+            for source in sources:
+                out.write(source, (Path(root.name) / source.relative_to(root)).as_posix())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path.resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.path:
         print(Path(__file__).resolve())
+        return 0
+    if args.zip is not None:
+        if not args.zip.parent.is_dir():
+            parser.error(f"--zip: {str(args.zip.parent)!r} is not a directory")
+        if args.zip.is_dir():
+            parser.error(f"--zip: {str(args.zip)!r} is a directory")
+        try:
+            written = _write_sources_zip(args.zip)
+        except OSError as exc:
+            parser.error(f"--zip: {exc}")
+        # As bytes: a name that is not UTF-8 reaches the shell as it is on disk.
+        sys.stdout.buffer.write(os.fsencode(written) + b"\n")
         return 0
     if args.input is None or args.output is None:
         parser.error("--input and --output are required")

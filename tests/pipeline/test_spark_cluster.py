@@ -5,6 +5,7 @@ process talks over loopback (``SPARK_LOCAL_IP=127.0.0.1`` in the child's environ
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -61,6 +62,45 @@ def test_a_cluster_of_two_executor_jvms_gives_the_reference_engines_outcomes(
     proc = _start(base, tmp_path)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
+    expected = reference(base / "in")
+    assert outcomes_of(base / "out") == expected_outcomes(expected)
+    assert quarantine_of(base / "out") == expected_quarantine(expected)
+
+
+SHIPPED = f"""
+import sys
+from pathlib import Path
+from tickwheel.pipeline.spark import SparkEngine, spark_session
+base = Path(sys.argv[1])
+spark = spark_session(sys.argv[2], driver_memory="1g",
+                      settings={{"spark.submit.pyFiles": sys.argv[3]}})
+try:
+    where = spark.sparkContext.parallelize(range(4), 4).map(
+        lambda _: (__import__("tickwheel").__file__, __import__("tickwheel").compiled))
+    print(sorted(set(where.collect())))
+    SparkEngine(spark, base / "in", base / "out", base / "ckpt",
+                lateness_ms={LATENESS_MS}, partitions=2).run()
+finally:
+    spark.stop()
+"""
+
+
+def test_executors_run_the_sources_shipped_with_py_files_and_give_the_same_outcomes(
+        tmp_path: Path) -> None:
+    # Here the executors' Python has tickwheel installed too: the zip comes first on
+    # their module path, so what they run is what was shipped.
+    shipped = tmp_path / "tickwheel.zip"
+    subprocess.run([sys.executable, "-m", "tickwheel.spark_job", "--zip", str(shipped)],
+                   check=True, capture_output=True)
+    base = tmp_path / "run"
+    write_files(random_log(8, rows=2_400), base / "in", files=3)
+    done = subprocess.run([sys.executable, "-c", SHIPPED, str(base), MASTER, str(shipped)],
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert imported and all(where.endswith("tickwheel.zip/tickwheel/__init__.py")
+                            and compiled is False for where, compiled in imported), imported
     expected = reference(base / "in")
     assert outcomes_of(base / "out") == expected_outcomes(expected)
     assert quarantine_of(base / "out") == expected_quarantine(expected)
