@@ -70,6 +70,17 @@ def test_zip_refuses_a_path_it_cannot_write(name: str, message: str, tmp_path: P
     assert list(tmp_path.iterdir()) == []
 
 
+def test_zip_refuses_to_replace_what_is_not_a_regular_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pipe = tmp_path / "pipe.zip"
+    os.mkfifo(pipe)
+    with pytest.raises(SystemExit) as exit:
+        spark_job.main(["--zip", str(pipe)])
+    assert exit.value.code == 2
+    assert "is not a regular file" in capsys.readouterr().err
+    assert pipe.is_fifo() and [p.name for p in tmp_path.iterdir()] == ["pipe.zip"]
+
+
 def test_run_as_a_file_it_takes_its_own_directory_off_the_module_path(tmp_path: Path) -> None:
     # tickwheel's directory holds cli.py, metrics.py, ...: first on the path, they would
     # stand in for other modules of those names.

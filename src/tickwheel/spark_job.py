@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--zip: {str(args.zip.parent)!r} is not a directory")
         if args.zip.is_dir():
             parser.error(f"--zip: {str(args.zip)!r} is a directory")
+        if args.zip.exists() and not args.zip.is_file():
+            # A device or a pipe would be replaced by the zip, not written to.
+            parser.error(f"--zip: {str(args.zip)!r} is not a regular file")
         try:
             written = _write_sources_zip(args.zip)
         except OSError as exc:
