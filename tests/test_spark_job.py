@@ -45,6 +45,8 @@ def test_zip_writes_the_sources_that_executors_import_as_the_pure_python_build(
                for p in root.rglob("*.py") if "__pycache__" not in p.parts}
     assert set(zipfile.ZipFile(target).namelist()) == sources
     assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temporary left
+    # Readable as a file the user writes is: Spark's file server or another node reads it.
+    assert target.stat().st_mode & 0o444 == 0o444 & ~_umask()
     # First on the path, as --py-files puts it on an executor's.
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import tickwheel; "
              "from tickwheel.pipeline.events import compact_wire; "
@@ -55,6 +57,14 @@ def test_zip_writes_the_sources_that_executors_import_as_the_pure_python_build(
     where, compiled, row = ran.stdout.splitlines()
     assert where == str(target / "tickwheel" / "__init__.py")
     assert compiled == "False" and row.strip().startswith("(5, 'tick'")
+
+
+def _umask() -> int:
+    # Read from /proc: os.umask would set it, for the whole process, to read it.
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    raise AssertionError("no Umask line in /proc/self/status")
 
 
 @pytest.mark.parametrize("name, message", [

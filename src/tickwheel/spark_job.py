@@ -21,9 +21,9 @@ arguments or not started by ``spark-submit``.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
-import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -139,17 +139,15 @@ def _write_sources_zip(path: Path) -> Path:
     """This tickwheel's Python sources in a zip at ``path`` (written whole, then put in
     place), as spark-submit's ``--py-files`` ships them to executors: compiled modules
     cannot be imported from a zip, and the pure-Python build behaves the same."""
+    from tickwheel.pipeline.batch_log import write_bytes_atomically
+
     root = Path(__file__).resolve().parent
     sources = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as out:
-            for source in sources:
-                out.write(source, (Path(root.name) / source.relative_to(root)).as_posix())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w", zipfile.ZIP_DEFLATED) as out:
+        for source in sources:
+            out.write(source, (Path(root.name) / source.relative_to(root)).as_posix())
+    write_bytes_atomically(data.getvalue(), path)
     return path.resolve()
 
 
