@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tickwheel"
 # A unit is a subpackage or a top-level module; "tickwheel" is the package root.
 RANK = {
     "_compat": 0, "_rawlock": 0, "_signals": 0, "_clock": 0, "_validate": 0, "_histogram": 0,
-    "_mutex": 1,
+    "_mutex": 1, "schedules": 1,
     "timers": 2,
     "purgatory": 3,
     "broker": 4, "dispatch": 4,
