@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -41,3 +42,14 @@ def pytest_report_header() -> str:
 
     where = tickwheel.__file__
     return f"tickwheel {tickwheel.__version__}: compiled={tickwheel.compiled} ({where})"
+
+
+def eventually(predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout_s`` passes (real-time tests only,
+    waiting on threads or processes, never on a timer a test could drive)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()

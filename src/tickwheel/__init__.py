@@ -24,9 +24,11 @@ from tickwheel.purgatory import (
     Purgatory,
     PurgatoryStats,
 )
+from tickwheel.schedules import Misfire, Schedule, ScheduleError
 from tickwheel.timers import (
     HashedWheelTimer,
     HeapTimer,
+    RecurringTask,
     TimerBase,
     TimerClosed,
     TimerRejected,
@@ -48,10 +50,14 @@ __all__ = [
     "HeapTimer",
     "HistogramSnapshot",
     "ManualClock",
+    "Misfire",
     "Outcome",
     "ProcessingResult",
     "Purgatory",
     "PurgatoryStats",
+    "RecurringTask",
+    "Schedule",
+    "ScheduleError",
     "SystemClock",
     "TaskDispatcher",
     "TaskProcessor",

@@ -25,8 +25,10 @@ from tickwheel._clock import Clock, ManualClock, SystemClock
 from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel._mutex import new_lock
 from tickwheel._validate import Millis, check_delay_ms
+from tickwheel.schedules import Schedule
 from tickwheel.timers._driver import Driver
 from tickwheel.timers._errors import TimerClosed
+from tickwheel.timers._recurring import RecurringTask
 from tickwheel.timers._task import (
     CANCELLED,
     ArgsCallbackTask,
@@ -219,6 +221,17 @@ class TimerBase(TaskOwner):
         task = PeriodicTask(self, initial, period, bool(fixed_rate), fn, args)
         now = self._clock.now_ms()
         self._add(task, now + initial, now)
+        return task
+
+    def schedule_recurring(self, schedule: Schedule, fn: Callable[..., object], *args: Any,
+                           schedule_id: str = "") -> RecurringTask:
+        """Run ``fn(*args)`` at each occurrence of ``schedule`` from now on; runs never
+        overlap, and none is early. ``schedule_id`` seeds the jitter. Cancel the
+        returned task to end the series (docs/schedules.md)."""
+        task = RecurringTask(self, schedule, schedule_id, fn, args)
+        deadline = task.first_deadline()
+        if deadline is not None:
+            self._add(task, deadline, self._clock.now_ms())
         return task
 
     def reschedule(self, task: TimerEntry, expiration_ms: int) -> bool:
