@@ -5,12 +5,14 @@
   ``wait_for``) live on a hierarchical timing wheel.
 - :func:`timeout`, :func:`timeout_at`, :func:`call_later`, :func:`call_at`: the same
   wheel for a loop you keep (the stock loop, uvloop), driven by one timer of that loop.
+- :func:`call_recurring`: a :class:`~tickwheel.Schedule` on the running loop's wheel.
 """
 
 import sys
 
 from tickwheel.aio._handle import TimerHandle
 from tickwheel.aio._loop import EventLoop, new_event_loop
+from tickwheel.aio._recurring import RecurringHandle, call_recurring
 from tickwheel.aio._scheduler import (
     SchedulerStats,
     WheelScheduler,
@@ -26,12 +28,14 @@ if sys.version_info < (3, 14):
 __all__ = [
     "EventLoop",
     "EventLoopPolicy",
+    "RecurringHandle",
     "SchedulerStats",
     "Timeout",
     "TimerHandle",
     "WheelScheduler",
     "call_at",
     "call_later",
+    "call_recurring",
     "new_event_loop",
     "scheduler_for",
     "timeout",
