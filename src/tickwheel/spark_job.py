@@ -139,7 +139,7 @@ def _write_sources_zip(path: Path) -> Path:
     """This tickwheel's Python sources in a zip at ``path`` (written whole, then put in
     place), as spark-submit's ``--py-files`` ships them to executors: compiled modules
     cannot be imported from a zip, and the pure-Python build behaves the same."""
-    from tickwheel.pipeline.batch_log import write_bytes_atomically
+    from tickwheel.pipeline.files import write_bytes_atomically
 
     root = Path(__file__).resolve().parent
     sources = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)

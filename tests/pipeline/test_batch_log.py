@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
+from tickwheel.pipeline.batch_log import BatchLog
+from tickwheel.pipeline.files import write_bytes_atomically
 
 
 def test_a_restart_reads_the_records_of_committed_batches_only(tmp_path: Path) -> None:

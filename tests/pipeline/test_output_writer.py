@@ -75,7 +75,7 @@ def test_an_error_while_writing_leaves_no_file(tmp_path: Path) -> None:
 
 def test_a_file_left_half_written_by_a_crash_is_an_earlier_runs_output(tmp_path: Path) -> None:
     (tmp_path / "outcomes").mkdir()
-    (tmp_path / "outcomes" / ".part-00000.tmp").write_bytes(b"PAR1")
+    (tmp_path / "outcomes" / ".part-00000.parquet.0123abcd.tmp").write_bytes(b"PAR1")
     with pytest.raises(OutputDirError, match="outputs of an earlier run"):
         prepare_output(tmp_path, overwrite=False)
     prepare_output(tmp_path, overwrite=True)

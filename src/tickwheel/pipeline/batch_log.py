@@ -14,18 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BatchLog", "write_bytes_atomically"]
+from tickwheel.pipeline.files import write_bytes_atomically
 
-
-def write_bytes_atomically(data: bytes, path: Path) -> None:
-    """``data`` written whole and fsync'd under a hidden name (which no reader takes),
-    then renamed into place: a crash leaves the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+__all__ = ["BatchLog"]
 
 
 class BatchLog:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tickwheel.pipeline._arrow import open_parquet
-from tickwheel.pipeline.batch_log import write_bytes_atomically
 from tickwheel.pipeline.compaction import covered_batches
+from tickwheel.pipeline.files import write_bytes_atomically
 from tickwheel.pipeline.outputs import outcome_rows
 from tickwheel.pipeline.sink import OutcomeSink
 

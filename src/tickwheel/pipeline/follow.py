@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
+from tickwheel.pipeline.batch_log import BatchLog
 from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined, Wire, compact_wire, to_wire
+from tickwheel.pipeline.files import write_bytes_atomically
 from tickwheel.pipeline.input_dir import input_dir_problem, input_files
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,

@@ -28,7 +28,6 @@ import gzip as gzip_module
 import heapq
 import itertools
 import json
-import os
 import random
 import threading
 import time
@@ -41,6 +40,7 @@ from tickwheel._clock import ManualClock
 from tickwheel.broker import BrokerListener
 from tickwheel.broker.groups import DelayedHeartbeat, GroupCoordinator
 from tickwheel.broker.replication import CONSUMER, DelayedFetch, DelayedProduce, ReplicaManager
+from tickwheel.pipeline.files import write_bytes_atomically
 from tickwheel.purgatory import DelayedOperation
 
 __all__ = ["GeneratorConfig", "follow_event_log", "generate", "iter_rows", "write_event_log"]
@@ -412,13 +412,8 @@ def follow_event_log(config: GeneratorConfig, directory: Path, rate: int,
 
 def _land(target: Path, lines: list[str]) -> None:
     """Written whole under a hidden name, then renamed: no reader sees half a file."""
-    tmp = target.with_name(f".{target.name}.tmp")
     data = "".join(f"{line}\n" for line in lines).encode()
     if target.suffix == ".gz":
         # mtime 0: the same seed makes the same bytes, as it does uncompressed.
         data = gzip_module.compress(data, compresslevel=6, mtime=0)
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_bytes_atomically(data, target)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline._arrow import open_parquet, pyarrow_modules
 from tickwheel.pipeline.events import OutcomeKind, Quarantined
+from tickwheel.pipeline.files import is_temporary_of, open_temporary
 from tickwheel.pipeline.input_dir import within
 from tickwheel.pipeline.reference import OutcomeRow
 
@@ -42,8 +43,9 @@ DEFAULT_CHECKPOINT = "_checkpoint"
 # The files an engine writes in outcomes/ and quarantine/ (and the Spark engine's
 # temporary files on their way there): nothing else is read as output.
 _OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}(-\d{5})?|batches-\d{9}-\d{9})\.parquet"
-                          r"|\.(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.tmp"
-                          r"|\.batch-\d{9}-\d{5}\.\d+\.tmp")
+                          r"|\.(part-00000|batch-\d{9}|batches-\d{9}-\d{9})\.parquet"
+                          r"\.[0-9a-f]{8}\.tmp"
+                          r"|\.batch-\d{9}-\d{5}\.\d+\.[0-9a-f]{8}\.tmp")
 # A batch's file of outputs (a partition's file of it), and a merged run's.
 _BATCH = re.compile(r"batch-(\d{9})(?:-\d{5})?\.parquet")
 _MERGED = re.compile(r"batches-(\d{9})-(\d{9})\.parquet")
@@ -139,9 +141,9 @@ def write_tables_atomically(schema: pa.Schema, tables: Iterable[pa.Table], path:
     group: a merge of files never holds them all."""
     _, pq = pyarrow_modules()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp")
+    out, tmp = open_temporary(path)
     try:
-        with open(tmp, "wb") as out:
+        with out:
             with pq.ParquetWriter(out, schema) as writer:
                 for table in tables:
                     writer.write_table(table)
@@ -155,8 +157,8 @@ def write_tables_atomically(schema: pa.Schema, tables: Iterable[pa.Table], path:
 
 class OutputWriter(Generic[R]):
     """Rows written to ``directory/name`` as they come, a row group at a time, so that
-    a run's outputs need not fit in memory. The file is written under a hidden name
-    (``tmp_name``; by default the name's stem after a dot, which no reader takes), then
+    a run's outputs need not fit in memory. The file is written under a hidden name of
+    its own (``tmp_prefix`` and random digits; by default ``.<name>.``), then
     fsync'd and renamed into place when the writer closes without an error; an error
     removes it. ``to_table`` makes a list of rows into the contract's columns
     (:func:`outcomes_table`, :func:`quarantine_table`); :meth:`write_table` takes rows
@@ -168,7 +170,7 @@ class OutputWriter(Generic[R]):
     def __init__(self, directory: Path, to_table: Callable[[list[R]], pa.Table], *,
                  group_rows: int = 65_536, row_bytes: Callable[[R], int] | None = None,
                  group_bytes: int = 16 << 20, name: str = "part-00000.parquet",
-                 tmp_name: str | None = None) -> None:
+                 tmp_prefix: str | None = None) -> None:
         _, pq = pyarrow_modules()
         self.path = directory / name
         self.rows = 0
@@ -179,8 +181,7 @@ class OutputWriter(Generic[R]):
         self._pending: list[R] = []
         self._pending_bytes = 0
         directory.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(tmp_name or f".{self.path.stem}.tmp")
-        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by close() or abort()
+        self._file, self._tmp = open_temporary(self.path, tmp_prefix)
         try:
             self._writer = pq.ParquetWriter(self._file, to_table([]).schema)
         except BaseException:
@@ -411,10 +412,11 @@ def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = N
         return
     ours = set(OUTPUT_SUBDIRS)
     if checkpoint is not None:
-        ours |= {OWNER_FILE, f".{OWNER_FILE}.tmp", REPORT_FILE, DEFAULT_CHECKPOINT}
+        ours |= {OWNER_FILE, REPORT_FILE, DEFAULT_CHECKPOINT}
         if inside:
             ours.add(checkpoint.relative_to(output).parts[0])
-    strangers = sorted(p.name for p in output.iterdir() if p.name not in ours)
+    strangers = sorted(p.name for p in output.iterdir() if p.name not in ours
+                       and not is_temporary_of(p.name, f".{OWNER_FILE}."))
     if strangers:
         raise OutputDirError(
             f"output {output} holds files a run did not write ({', '.join(strangers[:3])}"

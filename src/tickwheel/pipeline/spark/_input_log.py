@@ -22,7 +22,8 @@ import json
 import logging
 from pathlib import Path
 
-from tickwheel.pipeline.batch_log import BatchLog, write_bytes_atomically
+from tickwheel.pipeline.batch_log import BatchLog
+from tickwheel.pipeline.files import write_bytes_atomically
 from tickwheel.pipeline.input_dir import input_files
 from tickwheel.pipeline.log_reader import input_bytes
 

@@ -118,7 +118,7 @@ def batch_writer(output_dir: str, batch_id: int) -> Any:
                         if writer is None:
                             writer = writers[column] = OutputWriter(
                                 Path(output_dir) / column, to_table, name=f"{name}.parquet",
-                                tmp_name=f".{name}.{context.attemptNumber()}.tmp")
+                                tmp_prefix=f".{name}.{context.attemptNumber()}.")
                         writer.write_table(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
                 statuses += [s for s in batch.column("status").to_pylist() if s is not None]
             for writer in writers.values():

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.batch_log import write_bytes_atomically
 from tickwheel.pipeline.compaction import batch_files, compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
+from tickwheel.pipeline.files import write_bytes_atomically
 from tickwheel.pipeline.input_dir import check_spark_paths, input_dir_problem, input_files
 from tickwheel.pipeline.limits import (
     DEFAULT_BYTES_PER_TRIGGER,

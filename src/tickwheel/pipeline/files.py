@@ -1,0 +1,56 @@
+"""Files written whole: an exclusive temporary beside the target, fsync'd, then renamed.
+
+The temporary name is ``.<target name>.<8 hex digits>.tmp``, created with ``O_EXCL`` and
+``O_NOFOLLOW``: a file or a symlink planted at a guessable name makes the creation fail
+and a fresh name is drawn, so a write never goes through someone else's link. The mode is
+the umask's, as for any file the user writes. Readers skip names that start with a dot.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = ["is_temporary_of", "open_temporary", "write_bytes_atomically"]
+
+_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+          | getattr(os, "O_CLOEXEC", 0))
+_SUFFIX = re.compile(r"[0-9a-f]{8}\.tmp")
+
+
+def open_temporary(path: Path, prefix: str | None = None) -> tuple[BinaryIO, Path]:
+    """A new, empty file beside ``path`` under a hidden name of its own (``prefix``, by
+    default ``.<name>.``, then 8 random hex digits and ``.tmp``), open for writing."""
+    head = f".{path.name}." if prefix is None else prefix
+    for _ in range(64):
+        tmp = path.with_name(f"{head}{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, _FLAGS, 0o666)
+        except FileExistsError:
+            continue  # taken, or planted: draw another name
+        return os.fdopen(fd, "wb"), tmp
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
+def is_temporary_of(name: str, prefix: str) -> bool:
+    """Whether ``name`` is a temporary file that :func:`open_temporary` made with
+    ``prefix``."""
+    return name.startswith(prefix) and _SUFFIX.fullmatch(name, len(prefix)) is not None
+
+
+def write_bytes_atomically(data: bytes, path: Path) -> None:
+    """``data`` written whole and fsync'd under a hidden name (which no reader takes),
+    then renamed into place: a crash leaves the old file or the new one, never half."""
+    out, tmp = open_temporary(path)
+    try:
+        with out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
