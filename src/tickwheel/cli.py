@@ -67,6 +67,7 @@ from tickwheel.pipeline.outputs import (
     quarantine_writer,
     read_outcomes,
 )
+from tickwheel.pipeline.ownership import OwnershipError, hold_run_directories
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
 from tickwheel.pipeline.resolver import OutcomeRow
@@ -80,9 +81,10 @@ app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is
                   add_completion=False)
 # No markup: what is printed holds paths, file names and data, whose brackets rich
 # would read as its own tags ("tickwheel[spark]" printed as "tickwheel").
-console = Console(markup=False)
+# Paths are printed as they are: no markup, and no emoji for a ":name:" in one.
+console = Console(markup=False, emoji=False)
 if not console.is_terminal:  # logs and pipes get the whole table, not an 80-column cut
-    console = Console(width=120, markup=False)
+    console = Console(width=120, markup=False, emoji=False, soft_wrap=True)
 
 
 def _show_version(value: bool) -> None:
@@ -110,7 +112,7 @@ def _progress(*columns: ProgressColumn) -> Progress:
 
 
 def _error(message: str) -> None:
-    console.print(message, style="red")
+    console.print(message, style="red", soft_wrap=True)  # one line, whatever its length
 
 
 def _warn_no_input(input: Path) -> None:
@@ -210,9 +212,9 @@ def _generate_live(config: GeneratorConfig, output: Path, rate: int, file_ms: in
                           f"({written['rows'] / max(now - started, 1e-9):,.0f}/s){behind}")
             written["last"] = now
 
-    console.print(f"writing about {rate:,} events/s to {output}, a file every {file_ms} ms; "
-                  "SIGINT or SIGTERM stops")
     with _stop_on_signals("after this file") as stop:
+        console.print(f"writing about {rate:,} events/s to {output}, a file every {file_ms} "
+                      "ms; SIGINT or SIGTERM stops")
         counts = follow_event_log(config, output, rate, stop, file_ms=file_ms,
                                   on_file=on_file, gzip=gzip)
     console.print(f"stopped: {counts['rows']:,} rows ({counts['malformed']:,} malformed) in "
@@ -331,8 +333,9 @@ def run(
         raise typer.Exit(2)
     try:
         files = input_files(input, warn=False)  # the reader's listing warns
+        hold_run_directories(output, None)  # held until the process exits
         prepare_output(output, overwrite=overwrite)
-    except (FileNotFoundError, InputError, OutputDirError) as exc:
+    except (FileNotFoundError, InputError, OutputDirError, OwnershipError) as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from exc
     _run_local(files, input, output, lateness_ms, dedupe_retention_ms, user_processor,
@@ -487,7 +490,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             dedupe_retention_ms=dedupe_retention_ms,
             clock=wall_clock_ms if clock is ClockKind.wall else None, overwrite=overwrite,
             sink=sink)
-    except (FileNotFoundError, InputError, OutputDirError, ValueError) as exc:
+    except (FileNotFoundError, InputError, OutputDirError, ValueError,
+            OwnershipError) as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from exc
 
@@ -517,9 +521,9 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                           f"{_skipped_note(counts.files_skipped)}")
             last_print = now
 
-    console.print(f"following {input} (trigger {trigger_ms} ms, {clock.value} clock, "
-                  f"checkpoint {follower.checkpoint_dir}); SIGINT or SIGTERM stops")
-    with _stop_on_signals() as stop:
+    with _stop_on_signals() as stop:  # before saying so: a signal from then on stops it
+        console.print(f"following {input} (trigger {trigger_ms} ms, {clock.value} clock, "
+                      f"checkpoint {follower.checkpoint_dir}); SIGINT or SIGTERM stops")
         try:
             result = follower.run(stop, trigger_ms=trigger_ms, on_batch=progress)
         except OSError as exc:  # a full disk, the output or checkpoint taken away
@@ -555,9 +559,10 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         raise typer.Exit(2)
     try:  # before Spark starts, and its log goes into the checkpoint (checked again)
         files = check_spark_paths(input, checkpoint, output)
+        hold_run_directories(output, checkpoint)  # held until exit; the engine's is the same
         prepare_output(output, overwrite=overwrite, checkpoint=checkpoint,
                        checkpoint_id=checkpoint_id(checkpoint))
-    except (InputError, OutputDirError) as exc:
+    except (InputError, OutputDirError, OwnershipError) as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from exc
     if not files and follow is None:
@@ -631,10 +636,11 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
             last_print = now
 
     spark_engine.on_batch = progress
-    console.print(f"following {spark_engine.input_dir} on Spark ({spark_engine.partitions} "
-                  f"partitions, trigger {trigger_ms} ms, {clock.value} clock, checkpoint "
-                  f"{spark_engine.checkpoint_dir}); SIGINT or SIGTERM stops")
     with _stop_on_signals() as stop:
+        console.print(f"following {spark_engine.input_dir} on Spark "
+                      f"({spark_engine.partitions} partitions, trigger {trigger_ms} ms, "
+                      f"{clock.value} clock, checkpoint {spark_engine.checkpoint_dir}); "
+                      "SIGINT or SIGTERM stops")
         result = spark_engine.follow(stop, trigger_ms=trigger_ms)
     outcomes = sum(result.outcomes_by_outcome().values())
     console.print(f"stopped after {_plural(result.batches, 'micro-batch')}: "

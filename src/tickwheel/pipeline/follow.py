@@ -60,6 +60,7 @@ from tickwheel.pipeline.outputs import (
     quarantine_table,
     write_atomically,
 )
+from tickwheel.pipeline.ownership import hold_run_directories
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.routing import route
@@ -224,8 +225,14 @@ class LocalFollowEngine:
             raise FileNotFoundError(problem)
         input_files(input_dir, warn=False)  # refuses what the engines cannot read alike
         checkpoint = output_dir / DEFAULT_CHECKPOINT if checkpoint_dir is None else checkpoint_dir
-        prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint,
-                       checkpoint_id=checkpoint_id(checkpoint))
+        # One owner at a time: taken before anything is read or written.
+        self._owner = hold_run_directories(output_dir, checkpoint)
+        try:
+            prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint,
+                           checkpoint_id=checkpoint_id(checkpoint))
+        except BaseException:
+            self._owner.release()
+            raise
         self.input_dir = input_dir
         self.output_dir = output_dir
         self.checkpoint_dir = checkpoint
@@ -480,6 +487,7 @@ class LocalFollowEngine:
         stage = self.keys.stage
         for row in outcomes:
             stage.forget(row.op_id, row.resolved_ms - row.latency_ms, row.keys)
+        self._owner.check()  # a run that lost its checkpoint writes nothing more
         self._write_outputs(batch_id, outcomes, quarantine)
         self._commit(batch_id, names)
         self._seen.update(names)
@@ -500,10 +508,16 @@ class LocalFollowEngine:
                        quarantine: list[Quarantined]) -> None:
         name = f"batch-{batch_id:09d}.parquet"
         table = outcomes_table(outcomes)
-        if outcomes:
-            write_atomically(table, self.output_dir / "outcomes" / name)
-        if quarantine:
-            write_atomically(quarantine_table(quarantine), self.output_dir / "quarantine" / name)
+        # A batch run again after a crash replaces all its first attempt wrote, even
+        # where it now writes nothing (its input may have changed meanwhile).
+        written = {"outcomes": table if outcomes else None,
+                   "quarantine": quarantine_table(quarantine) if quarantine else None}
+        for sub, rows in written.items():
+            path = self.output_dir / sub / name
+            if rows is not None:
+                write_atomically(rows, path)
+            else:
+                path.unlink(missing_ok=True)
         if self._delivery is not None and outcomes:
             self._delivery.submit(batch_id, table)
 
@@ -589,6 +603,17 @@ class LocalFollowEngine:
             ignored_cancels=ops.ignored_cancels, release_ms=ops.release_ms,
             state_bytes=self._state_bytes, by_reason=dict(sorted(by_reason.items())),
             by_outcome=dict(sorted(ops.outcomes_by_outcome.items())))
+
+    def close(self) -> None:
+        """Give up the checkpoint and the output directory (the process exiting does
+        too): another run may take them."""
+        self._owner.release()
+
+    def __enter__(self) -> LocalFollowEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def counts(self) -> FollowCounts:
         """The counters after the last batch: a snapshot, safe to read from any thread

@@ -19,6 +19,7 @@ from tickwheel.pipeline._arrow import open_parquet, pyarrow_modules
 from tickwheel.pipeline.events import OutcomeKind, Quarantined
 from tickwheel.pipeline.files import is_temporary_of, open_temporary
 from tickwheel.pipeline.input_dir import within
+from tickwheel.pipeline.ownership import LOCK_FILE
 from tickwheel.pipeline.reference import OutcomeRow
 
 if TYPE_CHECKING:
@@ -401,16 +402,23 @@ def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = N
                 shutil.rmtree(target)
             elif target.exists() or target.is_symlink():
                 target.unlink()
-        if checkpoint is not None and checkpoint.exists():
+        held = [] if checkpoint is None or not checkpoint.is_dir() else [
+            p for p in checkpoint.iterdir() if p.name != LOCK_FILE]
+        if held:
             if not inside:
                 raise OutputDirError(
                     f"--overwrite starts afresh, but the checkpoint {checkpoint} is not "
                     f"inside {output}: delete it or give a new one")
-            shutil.rmtree(checkpoint)
+            # Its lock file stays: this run holds it (pipeline/ownership.py).
+            for path in held:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
         return
     if not output.is_dir():
         return
-    ours = set(OUTPUT_SUBDIRS)
+    ours = {*OUTPUT_SUBDIRS, LOCK_FILE}
     if checkpoint is not None:
         ours |= {OWNER_FILE, REPORT_FILE, DEFAULT_CHECKPOINT}
         if inside:

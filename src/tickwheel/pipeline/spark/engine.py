@@ -66,6 +66,7 @@ from tickwheel.pipeline.limits import (
 )
 from tickwheel.pipeline.log_reader import input_bytes
 from tickwheel.pipeline.outputs import OWNER_FILE, checkpoint_id, prepare_output, write_atomically
+from tickwheel.pipeline.ownership import hold_run_directories
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
 from tickwheel.pipeline.spark._input_log import INPUT_GONE, input_gone, skipped_files
@@ -198,8 +199,13 @@ class SparkEngine:
         if problem is not None:
             raise FileNotFoundError(problem)
         check_spark_paths(input_dir, checkpoint_dir, output_dir)
-        prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir,
-                       checkpoint_id=checkpoint_id(checkpoint_dir))
+        self._owner = hold_run_directories(output_dir, checkpoint_dir)
+        try:
+            prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir,
+                           checkpoint_id=checkpoint_id(checkpoint_dir))
+        except BaseException:
+            self._owner.release()
+            raise
         self.spark = spark
         self.input_dir = input_dir
         self.output_dir = output_dir
@@ -318,6 +324,7 @@ class SparkEngine:
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
         import pyarrow as pa
 
+        self._owner.check()  # a run that lost its checkpoint writes nothing more
         # The executors write the outputs; the driver gets statuses and counts.
         written = frame.mapInArrow(batch_writer(str(self.output_dir.absolute()), batch_id),
                                    WRITTEN_SCHEMA).toArrow()
