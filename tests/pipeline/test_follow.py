@@ -787,3 +787,27 @@ def test_a_log_cut_short_at_a_line_is_refused_naming_its_last_batch(
     with pytest.raises(ValueError, match=rf"lacks what its state relies on: {path} "
                                          r"\(cut short: its last batch is 0, not 1\)"):
         engine(tmp_path, clock, dedupe_retention_ms=60_000)
+
+
+def test_a_batch_run_again_after_a_crash_replaces_all_its_first_attempt_wrote(
+        tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = WallClock(1_200)
+    land(inbox, "a.jsonl", [watch(1_000, "x", 5_000)])
+    land(inbox, "b.jsonl", [cancel(1_050, "x")])
+    first = engine(tmp_path, clock)
+
+    def crash(*_args: object) -> None:
+        raise KeyboardInterrupt("killed after the outputs, before the state")
+
+    monkeypatch.setattr(first, "_commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        first.step()
+    assert [o[:2] for o in outcomes(tmp_path / "out")] == [("x", "cancelled")]
+    first.close()
+    (inbox / "b.jsonl").unlink()  # the input changed before the restart
+    again = engine(tmp_path, clock)
+    again.step()  # batch 0 again: nothing resolves now, so it writes no outcome file
+    assert outcomes(tmp_path / "out") == []
+    clock.ms = 10_000
+    again.step()
+    assert [o[:2] for o in outcomes(tmp_path / "out")] == [("x", "expired")]
