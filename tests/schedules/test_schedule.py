@@ -205,3 +205,14 @@ def test_the_end_bound_finishes_the_series() -> None:
     s = Schedule(every_ms=10, end_ms=30)
     plan = s.plan(after_ms=0, now_ms=1_000)
     assert plan.fire == (10, 20, 30) and plan.finished
+
+
+def test_the_docs_examples_run() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "schedules.md").read_text()
+    blocks = page.split("```python\n")[1:]
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block.split("```")[0], "docs/schedules.md", "exec"),
+             {"t0": 1_767_225_600_000, "t1": 1_798_761_600_000})

@@ -1,5 +1,5 @@
 """``python -m tickwheel.bench {timers,asyncio,purgatory,dispatcher,pipeline,pending,
-follow}``: prints medians and ratios."""
+follow,schedules}``: prints medians and ratios."""
 
 from __future__ import annotations
 
@@ -130,6 +130,15 @@ def _follow(args: argparse.Namespace) -> int:
     return 0 if all(run.exit_code == 0 for run in runs) else 1
 
 
+def _schedules(args: argparse.Namespace) -> int:
+    from tickwheel.bench._schedules import run_schedules, table
+
+    results = run_schedules(args.n, args.repeat, args.memory_n)
+    print(f"\nschedules benchmark: median of {args.repeat}, ratio to croniter in parentheses\n")
+    print(table(results))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tickwheel.bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -202,11 +211,20 @@ def main(argv: list[str] | None = None) -> int:
     fo.add_argument("--master", default="local[2]")
     fo.add_argument("--driver-memory", type=_driver_memory, default=None,
                     help="the Spark engine's --driver-memory (default: its own)")
+    sc = sub.add_parser("schedules", help="next occurrences against cron libraries, and "
+                                          "the memory of schedules on a timer")
+    sc.add_argument("--n", type=_positive, default=1_000_000,
+                    help="next-occurrence computations (default: %(default)s)")
+    sc.add_argument("--memory-n", type=_non_negative, default=1_000_000,
+                    help="schedules held on a timer, 0 for none (default: %(default)s)")
+    sc.add_argument("--repeat", type=_positive, default=3, help="repetitions (median reported)")
     args = parser.parse_args(argv)
 
     import tickwheel
 
-    by_name = {"follow": _follow, "pipeline": _pipeline, "pending": _pending}
+
+    by_name = {"follow": _follow, "pipeline": _pipeline, "pending": _pending,
+               "schedules": _schedules}
     if args.what in by_name:
         return by_name[args.what](args)
 

@@ -13,6 +13,7 @@ second. An interval schedule counts exact milliseconds from its anchor and ignor
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
@@ -63,6 +64,12 @@ class Catchup:
     finished: bool
 
 
+@functools.lru_cache(maxsize=4_096)
+def _parse_cron(text: str) -> CronExpression:
+    """Parsed expressions are immutable: schedules of one spec share one."""
+    return CronExpression.parse(text)
+
+
 def _int_field(name: str, value: object, low: int, high: int = MAX_MS) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ScheduleError(f"{name} must be an int number of milliseconds, got {value!r}")
@@ -107,8 +114,10 @@ class Schedule:
                 raise ScheduleError("tz applies to cron schedules only: an interval is "
                                     "an exact duration in any zone")
         else:
+            if not isinstance(self.cron, str):
+                raise ScheduleError(f"cron must be a string, got {type(self.cron).__name__}")
             try:
-                expr = CronExpression.parse(self.cron)  # type: ignore[arg-type]
+                expr = _parse_cron(self.cron)
             except (ValueError, TypeError) as exc:
                 raise ScheduleError(str(exc)) from None
             object.__setattr__(self, "_cron", expr)
