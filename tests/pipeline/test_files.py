@@ -55,7 +55,8 @@ def test_spark_job_zip_does_not_write_through_a_planted_link(tmp_path: Path) -> 
     victim.write_text("precious")
     (tmp_path / ".tw.zip.tmp").symlink_to(victim)
     done = subprocess.run([sys.executable, "-m", "tickwheel.spark_job", "--zip", "tw.zip"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                          check=False, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == "precious"
     assert (tmp_path / "tw.zip").read_bytes()[:2] == b"PK"
