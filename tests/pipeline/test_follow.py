@@ -811,3 +811,46 @@ def test_a_batch_run_again_after_a_crash_replaces_all_its_first_attempt_wrote(
     clock.ms = 10_000
     again.step()
     assert [o[:2] for o in outcomes(tmp_path / "out")] == [("x", "expired")]
+
+
+@pytest.mark.parametrize("spelling", ["dotdot", "symlink"])
+def test_the_input_spelled_another_way_is_the_same_input(tmp_path: Path, inbox: Path,
+                                                         spelling: str) -> None:
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9)])
+    first = engine(tmp_path, None)
+    first.step()
+    first.close()
+    if spelling == "dotdot":
+        other = inbox / ".." / "in"
+    else:
+        other = tmp_path / "link"
+        other.symlink_to(inbox)
+    again = LocalFollowEngine(other, tmp_path / "out", lateness_ms=100)
+    assert again.step() is None  # nothing new to read
+    again.close()
+
+
+def test_a_checkpoint_of_another_input_directory_is_refused_naming_both(
+        tmp_path: Path, inbox: Path) -> None:
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9)])
+    engine(tmp_path, None).close()
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(ValueError, match=rf"reads the input {inbox}, not "
+                                         rf"{tmp_path / 'elsewhere'}"):
+        LocalFollowEngine(tmp_path / "elsewhere", tmp_path / "out", lateness_ms=100)
+
+
+@pytest.mark.parametrize("name", ["../secret.txt", "/etc/hostname", ".."])
+def test_a_checkpoint_naming_a_file_outside_the_input_is_refused(
+        tmp_path: Path, inbox: Path, name: str) -> None:
+    (tmp_path / "secret.txt").write_text('{"ts_ms": 1, "type": "tick"}\n')
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9)])
+    first = engine(tmp_path, None)
+    first.step()
+    first.close()
+    plan = tmp_path / "out" / "_checkpoint" / "plan.json"
+    plan.write_text(json.dumps({"batch": 1, "files": [name], "clock_ms": None}))
+    again = engine(tmp_path, None)
+    with pytest.raises(ValueError, match=r"plan .*plan\.json cannot be read"):
+        again.step()
+    assert not (tmp_path / "out" / "quarantine" / "batch-000000001.parquet").exists()

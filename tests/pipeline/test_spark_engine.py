@@ -542,7 +542,7 @@ def test_a_checkpoint_in_an_earlier_format_is_refused_with_its_format(spark: Any
     (tmp_path / "ckpt" / "tickwheel.json").write_text(json.dumps(
         {"id": "x", "shards": 2, "labels": [0, 1], "lateness_ms": LATENESS_MS,
          "dedupe_retention_ms": None}))  # format 1 had no "format"
-    with pytest.raises(ValueError, match=r"format 1 .* reads format 8"):
+    with pytest.raises(ValueError, match=r"format 1 .* reads format 9"):
         SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS)
     # 2: one stage, sharded by op id; 3: the seen ids in the snapshot; 4: no tokens;
     # 5: the published manifests' log in a format of its own; 6: a partition's state
@@ -551,7 +551,7 @@ def test_a_checkpoint_in_an_earlier_format_is_refused_with_its_format(spark: Any
         (tmp_path / "ckpt" / "tickwheel.json").write_text(json.dumps(
             {"format": made, "id": "x", "partitions": 2, "labels": [0, 1],
              "lateness_ms": LATENESS_MS, "dedupe_retention_ms": None}))
-        with pytest.raises(ValueError, match=rf"format {made} .* reads format 8"):
+        with pytest.raises(ValueError, match=rf"format {made} .* reads format 9"):
             SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
                         lateness_ms=LATENESS_MS)
 
@@ -571,7 +571,7 @@ def test_a_checkpoint_of_the_other_engine_is_refused_by_its_engine(spark: Any,
     SparkEngine(spark, log, tmp_path / "spark-out", tmp_path / "spark",
                 lateness_ms=LATENESS_MS).run()
     with pytest.raises(ValueError, match=r"not written by this version of the local "
-                                         r"engine's follow mode \(engine spark, format 8; this one "
+                                         r"engine's follow mode \(engine spark, format 9; this one "
                                          r"reads format \d+\)"):
         LocalFollowEngine(log, tmp_path / "local-out2", checkpoint_dir=tmp_path / "spark",
                           lateness_ms=LATENESS_MS)
@@ -826,3 +826,21 @@ def test_the_seen_op_ids_segments_past_the_retention_leave_spark_state_whole(
         assert len(ids) < len(watched[p]) / 2
         newest = max(watched[p].values())
         assert {i for i, ts in watched[p].items() if ts == newest} <= ids.keys()
+
+
+def test_a_micro_batch_run_again_replaces_every_file_its_first_attempt_wrote(
+        spark: Any, tmp_path: Path) -> None:
+    log = tmp_path / "in"
+    write_files(random_log(5), log, files=2)
+    expected = reference(log)
+    SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS,
+                partitions=2).run()
+    outcomes = tmp_path / "out" / "outcomes"
+    # As if the first attempt had a partition that wrote outcomes this attempt will not
+    # (its input changed before the restart), and the query died before its commit.
+    shutil.copy(outcomes / "batch-000000000-00000.parquet",
+                outcomes / "batch-000000000-00007.parquet")
+    (tmp_path / "ckpt" / "commits" / "0").unlink()
+    SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS).run()
+    assert not (outcomes / "batch-000000000-00007.parquet").exists()
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)

@@ -137,8 +137,8 @@ def test_a_log_line_torn_by_a_crash_is_cut_off(tmp_path: Path) -> None:
     restarted = InputLog(inbox, checkpoint)
     assert restarted.publish() == 1
     lines = (checkpoint / PUBLISHED_LOG).read_text().splitlines()
-    assert [json.loads(line) for line in lines] == [[1, [[0, str(inbox / "a.jsonl")]]],
-                                                    [2, [[1, str(inbox / "b.jsonl")]]]]
+    assert [json.loads(line) for line in lines] == [[1, [[0, "a.jsonl"]]],
+                                                    [2, [[1, "b.jsonl"]]]]
 
 
 def test_files_gone_from_the_input_are_forgotten_once_committed(
@@ -276,3 +276,49 @@ def test_a_run_that_does_not_follow_reads_what_the_directory_held_at_its_start(
     # The next run reads it.
     assert _reader(inbox, checkpoint, follow=False).latestOffset(
         {"next": 3}, ReadAllAvailable()) == {"next": 4}
+
+
+def test_a_file_deleted_and_written_again_under_its_name_is_new_input(tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl", "b.jsonl")
+    inputs = InputLog(inbox, checkpoint)
+    inputs.publish()
+    inputs.commit(2)
+    (inbox / "b.jsonl").unlink()
+    assert inputs.publish() == 0  # b is forgotten, in the log too
+    _land(inbox, "b.jsonl")
+    assert inputs.publish() == 1 and inputs.files(2, 3) == [str(inbox / "b.jsonl")]
+    # The same across a restart: gone while the service was up, back while it was down.
+    inputs.commit(3)
+    (inbox / "a.jsonl").unlink()
+    inputs.publish()
+    _land(inbox, "a.jsonl")
+    restarted = InputLog(inbox, checkpoint)
+    assert restarted.publish() == 1 and restarted.files(3, 4) == [str(inbox / "a.jsonl")]
+
+
+@pytest.mark.parametrize("spelling", ["dotdot", "symlink"])
+def test_the_input_spelled_another_way_is_the_same_input(tmp_path: Path, spelling: str) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl", "b.jsonl")
+    inputs = InputLog(inbox, checkpoint)
+    inputs.publish()
+    inputs.commit(2)
+    if spelling == "dotdot":
+        other = inbox / ".." / "in"
+    else:
+        other = tmp_path / "link"
+        other.symlink_to(inbox)
+    assert InputLog(other, checkpoint).publish() == 0
+
+
+@pytest.mark.parametrize("name", ["../secret.txt", "/etc/passwd", "..", "", "a/b.jsonl"])
+def test_a_log_naming_a_file_outside_the_input_is_refused_by_name(tmp_path: Path,
+                                                                  name: str) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl")
+    InputLog(inbox, checkpoint).publish()
+    with open(checkpoint / PUBLISHED_LOG, "a") as out:
+        out.write(json.dumps([2, [[1, name]]]) + "\n")
+    with pytest.raises(ValueError, match=r"published\.log names .*not a file of its input"):
+        InputLog(inbox, checkpoint)

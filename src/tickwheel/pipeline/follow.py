@@ -42,7 +42,12 @@ from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import Quarantined, Wire, compact_wire, to_wire
 from tickwheel.pipeline.files import write_bytes_atomically
-from tickwheel.pipeline.input_dir import input_dir_problem, input_files
+from tickwheel.pipeline.input_dir import (
+    input_dir_problem,
+    input_files,
+    is_plain_name,
+    same_input,
+)
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
@@ -186,6 +191,17 @@ class FollowResult:
     quarantined_by_reason: dict[str, int] = field(default_factory=dict)
 
 
+def _file_names(names: object) -> list[str]:
+    """Input file names read from the checkpoint: each must be a plain name, so that a
+    checkpoint never points a read outside its input directory."""
+    if not isinstance(names, list) or not all(
+            isinstance(name, str) and is_plain_name(name) for name in names):
+        bad = names if not isinstance(names, list) else next(
+            (n for n in names if not (isinstance(n, str) and is_plain_name(n))), names)
+        raise ValueError(f"{bad!r} is not the name of a file in the input directory")
+    return names
+
+
 def _rows_of(path: Path) -> list[Wire]:
     """A file's rows in their wire form, read as the reference engine reads them."""
     opened = open_input(path)
@@ -277,6 +293,7 @@ class LocalFollowEngine:
                   "clock": "event" if self.clock is None else "wall"}
         if meta.exists():
             saved = json.loads(meta.read_text())
+            same_input(saved.get("input"), self.input_dir, self.checkpoint_dir)
             if saved.get("engine") != "local" or saved.get("format") != (
                     LOCAL_CHECKPOINT_FORMAT):
                 raise ValueError(
@@ -293,7 +310,9 @@ class LocalFollowEngine:
             return
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         write_bytes_atomically(json.dumps({"engine": "local", "format": LOCAL_CHECKPOINT_FORMAT,
-                                           "id": uuid.uuid4().hex, **wanted}).encode(), meta)
+                                           "id": uuid.uuid4().hex,
+                                           "input": str(self.input_dir.resolve()),
+                                           **wanted}).encode(), meta)
 
     @property
     def _state_path(self) -> Path:
@@ -324,7 +343,7 @@ class LocalFollowEngine:
         self.batch_id = batch_id
         key_entries, self._logged["keys"] = self._read_log(self._key_log, _held)
         self.keys = KeyPartition.from_state(keys, key_entries)
-        self._seen = set(self._read_log(self._files_log, list))
+        self._seen = set(self._read_log(self._files_log, _file_names))
         seen_ids = self._read_seen_ids(batch_id)
         self._state_bytes = len(blob) + self._logs_bytes()
         op_entries, self._logged["ops"] = self._read_log(self._op_log, _held)
@@ -396,7 +415,9 @@ class LocalFollowEngine:
             planned = None
         if planned is not None and planned["batch"] == batch_id:
             log.info("running batch %d again from its plan", batch_id)
-            return batch_id, list(planned["files"]), planned["clock_ms"]
+            again = self._read(f"the checkpoint's plan {self._plan_path}",
+                               lambda: _file_names(planned["files"]))
+            return batch_id, again, planned["clock_ms"]
         # The clock first: a file listed after it was written after it too, so its rows
         # are late only if they waited longer than the lateness bound to land.
         clock_ms = None if self.clock is None else self.clock()

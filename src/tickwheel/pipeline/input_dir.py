@@ -16,7 +16,7 @@ from tickwheel.pipeline.events import is_utf8
 
 __all__ = ["GZIP_SUFFIX", "HADOOP_GLOB_CHARS", "INPUT_NAMES", "SUFFIXES", "InputError",
            "check_spark_paths", "input_dir_problem", "input_files", "is_input_name",
-           "within"]
+           "is_plain_name", "same_input", "within"]
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,22 @@ def check_spark_paths(directory: Path, checkpoint: Path, output: Path | None = N
                          f"takes {' '.join(bad)} in a path as a pattern; choose another "
                          "place with --checkpoint")
     return files
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether ``name`` names a file directly inside a directory: not empty, ``.`` or
+    ``..``, and holding no separator or NUL (what a checkpoint may name)."""
+    return (bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
+            and (os.altsep is None or os.altsep not in name))
+
+
+def same_input(saved: str | None, input_dir: Path, checkpoint: Path) -> None:
+    """Refuse a checkpoint made for another input directory than ``input_dir`` (compared
+    resolved: ``in/../in`` and a symlink to ``in`` are ``in``)."""
+    here = str(input_dir.resolve())
+    if saved is not None and saved != here:
+        raise ValueError(f"the checkpoint {checkpoint} reads the input {saved}, not {here}: "
+                         "give the same --input, or another checkpoint")
 
 
 def within(path: Path, directory: Path) -> bool:

@@ -10,10 +10,15 @@ take ``{}[]*?\\`` in a name as a pattern).
 
 The numbers are kept in ``CHECKPOINT/published.log``, a
 :class:`~tickwheel.pipeline.batch_log.BatchLog` whose batch id is the next number
-and whose records are ``[number, path]``, fsync'd before the offset that covers them
+and whose records are ``[number, name]``, fsync'd before the offset that covers them
 is handed to Spark: a micro-batch run again after a crash reads the same files, and
-a file is numbered once. The log forgets the files gone from the input directory once
-they are most of what it holds, except those not yet committed.
+a file is numbered once. Files are named relative to the input directory, so the same
+directory spelled another way (``in/../in``, a symlink) is the same input; a name that
+is not a plain file name (``../secret``, an absolute path) is refused, naming the log.
+
+A committed file gone from a listing is forgotten at once, and a ``[-1, name]`` record
+says so, so that one written again under the same name is new input, after a restart
+too. The log is rewritten once it holds mostly records of files gone.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 
 from tickwheel.pipeline.batch_log import BatchLog
 from tickwheel.pipeline.files import write_bytes_atomically
-from tickwheel.pipeline.input_dir import input_files
+from tickwheel.pipeline.input_dir import input_files, is_plain_name
 from tickwheel.pipeline.log_reader import input_bytes
 
 __all__ = ["INPUT_GONE", "PUBLISHED_LOG", "SKIPPED_FILES", "InputLog", "input_gone",
@@ -41,6 +46,8 @@ SKIPPED_FILES = "skipped.json"
 INPUT_GONE = "input-gone.txt"
 #: Entries the log may hold beyond twice those it must keep before it is rewritten.
 _SLACK = 1024
+#: The number of a record that forgets a name.
+_GONE = -1
 
 
 class InputLog:
@@ -53,16 +60,34 @@ class InputLog:
         self._gone_path = checkpoint_dir / INPUT_GONE
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self._log = BatchLog(checkpoint_dir / PUBLISHED_LOG)
-        self.numbers: dict[str, int] = {}  # input path -> its number
-        # Numbers Spark has not committed yet -> their paths: a micro-batch may ask
+        self._root = input_dir.absolute()
+        self.numbers: dict[str, int] = {}  # input file name -> its number
+        # Numbers Spark has not committed yet -> their names: a micro-batch may ask
         # for them again after a crash.
         self.uncommitted: dict[int, str] = {}
         self.committed = 0  # every number below this was committed
         self._bytes: dict[str, int] = {}  # uncommitted paths -> their input_bytes
-        for number, path in self._log.read():
-            self.numbers[path] = number
-            self.uncommitted[number] = path
+        for number, name in self._read():
+            if number == _GONE:
+                self.numbers.pop(name, None)
+            else:
+                self.numbers[name] = number
+                self.uncommitted[number] = name
         self.next_number = max(self._log.last_batch, 0)
+
+    def _read(self) -> list[tuple[int, str]]:
+        """The log's records, each checked: a checkpoint names only files inside its
+        input directory, whatever was written into it."""
+        records = []
+        for record in self._log.read():
+            if (not isinstance(record, list) or len(record) != 2
+                    or not isinstance(record[0], int) or not isinstance(record[1], str)
+                    or not is_plain_name(record[1])):
+                raise ValueError(f"the checkpoint's {self._log.path} names {record!r}, "
+                                 "not a file of its input directory: it was not written by "
+                                 "this version of tickwheel; give another --checkpoint")
+            records.append((record[0], record[1]))
+        return records
 
     def publish(self) -> int:
         """Number every input file not numbered yet, in name order; returns how many
@@ -73,11 +98,11 @@ class InputLog:
             # This process's log reaches no user: the driver reports them.
             write_bytes_atomically(json.dumps(self._skipped, sort_keys=True).encode(),
                                    self._skipped_path)
+        self._forget_gone({path.name for path in listed})
         new: list[tuple[int, str]] = []
         for path in listed:
-            text = str(path.absolute())
-            if text not in self.numbers:
-                new.append((self.next_number + len(new), text))
+            if path.name not in self.numbers:
+                new.append((self.next_number + len(new), path.name))
         if new:
             self.next_number += len(new)
             self._log.append(self.next_number, [[number, text] for number, text in new])
@@ -85,7 +110,6 @@ class InputLog:
                 self.numbers[text] = number
                 self.uncommitted[number] = text
             log.info("%d new input files (%d in all)", len(new), self.next_number)
-        self._forget_gone(listed)
         return len(new)
 
     def publish_or_wait(self) -> int:
@@ -104,7 +128,8 @@ class InputLog:
     def files(self, start: int, end: int) -> list[str]:
         """The paths of the files numbered ``start`` up to ``end`` (not included)."""
         try:
-            return [self.uncommitted[number] for number in range(start, end)]
+            return [str(self._root / self.uncommitted[number])
+                    for number in range(start, end)]
         except KeyError as exc:
             raise RuntimeError(f"input file number {exc.args[0]} is not in "
                                f"{self._log.path}: the checkpoint was changed by hand"
@@ -130,23 +155,25 @@ class InputLog:
             self.uncommitted = {number: path for number, path in self.uncommitted.items()
                                 if number >= end}
             kept = set(self.uncommitted.values())
+            kept = {str(self._root / name) for name in kept}
             self._bytes = {path: size for path, size in self._bytes.items() if path in kept}
             self.committed = end
 
-    def _forget_gone(self, listed: list[Path]) -> None:
-        """Forget the committed files gone from the input directory (one that comes
-        back under the same name is new input) once they are most of the log."""
-        if self._log.records <= 2 * len(listed) + _SLACK:
+    def _forget_gone(self, present: set[str]) -> None:
+        """Forget the committed files gone from the input directory, in the log too:
+        one that comes back under the same name is new input. Rewrites the log once it
+        holds twice the records it must keep."""
+        gone = sorted(name for name, number in self.numbers.items()
+                      if name not in present and number < self.committed)
+        if not gone:
             return
-        present = {str(path.absolute()) for path in listed}
-        kept = {path: number for path, number in self.numbers.items()
-                if path in present or number >= self.committed}
-        if len(kept) == self._log.records:
-            return  # nothing to forget yet: what is gone is not committed
-        self.numbers = kept
-        self._log.rewrite(self.next_number,
-                          [[number, path] for path, number in self.numbers.items()])
-        log.info("published log rewritten: %d input files kept", len(self.numbers))
+        for name in gone:
+            del self.numbers[name]
+        self._log.append(self.next_number, [[_GONE, name] for name in gone])
+        if self._log.records > 2 * len(self.numbers) + _SLACK:
+            self._log.rewrite(self.next_number,
+                              [[number, name] for name, number in self.numbers.items()])
+            log.info("published log rewritten: %d input files kept", len(self.numbers))
 
 
 def skipped_files(checkpoint_dir: Path) -> dict[str, str]:

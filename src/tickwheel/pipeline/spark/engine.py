@@ -53,7 +53,12 @@ from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.compaction import batch_files, compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.files import write_bytes_atomically
-from tickwheel.pipeline.input_dir import check_spark_paths, input_dir_problem, input_files
+from tickwheel.pipeline.input_dir import (
+    check_spark_paths,
+    input_dir_problem,
+    input_files,
+    same_input,
+)
 from tickwheel.pipeline.limits import (
     DEFAULT_BYTES_PER_TRIGGER,
     DEFAULT_LATENESS_MS,
@@ -100,8 +105,9 @@ log = logging.getLogger(__name__)
 #: input read through a streaming source whose offsets are the input files' numbers.
 #: 7: a partition's state as a head and a log of the entries each batch changed.
 #: 8: an op partition's seen op ids in segments removed whole past the retention.
-#: Earlier formats are refused by name.
-CHECKPOINT_FORMAT = 8
+#: 9: input files numbered by name within the input directory, which the checkpoint
+#: names. Earlier formats are refused by name.
+CHECKPOINT_FORMAT = 9
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
 _END_OF_INPUT_TRIES = 10
@@ -234,6 +240,7 @@ class SparkEngine:
         meta = self.checkpoint_dir / "tickwheel.json"
         if meta.exists():
             saved = json.loads(meta.read_text())
+            same_input(saved.get("input"), self.input_dir, self.checkpoint_dir)
             if saved.get("engine", "spark") != "spark":
                 raise ValueError(f"the checkpoint {self.checkpoint_dir} belongs to the "
                                  f"{saved['engine']} engine: give the Spark engine its own")
@@ -262,7 +269,8 @@ class SparkEngine:
         (self.checkpoint_dir / "control").mkdir(parents=True, exist_ok=True)
         write_bytes_atomically(json.dumps({
             "format": CHECKPOINT_FORMAT, "id": uuid.uuid4().hex,
-            "partitions": partitions, "labels": labels, "lateness_ms": self.lateness_ms,
+            "input": str(self.input_dir.resolve()), "partitions": partitions,
+            "labels": labels, "lateness_ms": self.lateness_ms,
             "dedupe_retention_ms": self.dedupe_retention_ms, "clock": self.clock}).encode(),
             meta)
         return partitions, labels
@@ -325,10 +333,15 @@ class SparkEngine:
         import pyarrow as pa
 
         self._owner.check()  # a run that lost its checkpoint writes nothing more
+        name = f"batch-{batch_id:09d}"
+        for sub in ("outcomes", "quarantine"):
+            # A batch run again after a crash replaces all its first attempt wrote: a
+            # partition with nothing to write this time must leave no file behind.
+            for stale in (self.output_dir / sub).glob(f"{name}-*.parquet"):
+                stale.unlink(missing_ok=True)
         # The executors write the outputs; the driver gets statuses and counts.
         written = frame.mapInArrow(batch_writer(str(self.output_dir.absolute()), batch_id),
                                    WRITTEN_SCHEMA).toArrow()
-        name = f"batch-{batch_id:09d}"
         for sub in ("outcomes", "quarantine"):
             # What a task attempt that failed, or was superseded, left half written.
             for tmp in (self.output_dir / sub).glob(f".{name}-*.tmp"):
