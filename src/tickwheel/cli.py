@@ -333,9 +333,14 @@ def run(
         raise typer.Exit(2)
     try:
         files = input_files(input, warn=False)  # the reader's listing warns
-        hold_run_directories(output, None)  # held until the process exits
+        owner = hold_run_directories(output, None)  # held until the process exits
+    except (FileNotFoundError, InputError, OwnershipError) as exc:
+        _error(f"{exc}")
+        raise typer.Exit(2) from exc
+    try:
         prepare_output(output, overwrite=overwrite)
-    except (FileNotFoundError, InputError, OutputDirError, OwnershipError) as exc:
+    except OutputDirError as exc:
+        owner.abandon()
         _error(f"{exc}")
         raise typer.Exit(2) from exc
     _run_local(files, input, output, lateness_ms, dedupe_retention_ms, user_processor,
@@ -459,12 +464,14 @@ def _start_metrics(port: int | None, host: str) -> None:
                "pip install 'tickwheel[metrics]'")
         raise typer.Exit(2) from exc
     try:
-        start_http_server(port, addr=host)
+        server, _ = start_http_server(port, addr=host)
     except OSError as exc:  # in use, not this machine's address, or no such host
         _error(f"--metrics-host {host} --metrics-port {port}: cannot serve "
                f"metrics there: {exc.strerror or exc}")
         raise typer.Exit(2) from exc
-    console.print(f"metrics on http://{host}:{port}/metrics")
+    shown = f"[{host}]" if ":" in host else host
+    # The port it got: with --metrics-port 0 the system picks one.
+    console.print(f"metrics on http://{shown}:{server.server_port}/metrics")
 
 
 def _serve_metrics(port: int | None, name: str, counts: object) -> None:
@@ -559,10 +566,15 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         raise typer.Exit(2)
     try:  # before Spark starts, and its log goes into the checkpoint (checked again)
         files = check_spark_paths(input, checkpoint, output)
-        hold_run_directories(output, checkpoint)  # held until exit; the engine's is the same
+        owner = hold_run_directories(output, checkpoint)  # the engine's hold is the same
+    except (InputError, OwnershipError) as exc:
+        _error(f"{exc}")
+        raise typer.Exit(2) from exc
+    try:
         prepare_output(output, overwrite=overwrite, checkpoint=checkpoint,
                        checkpoint_id=checkpoint_id(checkpoint))
-    except (InputError, OutputDirError, OwnershipError) as exc:
+    except OutputDirError as exc:
+        owner.abandon()
         _error(f"{exc}")
         raise typer.Exit(2) from exc
     if not files and follow is None:
@@ -731,9 +743,9 @@ def report(
         raise typer.Exit(2)
     try:
         summary = summarize(output)
-    except OutputDirError as exc:
+    except OutputDirError as exc:  # what it cannot read, in one line
         _error(f"{exc}")
-        raise typer.Exit(2) from exc
+        raise typer.Exit(1) from exc
     if as_json:
         # Plain print: a console would wrap long lines and colour what a program reads.
         print(json.dumps(summary.to_json(), indent=2, ensure_ascii=False))

@@ -622,7 +622,7 @@ def test_a_stray_parquet_file_in_the_outputs_is_refused_by_run_and_report(
     assert runner.invoke(app, ["run", "--input", str(source), "--output", str(out)]).exit_code == 0
     pq.write_table(pa.table({"colour": ["blue"]}), out / "outcomes" / "mine.parquet")
     result = runner.invoke(app, ["report", "--output", str(out)])
-    assert result.exit_code == 2 and "mine.parquet" in result.output
+    assert result.exit_code == 1 and "mine.parquet" in result.output
     stray = tmp_path / "fresh" / "quarantine"
     stray.mkdir(parents=True)
     pq.write_table(pa.table({"colour": ["blue"]}), stray / "part-00000.parquet")
@@ -630,7 +630,33 @@ def test_a_stray_parquet_file_in_the_outputs_is_refused_by_run_and_report(
     assert result.exit_code == 2  # no outcomes/ at all
     (stray.parent / "outcomes").mkdir()
     result = runner.invoke(app, ["report", "--output", str(tmp_path / "fresh")])
-    assert result.exit_code == 2 and "reason" in result.output  # the missing columns
+    assert result.exit_code == 1 and "reason" in result.output  # the missing columns
+
+
+@pytest.mark.parametrize(("column", "values", "why"), [
+    ("latency_ms", pa.array(["5"], pa.string()), "holds string, not int64"),
+    ("latency_ms", pa.array([None], pa.int64()), "holds 1 nulls"),
+    ("outcome", pa.array([None], pa.string()), "holds 1 nulls"),
+    ("op_id", pa.array([7], pa.int64()), "holds int64, not string"),
+])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_report_on_outputs_it_cannot_read_says_so_in_one_line(
+        tmp_path: Path, column: str, values: pa.Array, why: str, as_json: bool) -> None:
+    from tickwheel.pipeline.outputs import outcomes_table
+
+    out = tmp_path / "out"
+    (out / "outcomes").mkdir(parents=True)
+    (out / "quarantine").mkdir()
+    table = outcomes_table([])
+    good = {name: pa.array([None], table.schema.field(name).type) for name in table.column_names}
+    good |= {"op_id": pa.array(["a-1"]), "outcome": pa.array(["expired"]),
+             "resolved_ms": pa.array([5], pa.int64()), "latency_ms": pa.array([5], pa.int64())}
+    pq.write_table(pa.table(good | {column: values}), out / "outcomes" / "part-00000.parquet")
+    result = runner.invoke(app, ["report", "--output", str(out), *(["--json"] * as_json)])
+    assert result.exit_code == 1, result.output
+    assert why in result.output and "part-00000.parquet" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert "null" not in result.output.replace("nulls", "")
 
 
 @pytest.mark.spark

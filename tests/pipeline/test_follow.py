@@ -854,3 +854,23 @@ def test_a_checkpoint_naming_a_file_outside_the_input_is_refused(
     with pytest.raises(ValueError, match=r"plan .*plan\.json cannot be read"):
         again.step()
     assert not (tmp_path / "out" / "quarantine" / "batch-000000001.parquet").exists()
+
+
+def test_metrics_port_0_prints_the_port_the_system_gave(tmp_path: Path, inbox: Path) -> None:
+    import re
+    import urllib.request
+
+    child = follow_command(tmp_path, "--metrics-port", "0")
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        found = re.fullmatch(r"metrics on http://127\.0\.0\.1:(\d+)/metrics\n", line)
+        assert found is not None and int(found.group(1)) > 0, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics",
+                                    timeout=30) as page:
+            assert page.status == 200
+        assert "following" in child.stdout.readline()  # SIGTERM stops it from here on
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=60)
+    assert child.returncode == 0

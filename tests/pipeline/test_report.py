@@ -120,7 +120,7 @@ def test_an_output_file_that_is_not_parquet_is_refused_by_name(tmp_path: Path) -
     with pytest.raises(OutputDirError, match=r"part-00000\.parquet cannot be read"):
         summarize(tmp_path)
     result = CliRunner().invoke(app, ["report", "--output", str(tmp_path)])
-    assert result.exit_code == 2 and "cannot be read" in result.output, result.output
+    assert result.exit_code == 1 and "cannot be read" in result.output, result.output
 
 
 def test_the_json_report_is_the_summary_and_writes_no_plot_unless_asked(

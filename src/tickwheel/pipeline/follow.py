@@ -247,7 +247,7 @@ class LocalFollowEngine:
             prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint,
                            checkpoint_id=checkpoint_id(checkpoint))
         except BaseException:
-            self._owner.release()
+            self._owner.abandon()
             raise
         self.input_dir = input_dir
         self.output_dir = output_dir

@@ -362,9 +362,31 @@ def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Pa
         except FileNotFoundError:
             raise _Vanished(path) from None
         except (pa.ArrowException, OSError) as exc:
+            shown = " ".join(str(exc).split())  # one line
             raise OutputDirError(f"{path} cannot be read as the Parquet file tickwheel "
-                                 f"wrote there: {exc}") from None
+                                 f"wrote there: {shown}") from None
+        _check_columns(path, table)
         yield path, table
+
+
+#: Columns an engine never leaves empty.
+_NOT_NULL = frozenset({"op_id", "outcome", "resolved_ms", "latency_ms", "raw", "reason"})
+
+
+def _check_columns(path: Path, table: pa.Table) -> None:
+    """Refuse a file whose columns are not the contract's: another type, or nulls where
+    an engine writes none (a report would misread them)."""
+    contract = (quarantine_table([]) if path.parent.name == "quarantine"
+                else outcomes_table([])).schema
+    for field in table.schema:
+        index = contract.get_field_index(field.name)
+        if index >= 0 and not field.type.equals(contract.field(index).type):
+            raise OutputDirError(f"{path}: column {field.name} holds {field.type}, not "
+                                 f"{contract.field(index).type}: tickwheel did not write it")
+        nulls = table.column(field.name).null_count
+        if nulls and field.name in _NOT_NULL:
+            raise OutputDirError(f"{path}: column {field.name} holds {nulls:,} nulls: "
+                                 "tickwheel did not write it")
 
 
 def checkpoint_id(checkpoint: Path) -> str | None:

@@ -88,6 +88,7 @@ class OwnerLock:
     def __init__(self, directory: Path, what: str) -> None:
         if directory.exists() and not directory.is_dir():
             raise OwnershipError(f"{what} {directory} exists and is not a directory")
+        self.created = not directory.exists()  # abandon() takes it away again
         directory.mkdir(parents=True, exist_ok=True)
         self.what = what
         self.path = directory / LOCK_FILE
@@ -168,6 +169,17 @@ class OwnerLock:
                 del _held[self._key]
                 os.close(held.fd)
 
+    def abandon(self) -> None:
+        """Release, and remove the directory if this hold created it and it holds
+        nothing but the lock file: a run refused at start leaves nothing behind."""
+        self.release()
+        if self.created:
+            try:
+                self.path.unlink(missing_ok=True)
+                self.path.parent.rmdir()
+            except OSError:
+                pass  # something else is in it now: it stays
+
     def __enter__(self) -> OwnerLock:
         return self
 
@@ -194,6 +206,11 @@ class RunOwner:
         for lock in reversed(self.locks):
             lock.release()
 
+    def abandon(self) -> None:
+        """Release, removing what taking the holds created (see OwnerLock.abandon)."""
+        for lock in reversed(self.locks):
+            lock.abandon()
+
 
 def hold_run_directories(output: Path, checkpoint: Path | None) -> RunOwner:
     """Take the checkpoint (if any), then the output directory, or raise
@@ -205,6 +222,6 @@ def hold_run_directories(output: Path, checkpoint: Path | None) -> RunOwner:
         locks.append(OwnerLock(output, "output"))
     except BaseException:
         for lock in reversed(locks):
-            lock.release()
+            lock.abandon()
         raise
     return RunOwner(locks)

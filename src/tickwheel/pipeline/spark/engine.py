@@ -210,7 +210,7 @@ class SparkEngine:
             prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir,
                            checkpoint_id=checkpoint_id(checkpoint_dir))
         except BaseException:
-            self._owner.release()
+            self._owner.abandon()
             raise
         self.spark = spark
         self.input_dir = input_dir
