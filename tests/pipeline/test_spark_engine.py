@@ -844,3 +844,34 @@ def test_a_micro_batch_run_again_replaces_every_file_its_first_attempt_wrote(
     SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS).run()
     assert not (outcomes / "batch-000000000-00007.parquet").exists()
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
+
+
+UI_SESSION = """
+import os, sys, time
+from tickwheel.pipeline.spark import spark_session
+spark = spark_session("local[1]", settings={"spark.ui.enabled": "true", "spark.ui.port": "0"})
+print(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid(), flush=True)
+print(os.environ.get("SPARK_LOCAL_IP"), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.spark
+def test_a_local_masters_ui_asked_for_listens_on_loopback_only(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}
+    env["JAVA_TOOL_OPTIONS"] = f"-Djava.io.tmpdir={tmp_path}"
+    child = subprocess.Popen([sys.executable, "-c", UI_SESSION], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        pid = int(child.stdout.readline())
+        assert child.stdout.readline().strip() == "None"  # set for the launch only
+        addresses = _listening(pid)
+        assert len(addresses) >= 3, addresses  # RPC, block manager and the UI
+        assert all(_is_loopback(a) for a in addresses), addresses
+        child.stdin.write("\n")
+        child.stdin.flush()
+        child.wait(timeout=120)
+    finally:
+        child.kill()
+        child.wait()

@@ -85,7 +85,12 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
     builder = SparkSession.builder
     for name, value in conf.items():
         builder = builder.config(name, value)
-    with _workers_python(python):
+    launch: dict[str, str] = {} if python is None else {"PYSPARK_PYTHON": python}
+    if is_local and "SPARK_LOCAL_IP" not in os.environ \
+            and "spark.driver.bindAddress" not in given:
+        # A local master's UI too, if asked for, listens on loopback only.
+        launch["SPARK_LOCAL_IP"] = "127.0.0.1"
+    with _launch_environment(launch):
         if (master is not None and not _launched
                 and SparkSession.getActiveSession() is None):
             _start_context(conf)
@@ -151,19 +156,19 @@ class _JvmOutput(threading.Thread):
 
 
 @contextlib.contextmanager
-def _workers_python(python: str | None) -> Iterator[None]:
-    """PySpark takes the Python of its workers from ``PYSPARK_PYTHON`` alone, once, when
-    the session's context starts (``spark.pyspark.python`` is read by spark-submit,
-    which sets the variable): set for that moment, then as it was."""
-    if python is None:
-        yield
-        return
-    old = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = python
+def _launch_environment(settings: Mapping[str, str]) -> Iterator[None]:
+    """The variables the JVM reads at launch, set for that moment, then as they were
+    (PySpark builds the JVM's environment from this process's). ``PYSPARK_PYTHON``:
+    PySpark takes its workers' Python from it alone (``spark.pyspark.python`` is read by
+    spark-submit, which sets it). ``SPARK_LOCAL_IP``: the web UI binds to it, or to
+    every interface; no setting moves it."""
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
-        if old is None:
-            del os.environ["PYSPARK_PYTHON"]
-        else:
-            os.environ["PYSPARK_PYTHON"] = old
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
