@@ -46,6 +46,7 @@ from tickwheel.pipeline.input_dir import (
 from tickwheel.pipeline.limits import (
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_LATENESS_MS,
+    DEFAULT_STOP_TIMEOUT_MS,
     DEFAULT_TRIGGER_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
     MAX_FILES_PER_TRIGGER,
@@ -270,6 +271,11 @@ def run(
     trigger_ms: Annotated[int, typer.Option(
         min=1, max=MAX_TRIGGER_MS, help="--follow: look for new files this often")
     ] = DEFAULT_TRIGGER_MS,
+    stop_timeout_ms: Annotated[int, typer.Option(
+        min=0, max=MAX_TRIGGER_MS,
+        help="--follow with --processor: how long a stop waits for the processor; what it "
+             "has not settled by then is delivered at the next start")
+    ] = DEFAULT_STOP_TIMEOUT_MS,
     clock: Annotated[ClockKind, typer.Option(
         help="--follow: time moves with the rows' ts_ms only (event), or also with the "
              "wall clock (epoch ms), so deadlines fire without new rows")] = ClockKind.event,
@@ -318,7 +324,7 @@ def run(
             raise typer.Exit(2)
         _start_metrics(metrics_port, metrics_host)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
-                      overwrite, metrics_port, user_processor)
+                      overwrite, metrics_port, user_processor, stop_timeout_ms)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
@@ -396,7 +402,8 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
         _warn_no_input(input)
     if user_processor is not None:
         with console.status(f"delivering {outcomes.rows:,} outcomes to {processor}"):
-            _print_delivery(deliver_outcomes(read_outcomes(outcomes.path), user_processor))
+            delivery = deliver_outcomes(read_outcomes(outcomes.path), user_processor)
+        _finish_delivery(delivery, f"they are in {outcomes.path}")
 
 
 def _size(path: Path) -> int:
@@ -439,9 +446,21 @@ def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:
 
 def _print_delivery(delivery: Delivery) -> None:
     stats = delivery.stats
+    failed = f", {delivery.failed:,} failed (the processor raised)" if delivery.failed else ""
     console.print(f"delivered {stats.tasks.get('success', 0):,} outcomes in "
-                  f"{stats.batches.get('success', 0):,} batches; {stats.dropped:,} refused "
-                  f"by the processor, {delivery.undelivered:,} not delivered in time")
+                  f"{stats.batches.get('success', 0):,} batches; "
+                  f"{stats.dropped - delivery.failed:,} refused by the processor, "
+                  f"{delivery.undelivered:,} not delivered in time{failed}")
+
+
+def _finish_delivery(delivery: Delivery, where: str) -> None:
+    """The end of a batch run's delivery: exit 1 if an outcome was not delivered."""
+    _print_delivery(delivery)
+    lost = delivery.failed + delivery.undelivered
+    if lost:
+        _error(f"{lost:,} outcomes were not delivered ({delivery.failed:,} to a processor "
+               f"that raised): {where}")
+        raise typer.Exit(1)
 
 
 def _stop_on_signals(when: str = "after this batch",
@@ -487,7 +506,8 @@ def _serve_metrics(port: int | None, name: str, counts: object) -> None:
 def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_ms: int,
                   dedupe_retention_ms: int, trigger_ms: int, clock: ClockKind,
                   overwrite: bool, metrics_port: int | None,
-                  processor: TaskProcessor[OutcomeRow] | None) -> None:
+                  processor: TaskProcessor[OutcomeRow] | None,
+                  stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> None:
     from tickwheel.pipeline.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
     sink = None if processor is None else OutcomeSink(processor)
@@ -532,19 +552,24 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
         console.print(f"following {input} (trigger {trigger_ms} ms, {clock.value} clock, "
                       f"checkpoint {follower.checkpoint_dir}); SIGINT or SIGTERM stops")
         try:
-            result = follower.run(stop, trigger_ms=trigger_ms, on_batch=progress)
-        except OSError as exc:  # a full disk, the output or checkpoint taken away
+            result = follower.run(stop, trigger_ms=trigger_ms, on_batch=progress,
+                                  stop_timeout_ms=stop_timeout_ms)
+        except (OSError, OwnershipError) as exc:  # a full disk, the checkpoint taken away
             _error(f"the service stopped in batch {follower.batch_id + 1}: "
                    f"{exc}")
             if sink is not None:
-                _print_delivery(sink.close())
+                _print_delivery(sink.close(timeout_s=1.0))
             raise typer.Exit(1) from exc
     counts = follower.counts()
     console.print(f"stopped after {_plural(result.batches, 'batch')}: {result.rows_in:,} rows, "
                   f"{result.outcomes:,} outcomes, {result.quarantined:,} quarantined; "
                   f"{counts.pending:,} pending, {counts.held:,} held")
     if sink is not None:
-        _print_delivery(sink.close())
+        # The stop waited for the processor already: what it holds now is abandoned.
+        _print_delivery(sink.close(timeout_s=1.0))
+        if result.undelivered:
+            console.print(f"{result.undelivered:,} outcomes not delivered: the next start "
+                          "delivers them")
 
 
 def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,
@@ -626,7 +651,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                result.rows_applied, reasons, outcomes, result.pending,
                result.ignored_cancels, held=result.held)
     if sink is not None:
-        _print_delivery(sink.close())
+        _finish_delivery(sink.close(), "the next run on this checkpoint delivers them")
 
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,

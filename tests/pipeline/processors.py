@@ -24,3 +24,36 @@ class Collect:
             return ProcessingResult.CONGESTION
         COLLECTED.extend(tasks)
         return ProcessingResult.SUCCESS
+
+
+class Stuck:
+    """Never returns: a processor hung on a dead downstream."""
+
+    def process(self, task: OutcomeRow) -> ProcessingResult:
+        return self.process_batch([task])
+
+    def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+        import threading
+
+        threading.Event().wait()
+        raise AssertionError("unreachable")
+
+
+class Congested:
+    """Always congested: nothing is ever settled."""
+
+    def process(self, task: OutcomeRow) -> ProcessingResult:
+        return ProcessingResult.CONGESTION
+
+    def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+        return ProcessingResult.CONGESTION
+
+
+class Raises:
+    """Raises on every call."""
+
+    def process(self, task: OutcomeRow) -> ProcessingResult:
+        raise RuntimeError("downstream exploded")
+
+    def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+        raise RuntimeError("downstream exploded")

@@ -994,3 +994,12 @@ def test_a_disk_that_fills_up_stops_the_local_run_with_no_outputs_and_a_message(
     assert "wrote no outputs" in result.output and "No space left on device" in result.output
     assert [p.name for p in out.rglob("*") if p.is_file()] == ["_tickwheel.lock"]
 
+
+
+def test_a_batch_run_whose_processor_raises_exits_1_saying_how_many(tmp_path: Path) -> None:
+    source, out = _generated(tmp_path), tmp_path / "out"
+    result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out),
+                                 "--processor", "tests.pipeline.processors:Raises"])
+    assert result.exit_code == 1, result.output
+    assert "outcomes were not delivered" in result.output
+    assert "to a processor that raised" in result.output and "failed" in result.output

@@ -874,3 +874,41 @@ def test_metrics_port_0_prints_the_port_the_system_gave(tmp_path: Path, inbox: P
         child.send_signal(signal.SIGTERM)
         child.communicate(timeout=60)
     assert child.returncode == 0
+
+
+@pytest.mark.parametrize("processor", ["Stuck", "Congested", "Raises"])
+def test_sigterm_stops_within_the_stop_timeout_whatever_the_processor_does(
+        tmp_path: Path, inbox: Path, processor: str) -> None:
+    now = wall_clock_ms()
+    land(inbox, "a.jsonl", [watch(now, f"op-{i}", now) for i in range(40)])
+    child = follow_command(tmp_path, "--clock", "wall", "--lateness-ms", "0",
+                           "--trigger-ms", "50", "--stop-timeout-ms", "2000",
+                           "--processor", f"tests.pipeline.processors:{processor}")
+    try:
+        wait_for(lambda: len(outcomes(tmp_path / "out")) == 40, "expiries", child)
+        time.sleep(0.5)  # the processor has the outcomes in hand
+        child.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        output, _ = child.communicate(timeout=60)
+        took = time.monotonic() - began
+    finally:
+        child.kill()
+    assert child.returncode == 0, output
+    assert took < 30, (took, output)
+    assert "40 outcomes not delivered: the next start delivers them" in output, output
+    # The next start delivers them, to a processor that works.
+    child = follow_command(tmp_path, "--clock", "wall", "--lateness-ms", "0",
+                           "--trigger-ms", "50",
+                           "--processor", "tests.pipeline.processors:Collect")
+    try:
+        assert child.stdout is not None
+        assert "following" in child.stdout.readline()
+        mark = tmp_path / "out" / "_checkpoint" / "delivered"
+        wait_for(lambda: mark.exists() and mark.read_text() == "0", "the delivery", child)
+        child.send_signal(signal.SIGTERM)
+        output, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0, output
+    assert "delivered 40 outcomes" in output, output
+    assert "not delivered: the next start" not in output

@@ -101,4 +101,5 @@ def test_outcomes_a_processor_refuses_for_good_are_settled_not_waited_for() -> N
     with OutcomeSink(Refusing(), max_batch_size=10) as sink:
         sink.deliver(rows)
         assert sink.flush(timeout_s=30)
-    assert sink.stats().processor_errors > 0
+    # A raise is not a verdict: counted apart, for an engine to deliver those again.
+    assert 0 < sink.failed < 500 and sink.stats().dropped == 500

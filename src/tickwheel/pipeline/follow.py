@@ -50,6 +50,7 @@ from tickwheel.pipeline.input_dir import (
 )
 from tickwheel.pipeline.limits import (
     DEFAULT_LATENESS_MS,
+    DEFAULT_STOP_TIMEOUT_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
     MAX_LATENESS_MS,
     MAX_RETENTION_MS,
@@ -189,6 +190,8 @@ class FollowResult:
     release_ms: int | None = None
     outcomes_by_outcome: dict[str, int] = field(default_factory=dict)
     quarantined_by_reason: dict[str, int] = field(default_factory=dict)
+    #: Outcomes a processor has not settled at the stop: the next start delivers them.
+    undelivered: int = 0
 
 
 def _file_names(names: object) -> list[str]:
@@ -564,17 +567,22 @@ class LocalFollowEngine:
 
     def run(self, stop: threading.Event, trigger_ms: int = 1000,
             on_batch: Callable[[FollowBatch], None] | None = None,
-            min_step_ms: int = MIN_STEP_MS) -> FollowResult:
+            min_step_ms: int = MIN_STEP_MS,
+            stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> FollowResult:
         """Run batches until ``stop`` is set: one every ``trigger_ms``, and one as
         soon as a deadline falls due, but not within ``min_step_ms`` of the last (a
-        batch writes its state and files). Returns at a batch boundary."""
+        batch writes its state and files). Returns at a batch boundary, and within
+        ``stop_timeout_ms`` of it however stuck the sink's processor is: what it has
+        not settled then is delivered at the next start (``undelivered``)."""
         check_positive_int("trigger_ms", trigger_ms, maximum=MAX_TRIGGER_MS)
         check_positive_int("min_step_ms", min_step_ms, minimum=0, maximum=MAX_TRIGGER_MS)
+        check_positive_int("stop_timeout_ms", stop_timeout_ms, minimum=0,
+                           maximum=MAX_TRIGGER_MS)
         min_step_ms = min(min_step_ms, trigger_ms)
         result = FollowResult()
         if self.sink is not None:
             self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
-                                           self.checkpoint_dir / "delivered")
+                                           self.checkpoint_dir / "delivered", stopping=stop)
         try:
             while not stop.is_set():
                 began = time.monotonic()
@@ -596,9 +604,9 @@ class LocalFollowEngine:
                 if wait_s > 0:
                     stop.wait(wait_s)
         except BaseException:
-            self._close_delivery(raise_failure=False)
+            self._close_delivery(raise_failure=False, timeout_s=stop_timeout_ms / 1000)
             raise
-        self._close_delivery()
+        result.undelivered = self._close_delivery(timeout_s=stop_timeout_ms / 1000)
         counts = self._counts
         result.pending = counts.pending
         result.release_ms = counts.release_ms
@@ -606,10 +614,13 @@ class LocalFollowEngine:
         result.quarantined_by_reason = counts.quarantined_by_reason()
         return result
 
-    def _close_delivery(self, *, raise_failure: bool = True) -> None:
-        if self._delivery is not None:
-            delivery, self._delivery = self._delivery, None
-            delivery.close(raise_failure=raise_failure)
+    def _close_delivery(self, *, raise_failure: bool = True,
+                        timeout_s: float | None = None) -> int:
+        """Stop delivering; how many outcomes are left for the next start."""
+        if self._delivery is None:
+            return 0
+        delivery, self._delivery = self._delivery, None
+        return delivery.close(raise_failure=raise_failure, timeout_s=timeout_s)
 
     def _count(self) -> None:
         ops, keys = self.ops.status(), self.keys.status()

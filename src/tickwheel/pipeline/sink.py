@@ -9,6 +9,7 @@ stores outcomes by that id makes redelivery after a restart harmless.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -26,6 +27,8 @@ from tickwheel.pipeline.reference import OutcomeRow
 
 __all__ = ["Delivery", "OutcomeSink", "deliver_outcomes"]
 
+log = logging.getLogger(__name__)
+
 _NEVER = 2**62
 _CHECK_EVERY = 64  # outcomes handed over at once, between looks at the dispatcher's queues
 
@@ -34,12 +37,14 @@ _CHECK_EVERY = 64  # outcomes handed over at once, between looks at the dispatch
 class Delivery:
     stats: DispatcherStats
     undelivered: int  # still pending when the timeout ran out (reported, not lost)
+    failed: int = 0  # handed to a processor that raised (kept for redelivery)
 
 
 class _Settling:
-    """The user's processor, counting the outcomes it has settled: delivered, or
-    refused for good (a permanent error, a raise, or no verdict, which the dispatcher
-    also takes as permanent). Congestion and transient errors come back."""
+    """The user's processor, counting the outcomes it has settled (delivered, or
+    refused for good: a permanent error, or no verdict, which the dispatcher also takes
+    as permanent) apart from those it failed on (it raised: logged, and not settled, so
+    that an engine delivers them again). Congestion and transient errors come back."""
 
     _RETRIED = (ProcessingResult.CONGESTION, ProcessingResult.TRANSIENT_ERROR)
 
@@ -47,6 +52,7 @@ class _Settling:
         self._processor = processor
         self._lock = threading.Lock()
         self.settled = 0
+        self.failed = 0
 
     def process(self, task: OutcomeRow) -> ProcessingResult:
         return self._settle(lambda: self._processor.process(task), 1)
@@ -55,13 +61,16 @@ class _Settling:
         return self._settle(lambda: self._processor.process_batch(tasks), len(tasks))
 
     def _settle(self, call: Callable[[], ProcessingResult], n: int) -> ProcessingResult:
-        result: object = None
         try:
             result = call()
-        finally:
-            if result not in self._RETRIED:
-                with self._lock:
-                    self.settled += n
+        except Exception:
+            log.exception("the processor raised on %d outcomes: kept for redelivery", n)
+            with self._lock:
+                self.failed += n
+            return ProcessingResult.PERMANENT_ERROR  # not retried in this run
+        if result not in self._RETRIED:
+            with self._lock:
+                self.settled += n
         return result
 
 
@@ -103,6 +112,17 @@ class OutcomeSink:
         # size, with room for every batch in flight to come back after congestion.
         self._window = max_buffer_size // 2 - in_flight
         self.offered = 0
+        self._cancelled = threading.Event()
+
+    @property
+    def failed(self) -> int:
+        """Outcomes handed to a processor that raised."""
+        return self._settling.failed
+
+    def cancel(self) -> None:
+        """Stop waiting: :meth:`deliver` raises and :meth:`flush` returns False from now
+        on (a stop that cannot wait for a stuck processor)."""
+        self._cancelled.set()
 
     def deliver(self, outcomes: Iterable[OutcomeRow]) -> None:
         """Hand outcomes over; blocks while the dispatcher's acceptor is behind
@@ -131,6 +151,8 @@ class OutcomeSink:
 
     def _wait_for_room(self) -> None:
         while self._dispatcher.backlog + _CHECK_EVERY > self._window:
+            if self._cancelled.is_set():
+                raise RuntimeError("the sink was cancelled while waiting for room")
             time.sleep(0.001)
 
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -140,9 +162,10 @@ class OutcomeSink:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             stats = self._dispatcher.stats()
-            if self._settling.settled + stats.overridden + stats.expired >= self.offered:
+            done = self._settling.settled + self._settling.failed
+            if done + stats.overridden + stats.expired >= self.offered:
                 return True
-            if self._dispatcher.closed:
+            if self._dispatcher.closed or self._cancelled.is_set():
                 return False  # what is still pending will not be settled now
             if deadline is not None and time.monotonic() >= deadline:
                 return False
@@ -154,7 +177,7 @@ class OutcomeSink:
     def close(self, timeout_s: float = 60.0) -> Delivery:
         """Wait up to ``timeout_s`` for what is pending; say how much was not delivered."""
         undelivered = self._dispatcher.close(timeout_s)
-        return Delivery(self._dispatcher.stats(), undelivered)
+        return Delivery(self._dispatcher.stats(), undelivered, self._settling.failed)
 
     def __enter__(self) -> OutcomeSink:
         return self
