@@ -246,7 +246,8 @@ def run(
              "checkpoint's first run (default: the master's parallelism)")] = None,
     max_files_per_trigger: Annotated[int | None, typer.Option(
         min=1, max=MAX_FILES_PER_TRIGGER,
-        help="Spark: input files per micro-batch (default: all new files)")] = None,
+        help="input files per micro-batch (Spark) or per batch (local --follow; default: "
+             "all new files, within the engine's bytes per batch)")] = None,
     driver_memory: Annotated[str | None, typer.Option(
         callback=_check_driver_memory,
         help="Spark: the memory of the driver's JVM that this command starts, as Spark "
@@ -317,14 +318,14 @@ def run(
                        settings=spark_settings)
             return
         if any(option is not None
-               for option in (master, partitions, max_files_per_trigger, driver_memory,
-                              conf)):
-            _error("--master, --partitions, --max-files-per-trigger, --driver-memory "
+               for option in (master, partitions, driver_memory, conf)):
+            _error("--master, --partitions, --driver-memory "
                    "and --conf apply to the Spark engine only")
             raise typer.Exit(2)
         _start_metrics(metrics_port, metrics_host)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
-                      overwrite, metrics_port, user_processor, stop_timeout_ms)
+                      overwrite, metrics_port, user_processor, stop_timeout_ms,
+                      max_files_per_trigger)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
@@ -507,7 +508,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                   dedupe_retention_ms: int, trigger_ms: int, clock: ClockKind,
                   overwrite: bool, metrics_port: int | None,
                   processor: TaskProcessor[OutcomeRow] | None,
-                  stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> None:
+                  stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS,
+                  max_files_per_batch: int | None = None) -> None:
     from tickwheel.pipeline.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
     sink = None if processor is None else OutcomeSink(processor)
@@ -516,7 +518,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             input, output, checkpoint_dir=checkpoint, lateness_ms=lateness_ms,
             dedupe_retention_ms=dedupe_retention_ms,
             clock=wall_clock_ms if clock is ClockKind.wall else None, overwrite=overwrite,
-            sink=sink)
+            sink=sink, max_files_per_batch=max_files_per_batch)
     except (FileNotFoundError, InputError, OutputDirError, ValueError,
             OwnershipError) as exc:
         _error(f"{exc}")

@@ -912,3 +912,30 @@ def test_sigterm_stops_within_the_stop_timeout_whatever_the_processor_does(
     assert child.returncode == 0, output
     assert "delivered 40 outcomes" in output, output
     assert "not delivered: the next start" not in output
+
+
+def test_a_backlog_is_read_in_batches_within_the_budget_with_the_same_outcomes(
+        tmp_path: Path, inbox: Path) -> None:
+    lines = random_log(5, rows=2_000)
+    for i in range(0, len(lines), 100):
+        land(inbox, f"part-{i // 100:03d}.jsonl", lines[i:i + 100])
+    files = sorted(inbox.iterdir())
+    size = max(p.stat().st_size for p in files)
+    budgeted = engine(tmp_path, None, lateness_ms=LATENESS_MS, max_bytes_per_batch=3 * size)
+    batches = []
+    while (batch := budgeted.step()) is not None:
+        assert batch.files <= 3
+        batches.append(batch)
+    assert budgeted.backlog == 0 and sum(b.files for b in batches) == len(files)
+    assert len(batches) >= len(files) // 3
+    budgeted.close()
+    by_files = LocalFollowEngine(inbox, tmp_path / "other", lateness_ms=LATENESS_MS,
+                                 max_files_per_batch=5)
+    first = by_files.step()
+    assert first is not None and first.files == 5 and by_files.backlog == len(files) - 5
+    while by_files.step() is not None:
+        pass
+    whole = LocalFollowEngine(inbox, tmp_path / "whole", lateness_ms=LATENESS_MS)
+    assert whole.step() is not None
+    assert outcomes(tmp_path / "out") == outcomes(tmp_path / "other") == outcomes(
+        tmp_path / "whole")

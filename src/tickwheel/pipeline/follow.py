@@ -49,14 +49,22 @@ from tickwheel.pipeline.input_dir import (
     same_input,
 )
 from tickwheel.pipeline.limits import (
+    DEFAULT_FOLLOW_BYTES_PER_BATCH,
     DEFAULT_LATENESS_MS,
     DEFAULT_STOP_TIMEOUT_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
+    MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
 )
-from tickwheel.pipeline.log_reader import json_lines, json_stream, open_input, parquet_events
+from tickwheel.pipeline.log_reader import (
+    input_bytes,
+    json_lines,
+    json_stream,
+    open_input,
+    parquet_events,
+)
 from tickwheel.pipeline.outputs import (
     DEFAULT_CHECKPOINT,
     OWNER_FILE,
@@ -234,8 +242,14 @@ class LocalFollowEngine:
                  lateness_ms: int = DEFAULT_LATENESS_MS,
                  dedupe_retention_ms: int | None = FOLLOW_DEDUPE_RETENTION_MS,
                  clock: Callable[[], int] | None = None,
-                 sink: OutcomeSink | None = None, overwrite: bool = False) -> None:
+                 sink: OutcomeSink | None = None, overwrite: bool = False,
+                 max_files_per_batch: int | None = None,
+                 max_bytes_per_batch: int = DEFAULT_FOLLOW_BYTES_PER_BATCH) -> None:
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
+        if max_files_per_batch is not None:
+            check_positive_int("max_files_per_batch", max_files_per_batch,
+                               maximum=MAX_FILES_PER_TRIGGER)
+        check_positive_int("max_bytes_per_batch", max_bytes_per_batch)
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
                                maximum=MAX_RETENTION_MS)
@@ -259,6 +273,9 @@ class LocalFollowEngine:
         self.dedupe_retention_ms = dedupe_retention_ms
         self.clock = clock
         self.sink = sink
+        self.max_files_per_batch = max_files_per_batch
+        self.max_bytes_per_batch = max_bytes_per_batch
+        self.backlog = 0  # new input files left for the next batches by the budget
         self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
         self._input_gone = False  # the input directory was gone at the last listing
         self._settle_checkpoint()
@@ -428,12 +445,26 @@ class LocalFollowEngine:
         names: list[str] = []
         if listed is not None:
             self._compact_files_log(listed)
-            names = sorted(listed - self._seen)
+            names = self._within_budget(sorted(listed - self._seen))
         if not names and not self._clock_moves(clock_ms):
             return None
         write_bytes_atomically(json.dumps({"batch": batch_id, "files": names,
                                            "clock_ms": clock_ms}).encode(), self._plan_path)
         return batch_id, names, clock_ms
+
+    def _within_budget(self, names: list[str]) -> list[str]:
+        """The first of the new files, in name order, that the batch's budget holds
+        (one at least); the rest wait for the next batches (``backlog``)."""
+        limit = self.max_files_per_batch
+        taken = names if limit is None else names[:limit]
+        total = 0
+        for i, name in enumerate(taken):
+            total += input_bytes(self.input_dir / name)
+            if total > self.max_bytes_per_batch and i > 0:
+                taken = taken[:i]
+                break
+        self.backlog = len(names) - len(taken)
+        return taken
 
     def _listing(self) -> set[str] | None:
         """The input files' names, or None while the input directory is gone (a
@@ -596,6 +627,8 @@ class LocalFollowEngine:
                     if on_batch is not None:
                         on_batch(batch)
                 wait_s = trigger_ms / 1000 - (time.monotonic() - began)
+                if self.backlog:  # files the budget left: the next batch at once
+                    wait_s = min(wait_s, 0.0)
                 wake = self.next_wake_ms()
                 if wake is not None and self.clock is not None:
                     now = self.clock()

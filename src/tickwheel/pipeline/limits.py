@@ -7,12 +7,12 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY", "DEFAULT_LATENESS_MS",
-           "DEFAULT_SPILL_BYTES", "DEFAULT_SPILL_EVENTS", "DEFAULT_STOP_TIMEOUT_MS",
-           "DEFAULT_TRIGGER_MS",
-           "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
-           "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "RESERVED_SPARK_SETTINGS",
-           "check_driver_memory", "check_spark_setting_names", "check_spark_settings"]
+__all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY", "DEFAULT_FOLLOW_BYTES_PER_BATCH",
+           "DEFAULT_LATENESS_MS", "DEFAULT_SPILL_BYTES", "DEFAULT_SPILL_EVENTS",
+           "DEFAULT_STOP_TIMEOUT_MS", "DEFAULT_TRIGGER_MS", "FOLLOW_DEDUPE_RETENTION_MS",
+           "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS", "MAX_PARTITIONS", "MAX_RETENTION_MS",
+           "MAX_TRIGGER_MS", "RESERVED_SPARK_SETTINGS", "check_driver_memory",
+           "check_spark_setting_names", "check_spark_settings"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
 #: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can
@@ -31,6 +31,10 @@ MAX_FILES_PER_TRIGGER: Final = 2**31 - 1
 #: its partition's share of a micro-batch's rows and outputs. 1 GiB of the
 #: generator's JSON Lines is about 8M events.
 DEFAULT_BYTES_PER_TRIGGER: Final = 1 << 30
+#: The local engine in follow mode reads at most this much new input per batch (one
+#: file at least): one process holds a batch's rows, about 6x their bytes in memory, so
+#: a backlog is worked off in batches of about 300k of the generator's events.
+DEFAULT_FOLLOW_BYTES_PER_BATCH: Final = 32 << 20
 #: The local batch engine sorts a log of more events than this on disk, this many at a
 #: time: about 50 MB of the generator's events in memory.
 DEFAULT_SPILL_EVENTS: Final = 100_000
