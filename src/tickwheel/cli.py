@@ -46,6 +46,7 @@ from tickwheel.pipeline.input_dir import (
 from tickwheel.pipeline.limits import (
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_LATENESS_MS,
+    DEFAULT_MAX_FUTURE_MS,
     DEFAULT_STOP_TIMEOUT_MS,
     DEFAULT_TRIGGER_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
@@ -272,6 +273,11 @@ def run(
     trigger_ms: Annotated[int, typer.Option(
         min=1, max=MAX_TRIGGER_MS, help="--follow: look for new files this often")
     ] = DEFAULT_TRIGGER_MS,
+    max_future_ms: Annotated[int | None, typer.Option(
+        min=0, max=MAX_RETENTION_MS,
+        help="--follow --clock wall, local engine: rows whose ts_ms is further ahead of "
+             "the wall clock are quarantined as 'future' (default: "
+             f"{DEFAULT_MAX_FUTURE_MS:,} ms)")] = None,
     stop_timeout_ms: Annotated[int, typer.Option(
         min=0, max=MAX_TRIGGER_MS,
         help="--follow with --processor: how long a stop waits for the processor; what it "
@@ -308,6 +314,10 @@ def run(
             raise typer.Exit(2)
         retention = (FOLLOW_DEDUPE_RETENTION_MS if dedupe_retention_ms is None
                      else dedupe_retention_ms)
+        if max_future_ms is not None and (engine is Engine.spark
+                                          or clock is not ClockKind.wall):
+            _error("--max-future-ms applies to the local engine's --follow --clock wall")
+            raise typer.Exit(2)
         if engine is Engine.spark:
             _start_metrics(metrics_port, metrics_host)
             _run_spark(input, output, lateness_ms, retention,
@@ -325,7 +335,8 @@ def run(
         _start_metrics(metrics_port, metrics_host)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
                       overwrite, metrics_port, user_processor, stop_timeout_ms,
-                      max_files_per_trigger)
+                      max_files_per_trigger,
+                      DEFAULT_MAX_FUTURE_MS if max_future_ms is None else max_future_ms)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
@@ -509,7 +520,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                   overwrite: bool, metrics_port: int | None,
                   processor: TaskProcessor[OutcomeRow] | None,
                   stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS,
-                  max_files_per_batch: int | None = None) -> None:
+                  max_files_per_batch: int | None = None,
+                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
     from tickwheel.pipeline.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
     sink = None if processor is None else OutcomeSink(processor)
@@ -518,7 +530,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             input, output, checkpoint_dir=checkpoint, lateness_ms=lateness_ms,
             dedupe_retention_ms=dedupe_retention_ms,
             clock=wall_clock_ms if clock is ClockKind.wall else None, overwrite=overwrite,
-            sink=sink, max_files_per_batch=max_files_per_batch)
+            sink=sink, max_files_per_batch=max_files_per_batch, max_future_ms=max_future_ms)
     except (FileNotFoundError, InputError, OutputDirError, ValueError,
             OwnershipError) as exc:
         _error(f"{exc}")

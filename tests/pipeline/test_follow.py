@@ -939,3 +939,30 @@ def test_a_backlog_is_read_in_batches_within_the_budget_with_the_same_outcomes(
     assert whole.step() is not None
     assert outcomes(tmp_path / "out") == outcomes(tmp_path / "other") == outcomes(
         tmp_path / "whole")
+
+
+def test_a_row_too_far_ahead_of_the_wall_clock_is_quarantined_as_future(
+        tmp_path: Path, inbox: Path) -> None:
+    clock = WallClock(10_000)
+    follower = engine(tmp_path, clock, max_future_ms=60_000)
+    land(inbox, "a.jsonl", [watch(9_950, "soon", 10_500),
+                            watch(70_000, "at-the-bound", 80_000),
+                            watch(10**15, "far", 10**15 + 1)])
+    follower.step()
+    quarantined = rows(tmp_path / "out" / "quarantine")
+    assert [(json.loads(q["raw"])["op_id"], q["reason"]) for q in quarantined] == [
+        ("far", "future")]
+    clock.ms = 11_000
+    follower.step()
+    # Time moved with the clock, not to the far row: only "soon" expired.
+    assert [o[:2] for o in outcomes(tmp_path / "out")] == [("soon", "expired")]
+    assert follower.counts().by_reason == {"future": 1}
+
+
+def test_max_future_ms_is_refused_where_it_does_not_apply(tmp_path: Path) -> None:
+    for extra in (["--clock", "event"], ["--clock", "wall", "--engine", "spark"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--input",
+             str(tmp_path), "--output", str(tmp_path / "out"), "--max-future-ms", "10", *extra],
+            check=False, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "--max-future-ms applies" in done.stdout, done.stdout

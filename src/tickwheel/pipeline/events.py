@@ -90,6 +90,9 @@ class Reason(enum.Enum):
     DUPLICATE_FIELD = "duplicate_field"
     # A row longer than MAX_ROW_CHARS, not parsed.
     TOO_LONG = "too_long"
+    # Follow mode on the wall clock: ts_ms further ahead of the clock than the bound.
+    # Taken, it would move time so far that everything pending expired at once.
+    FUTURE = "future"
 
 
 #: The longest row read, in characters. A longer one is quarantined as ``too_long``

@@ -40,7 +40,14 @@ from tickwheel.pipeline.batch_log import BatchLog
 from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
-from tickwheel.pipeline.events import Quarantined, Wire, compact_wire, to_wire
+from tickwheel.pipeline.events import (
+    Quarantined,
+    Reason,
+    Wire,
+    compact_wire,
+    to_wire,
+    wire_line,
+)
 from tickwheel.pipeline.files import write_bytes_atomically
 from tickwheel.pipeline.input_dir import (
     input_dir_problem,
@@ -51,6 +58,7 @@ from tickwheel.pipeline.input_dir import (
 from tickwheel.pipeline.limits import (
     DEFAULT_FOLLOW_BYTES_PER_BATCH,
     DEFAULT_LATENESS_MS,
+    DEFAULT_MAX_FUTURE_MS,
     DEFAULT_STOP_TIMEOUT_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
     MAX_FILES_PER_TRIGGER,
@@ -213,6 +221,15 @@ def _file_names(names: object) -> list[str]:
     return names
 
 
+def _future_as_malformed(rows: list[Wire], limit: int) -> list[Wire]:
+    """Rows whose ts_ms is past ``limit`` in the malformed rows' wire form, with the
+    reason ``future``: the stages quarantine and count them as they do a bad row."""
+    if all(len(fields) == 3 or fields[0] <= limit for fields in rows):
+        return rows
+    return [(wire_line(fields), Reason.FUTURE.value, fields[0])
+            if len(fields) != 3 and fields[0] > limit else fields for fields in rows]
+
+
 def _rows_of(path: Path) -> list[Wire]:
     """A file's rows in their wire form, read as the reference engine reads them."""
     opened = open_input(path)
@@ -244,12 +261,14 @@ class LocalFollowEngine:
                  clock: Callable[[], int] | None = None,
                  sink: OutcomeSink | None = None, overwrite: bool = False,
                  max_files_per_batch: int | None = None,
-                 max_bytes_per_batch: int = DEFAULT_FOLLOW_BYTES_PER_BATCH) -> None:
+                 max_bytes_per_batch: int = DEFAULT_FOLLOW_BYTES_PER_BATCH,
+                 max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
         if max_files_per_batch is not None:
             check_positive_int("max_files_per_batch", max_files_per_batch,
                                maximum=MAX_FILES_PER_TRIGGER)
         check_positive_int("max_bytes_per_batch", max_bytes_per_batch)
+        check_positive_int("max_future_ms", max_future_ms, minimum=0, maximum=MAX_RETENTION_MS)
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
                                maximum=MAX_RETENTION_MS)
@@ -273,6 +292,7 @@ class LocalFollowEngine:
         self.dedupe_retention_ms = dedupe_retention_ms
         self.clock = clock
         self.sink = sink
+        self.max_future_ms = max_future_ms
         self.max_files_per_batch = max_files_per_batch
         self.max_bytes_per_batch = max_bytes_per_batch
         self.backlog = 0  # new input files left for the next batches by the budget
@@ -529,6 +549,8 @@ class LocalFollowEngine:
             path = self.input_dir / name
             rows += _rows_of(path)
         quarantine: list[Quarantined] = []
+        if clock_ms is not None:
+            rows = _future_as_malformed(rows, clock_ms + self.max_future_ms)
         by_key, by_op = route(rows, 1)
         top = max((fields[0] for fields in rows if len(fields) != 3), default=None)
         quarantine += self.keys.take(by_key[0], top)

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from typing import Final
 
 __all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY", "DEFAULT_FOLLOW_BYTES_PER_BATCH",
-           "DEFAULT_LATENESS_MS", "DEFAULT_SPILL_BYTES", "DEFAULT_SPILL_EVENTS",
-           "DEFAULT_STOP_TIMEOUT_MS", "DEFAULT_TRIGGER_MS", "FOLLOW_DEDUPE_RETENTION_MS",
-           "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS", "MAX_PARTITIONS", "MAX_RETENTION_MS",
-           "MAX_TRIGGER_MS", "RESERVED_SPARK_SETTINGS", "check_driver_memory",
-           "check_spark_setting_names", "check_spark_settings"]
+           "DEFAULT_LATENESS_MS", "DEFAULT_MAX_FUTURE_MS", "DEFAULT_SPILL_BYTES",
+           "DEFAULT_SPILL_EVENTS", "DEFAULT_STOP_TIMEOUT_MS", "DEFAULT_TRIGGER_MS",
+           "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
+           "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "RESERVED_SPARK_SETTINGS",
+           "check_driver_memory", "check_spark_setting_names", "check_spark_settings"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
 #: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can
@@ -43,6 +43,9 @@ DEFAULT_SPILL_BYTES: Final = 64 << 20
 #: Follow mode: how often a batch runs when nothing falls due sooner.
 DEFAULT_TRIGGER_MS: Final = 1000
 MAX_TRIGGER_MS: Final = 86_400_000
+#: Follow mode on the wall clock: rows further ahead of the clock than this are
+#: quarantined as ``future`` (clock skew between producers stays well inside it).
+DEFAULT_MAX_FUTURE_MS: Final = 300_000
 #: Follow mode: how long a stop waits for a processor to settle what it was handed.
 DEFAULT_STOP_TIMEOUT_MS: Final = 30_000
 #: Follow mode remembers an op_id this long by default (and while it is pending), so
