@@ -465,6 +465,11 @@ def _print_delivery(delivery: Delivery) -> None:
                   f"{delivery.undelivered:,} not delivered in time{failed}")
 
 
+def _changed_note(changed: int) -> str:
+    return (f"; {changed:,} input files changed after they were read (see the log)"
+            if changed else "")
+
+
 def _finish_delivery(delivery: Delivery, where: str) -> None:
     """The end of a batch run's delivery: exit 1 if an outcome was not delivered."""
     _print_delivery(delivery)
@@ -559,7 +564,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             console.print(f"batch {batch.batch_id}: {batch.files} files, {batch.rows:,} rows, "
                           f"{batch.outcomes:,} outcomes, {batch.quarantined:,} quarantined; "
                           f"{counts.pending:,} pending, {counts.held:,} held{lag}"
-                          f"{_skipped_note(counts.files_skipped)}")
+                          f"{_skipped_note(counts.files_skipped)}"
+                          f"{_changed_note(counts.files_changed)}")
             last_print = now
 
     with _stop_on_signals() as stop:  # before saying so: a signal from then on stops it

@@ -254,7 +254,9 @@ class TickwheelCollector(Collector):
              ("lag_ms", "How far time stands behind the wall clock (follow mode)"),
              ("state_bytes", "Bytes of state saved at the last batch"),
              ("files_skipped", "Input files the last listing skipped: a name that is not "
-                               "UTF-8, a symlink out of the input directory or to nothing")],
+                               "UTF-8, a symlink out of the input directory or to nothing"),
+             ("files_changed", "Input files that changed after they were read (follow "
+                               "mode): rows written since are not read")],
             [])
         quarantined = CounterMetricFamily("tickwheel_pipeline_quarantined",
                                           "Rows quarantined, by reason",
@@ -268,7 +270,8 @@ class TickwheelCollector(Collector):
                       "ignored_cancels": r.ignored_cancels, "pending": r.pending,
                       "held": held}
             # Where the result has them.
-            for gauge in ("batches", "lag_ms", "state_bytes", "files_skipped"):
+            for gauge in ("batches", "lag_ms", "state_bytes", "files_skipped",
+                          "files_changed"):
                 value = getattr(r, gauge, None)
                 if value is not None:
                     values[gauge] = value

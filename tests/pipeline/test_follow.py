@@ -966,3 +966,19 @@ def test_max_future_ms_is_refused_where_it_does_not_apply(tmp_path: Path) -> Non
              str(tmp_path), "--output", str(tmp_path / "out"), "--max-future-ms", "10", *extra],
             check=False, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and "--max-future-ms applies" in done.stdout, done.stdout
+
+
+def test_a_file_that_changes_after_it_was_read_is_warned_of_and_counted(
+        tmp_path: Path, inbox: Path, caplog: pytest.LogCaptureFixture) -> None:
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9)])
+    follower = engine(tmp_path, None)
+    follower.step()
+    assert follower.counts().files_changed == 0
+    with open(inbox / "a.jsonl", "a") as late_writer:  # a producer still appending
+        late_writer.write(watch(1_100, "b", 10**9) + "\n")
+    land(inbox, "c.jsonl", [watch(1_200, "c", 10**9)])
+    follower.step()
+    assert follower.counts().files_changed == 1
+    assert "a.jsonl' changed after it was read" in caplog.text
+    follower.step()  # warned once per change
+    assert follower.counts().files_changed == 1

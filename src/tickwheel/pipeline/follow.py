@@ -177,6 +177,9 @@ class FollowCounts:
     clock_ms: int | None = None
     state_bytes: int = 0  # the state file and its logs, as last saved
     files_skipped: int = 0  # input files the last listing skipped (see input_files)
+    # Input files that changed after they were read (appended to, rewritten): rows
+    # written after the read are not read. Files must land whole, then be renamed.
+    files_changed: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
     by_outcome: dict[str, int] = field(default_factory=dict)
 
@@ -219,6 +222,14 @@ def _file_names(names: object) -> list[str]:
             (n for n in names if not (isinstance(n, str) and is_plain_name(n))), names)
         raise ValueError(f"{bad!r} is not the name of a file in the input directory")
     return names
+
+
+def _stat_of(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 def _future_as_malformed(rows: list[Wire], limit: int) -> list[Wire]:
@@ -296,6 +307,10 @@ class LocalFollowEngine:
         self.max_files_per_batch = max_files_per_batch
         self.max_bytes_per_batch = max_bytes_per_batch
         self.backlog = 0  # new input files left for the next batches by the budget
+        # Each file read in this run: its (size, mtime) when read, to tell one that
+        # changed afterwards; and how many did.
+        self._read_stats: dict[str, tuple[int, int]] = {}
+        self._files_changed = 0
         self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
         self._input_gone = False  # the input directory was gone at the last listing
         self._settle_checkpoint()
@@ -464,6 +479,7 @@ class LocalFollowEngine:
         listed = self._listing()
         names: list[str] = []
         if listed is not None:
+            self._check_read_files(listed)
             self._compact_files_log(listed)
             names = self._within_budget(sorted(listed - self._seen))
         if not names and not self._clock_moves(clock_ms):
@@ -501,6 +517,23 @@ class LocalFollowEngine:
             log.warning("input directory %s is back", self.input_dir)
             self._input_gone = False
         return {path.name for path in listed}
+
+    def _check_read_files(self, listed: set[str]) -> None:
+        """Warn of (and count) each file read in this run that changed since."""
+        for name in list(self._read_stats):
+            if name not in listed:
+                del self._read_stats[name]
+                continue
+            now = _stat_of(self.input_dir / name)
+            if now is not None and now != self._read_stats[name]:
+                self._changed(name, "after it was read")
+                self._read_stats[name] = now  # warned once per change
+
+    def _changed(self, name: str, when: str) -> None:
+        self._files_changed += 1
+        log.warning("input file %r changed %s: rows written since are not read (write "
+                    "input files whole, then rename them into place)",
+                    str(self.input_dir / name), when)
 
     def _clock_moves(self, clock_ms: int | None) -> bool:
         if clock_ms is None:
@@ -547,7 +580,12 @@ class LocalFollowEngine:
         rows: list[Wire] = []
         for name in names:
             path = self.input_dir / name
+            before = _stat_of(path)
             rows += _rows_of(path)
+            if before is not None:
+                self._read_stats[name] = before
+                if _stat_of(path) != before:
+                    self._changed(name, "while it was read")
         quarantine: list[Quarantined] = []
         if clock_ms is not None:
             rows = _future_as_malformed(rows, clock_ms + self.max_future_ms)
@@ -706,4 +744,5 @@ class LocalFollowEngine:
         """The counters after the last batch: a snapshot, safe to read from any thread
         (the metrics export reads it while batches run), with the input files skipped
         at the last listing, which may have run no batch."""
-        return replace(self._counts, files_skipped=len(self._skipped))
+        return replace(self._counts, files_skipped=len(self._skipped),
+                       files_changed=self._files_changed)
