@@ -115,3 +115,40 @@ def test_a_name_given_twice_anywhere_in_a_row_quarantines_it(
         repeated = True
     assert (parse_wire(line)[1] == "duplicate_field") == repeated
     assert (compact_wire(line)[1] == "duplicate_field") == repeated
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=12))
+def test_a_checkpoint_names_nothing_outside_its_input_directory(name: str) -> None:
+    from tickwheel.pipeline.follow import _file_names
+
+    root = Path("/input/dir")
+    try:
+        _file_names([name])
+    except ValueError:
+        return
+    # Accepted: the name is one entry directly inside the directory.
+    assert (root / name).parent == root and (root / name).name == name
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), min_size=1, max_size=8))
+def test_no_ts_ms_moves_a_wall_clock_service_past_its_future_bound(
+        tmp_path_factory: object, stamps: list[int]) -> None:
+    from tickwheel.pipeline.follow import LocalFollowEngine
+
+    base = tmp_path_factory.mktemp("future")  # type: ignore[attr-defined]
+    (base / "in").mkdir()
+    lines = [json.dumps({"ts_ms": ts, "type": "watch", "op_id": f"op-{i}", "keys": ["k"],
+                         "deadline_ms": 10**18, "condition": "any_update"})
+             for i, ts in enumerate(stamps)]
+    (base / "in" / "a.jsonl").write_text("".join(f"{line}\n" for line in lines))
+    with LocalFollowEngine(base / "in", base / "out", lateness_ms=0, clock=lambda: 10_000,
+                           max_future_ms=1_000) as follower:
+        batch = follower.step()
+        counts = follower.counts()
+    assert batch is not None and batch.rows == len(stamps)
+    assert counts.rows_applied + counts.quarantined + counts.held == len(stamps)
+    assert counts.release_ms is None or counts.release_ms <= 11_000
+    assert counts.by_reason.get("future", 0) == sum(ts > 11_000 for ts in stamps)
