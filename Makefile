@@ -3,16 +3,20 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+DEPS := $(VENV)/.deps-stamp
 # The compiled core is built from these: any change rebuilds it, or tests would run
 # the stale extension instead of the edited source.
 SOURCES := $(shell find src/tickwheel -name '*.py' -o -name '*.c')
 
-.PHONY: run test lint typecheck unit core-3.13 bench clean
+.PHONY: run test check lint typecheck unit core-3.13 bench clean
 
-$(STAMP): pyproject.toml setup.py requirements-dev.txt $(SOURCES)
+$(DEPS): requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $(DEPS)
+
+$(STAMP): $(DEPS) pyproject.toml setup.py $(SOURCES)
 	rm -rf build
 	$(BIN)/python -m pip install --quiet --no-build-isolation -e .
 	touch $(STAMP)
@@ -21,6 +25,18 @@ run: $(STAMP)
 	$(BIN)/python -m tickwheel.demo
 
 test: lint typecheck unit core-3.13
+
+# The fast loop: lint, types, and the tests that need neither Spark nor a slow run, on
+# the pure-Python sources copied as they are now (nothing compiled, nothing rebuilt).
+PURE := .check-src
+check: $(DEPS)
+	$(BIN)/ruff check src tests examples
+	$(BIN)/mypy
+	rm -rf $(PURE)
+	$(BIN)/python -c "import shutil; shutil.copytree('src/tickwheel', '$(PURE)/tickwheel', \
+		ignore=shutil.ignore_patterns('*.so', '__pycache__'))"
+	PYTHONPATH=$(PURE) $(BIN)/pytest -q -p no:cacheprovider -m "not spark and not slow" \
+		--ignore=tests/test_build.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples
@@ -60,5 +76,5 @@ bench: $(STAMP)
 	$(BIN)/python -m tickwheel.bench timers
 
 clean:
-	rm -rf $(VENV) $(V313) build src/*.egg-info
+	rm -rf $(VENV) $(V313) $(PURE) build src/*.egg-info
 	find src -name '*.so' -delete

@@ -705,6 +705,7 @@ def test_spark_settings_are_read_as_spark_submit_reads_them() -> None:
         check_spark_settings(["spark.executor.memory=2g", "spark.executor.memory=3g"])
 
 
+@pytest.mark.spark
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
 def test_the_driver_memory_is_the_heap_of_the_jvm_the_session_starts(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")

@@ -64,6 +64,7 @@ def test_a_killed_owner_blocks_nobody_and_the_epoch_moves_on(tmp_path: Path) -> 
         assert lock.epoch == first + 1 and lock.holder.pid == os.getpid()
 
 
+@pytest.mark.slow
 def test_two_owners_started_at_once_exactly_one_runs(tmp_path: Path) -> None:
     for attempt in range(10):
         directory = tmp_path / f"ck{attempt}"

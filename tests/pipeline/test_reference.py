@@ -661,6 +661,7 @@ def _peak_bytes(events: int, spill_events: int | None,
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_a_log_sorted_on_disk_is_held_a_run_at_a_time() -> None:
     # With a dedupe retention, what the resolver keeps is bounded too.
     in_memory = [_peak_bytes(events, None, 2_000) for events in (10_000, 20_000)]

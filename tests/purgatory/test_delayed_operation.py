@@ -445,6 +445,7 @@ def test_complete_cancel_and_expire_race_resolve_each_operation_once() -> None:
     assert (stats.watched, stats.num_keys) == (0, 0)
 
 
+@pytest.mark.slow
 def test_memory_returns_to_baseline_after_a_million_operations_come_and_go(
         clock: ManualClock) -> None:
     purgatory = Purgatory("mem", timer=TimingWheelTimer(clock=clock, executor=None),
