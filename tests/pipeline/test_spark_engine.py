@@ -840,7 +840,8 @@ def test_a_micro_batch_run_again_replaces_every_file_its_first_attempt_wrote(
     # (its input changed before the restart), and the query died before its commit.
     shutil.copy(outcomes / "batch-000000000-00000.parquet",
                 outcomes / "batch-000000000-00007.parquet")
-    (tmp_path / "ckpt" / "commits" / "0").unlink()
+    for name in ("0", ".0.crc"):  # the commit, and Hadoop's checksum beside it
+        (tmp_path / "ckpt" / "query" / "commits" / name).unlink(missing_ok=True)
     SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS).run()
     assert not (outcomes / "batch-000000000-00007.parquet").exists()
     assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
