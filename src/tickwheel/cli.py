@@ -323,7 +323,7 @@ def run(
             _run_spark(input, output, lateness_ms, retention,
                        checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]",
                        partitions, max_files_per_trigger, final, overwrite,
-                       follow=(trigger_ms, clock, metrics_port),
+                       follow=(trigger_ms, clock, metrics_port, stop_timeout_ms),
                        processor=user_processor, driver_memory=driver_memory,
                        settings=spark_settings)
             return
@@ -595,7 +595,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
 def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,
                checkpoint: Path, master: str, partitions: int | None,
                max_files_per_trigger: int | None, final: bool, overwrite: bool,
-               follow: tuple[int, ClockKind, int | None] | None = None,
+               follow: tuple[int, ClockKind, int | None, int] | None = None,
                processor: TaskProcessor[OutcomeRow] | None = None,
                driver_memory: str | None = None,
                settings: dict[str, str] | None = None) -> None:
@@ -646,9 +646,12 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         _error(f"{exc}")
         raise typer.Exit(2) from exc
     if follow is not None:
-        _follow_spark(spark_engine, *follow)
+        undelivered = _follow_spark(spark_engine, *follow)
         if sink is not None:
-            _print_delivery(sink.close())
+            _print_delivery(sink.close(timeout_s=1.0))
+            if undelivered:
+                console.print(f"{undelivered:,} outcomes not delivered: the next start "
+                              "delivers them")
         return
     console.print(f"running the query ({spark_engine.partitions} partitions, checkpoint "
                   f"{checkpoint})")
@@ -675,7 +678,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
 
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
-                  metrics_port: int | None) -> None:
+                  metrics_port: int | None, stop_timeout_ms: int) -> int:
+    """Run the service until a signal; how many outcomes were left undelivered."""
     live = _SparkCounts(spark_engine)
     _serve_metrics(metrics_port, "follow", live)
     last_print = 0.0
@@ -698,12 +702,14 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
                       f"({spark_engine.partitions} partitions, trigger {trigger_ms} ms, "
                       f"{clock.value} clock, checkpoint {spark_engine.checkpoint_dir}); "
                       "SIGINT or SIGTERM stops")
-        result = spark_engine.follow(stop, trigger_ms=trigger_ms)
+        result = spark_engine.follow(stop, trigger_ms=trigger_ms,
+                                     stop_timeout_ms=stop_timeout_ms)
     outcomes = sum(result.outcomes_by_outcome().values())
     console.print(f"stopped after {_plural(result.batches, 'micro-batch')}: "
                   f"{result.rows_in:,} rows in all, {outcomes:,} outcomes, "
                   f"{result.quarantined:,} quarantined; {result.pending:,} pending, "
                   f"{result.held:,} held")
+    return result.undelivered
 
 
 def _plural(n: int, noun: str) -> str:

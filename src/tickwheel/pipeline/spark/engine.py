@@ -45,7 +45,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +62,7 @@ from tickwheel.pipeline.input_dir import (
 from tickwheel.pipeline.limits import (
     DEFAULT_BYTES_PER_TRIGGER,
     DEFAULT_LATENESS_MS,
+    DEFAULT_STOP_TIMEOUT_MS,
     DEFAULT_TRIGGER_MS,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
@@ -130,6 +131,8 @@ class SparkRunResult:
     #: Input files the last listing skipped (a name that is not UTF-8, a symlink out
     #: of the input directory or to nothing): not read until that changes.
     files_skipped: int = 0
+    #: Outcomes a processor had not settled at the stop: the next start delivers them.
+    undelivered: int = 0
 
     @property
     def state_bytes(self) -> int:
@@ -435,18 +438,22 @@ class SparkEngine:
                 else:
                     self.spark.conf.set(name, old_value)
 
-    def follow(self, stop: threading.Event, trigger_ms: int = DEFAULT_TRIGGER_MS
-               ) -> SparkRunResult:
+    def follow(self, stop: threading.Event, trigger_ms: int = DEFAULT_TRIGGER_MS,
+               stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> SparkRunResult:
         """Run as a service until ``stop`` is set: a micro-batch every ``trigger_ms``
         with the files that landed since the last (the source lists the input
         directory at each trigger), and, with the wall clock, time moving with it.
         Stops between micro-batches where it can; a batch cut short runs again on the
-        next start, so its outcomes are written once either way."""
+        next start, so its outcomes are written once either way. Delivery gets
+        ``stop_timeout_ms`` after that; what it has not settled then, the next start
+        delivers (``undelivered``)."""
         check_positive_int("trigger_ms", trigger_ms, maximum=MAX_TRIGGER_MS)
+        check_positive_int("stop_timeout_ms", stop_timeout_ms, minimum=0,
+                           maximum=MAX_TRIGGER_MS)
         started = time.perf_counter()
         if self.sink is not None:
             self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
-                                           self.checkpoint_dir / "delivered")
+                                           self.checkpoint_dir / "delivered", stopping=stop)
         # A marker a run stopped while the input was gone left: the source's first
         # listing says afresh.
         (self.checkpoint_dir / INPUT_GONE).unlink(missing_ok=True)
@@ -471,10 +478,10 @@ class SparkEngine:
                 if failure is not None:
                     raise RuntimeError(f"the query failed: {failure}")
         except BaseException:
-            self._close_delivery(raise_failure=False)
+            self._close_delivery(raise_failure=False, timeout_s=stop_timeout_ms / 1000)
             raise
-        self._close_delivery()
-        return self.result(started)
+        undelivered = self._close_delivery(timeout_s=stop_timeout_ms / 1000)
+        return replace(self.result(started), undelivered=undelivered)
 
     def _warm_workers(self) -> None:
         """Start the Python workers a service's first micro-batches need, before it
@@ -544,10 +551,13 @@ class SparkEngine:
         raise RuntimeError(
             f"the end-of-input marker was not applied after {_END_OF_INPUT_TRIES} passes")
 
-    def _close_delivery(self, *, raise_failure: bool = True) -> None:
-        if self._delivery is not None:
-            delivery, self._delivery = self._delivery, None
-            delivery.close(raise_failure=raise_failure)
+    def _close_delivery(self, *, raise_failure: bool = True,
+                        timeout_s: float | None = None) -> int:
+        """Stop delivering; how many outcomes are left for the next start."""
+        if self._delivery is None:
+            return 0
+        delivery, self._delivery = self._delivery, None
+        return delivery.close(raise_failure=raise_failure, timeout_s=timeout_s)
 
     def statuses(self) -> list[PartitionStatus]:
         """The latest counters of each partition of each stage."""
