@@ -2,9 +2,9 @@
  * back.
  *
  * Why it exists: a timer handle pending on the wheel of a running loop is reachable
- * from the loop, so no collection can free it, yet each full collection walks it. At
- * a million pending handles those walks were 43% of a schedule+cancel run with the
- * collector on (see docs/asyncio.md). The wheel hides a handle only while it is
+ * from the loop, so no collection can free it, yet each full collection walks it: with
+ * a million pending, those walks dominate a schedule+cancel run with the collector on
+ * (docs/asyncio.md has the figures). The wheel hides a handle only while it is
  * pending and its loop is running, and exposes it again when it leaves the wheel or
  * the loop stops: a stopped loop dropped with pending handles is then collected as
  * the stock loop is.

@@ -1,16 +1,16 @@
 """Micro-batch outcomes to an :class:`~tickwheel.pipeline.sink.OutcomeSink`, off the
 query's thread, at least once.
 
-Delivering inside ``foreachBatch`` holds the query for as long as the processor takes,
-including the sink's pauses after congestion (1M events on local[2]: 18 s of a 54 s
-run). Here a thread of its own delivers batch N while Spark computes batch N+1, with at
-most ``max_behind`` batches queued behind the one it is delivering (then
-``foreachBatch`` waits: backpressure, not an unbounded queue). A batch now commits
-before its outcomes are settled, so the engine keeps its own mark: the last batch whose
-outcomes the processor has settled. A run starts by delivering the outcome files of
-every later batch, so a crash repeats deliveries and never skips one. Outcome files are
-named by batch id (``batch-<id>``, or ``batch-<id>-<partition>`` for the Spark engine's
-executors, a file per partition: all of a batch's files are delivered before its mark).
+Delivering inside ``foreachBatch`` would hold the query for as long as the processor
+takes, including the sink's pauses after congestion. Here a thread of its own delivers
+batch N while Spark computes batch N+1, with at most ``max_behind`` batches queued
+behind the one it is delivering (then ``foreachBatch`` waits: backpressure, not an
+unbounded queue). A batch commits before its outcomes are settled, so the engine keeps
+its own mark: the last batch whose outcomes the processor has settled. A run starts by
+delivering the outcome files of every later batch, so a crash repeats deliveries and
+never skips one. Outcome files are named by batch id (``batch-<id>``, or
+``batch-<id>-<partition>`` for the Spark engine's executors, a file per partition: all
+of a batch's files are delivered before its mark).
 """
 
 from __future__ import annotations

@@ -58,9 +58,9 @@ WATCH, VALUE, ERROR, CANCEL, TICK = range(5)
 
 
 class OutcomeRow(NamedTuple):
-    """One resolved operation. A tuple, like :class:`Event`: as a frozen dataclass,
-    its ``__init__`` stayed Python-level code in the compiled resolver, and building
-    outcomes took a sixth of the resolver's instructions (callgrind)."""
+    """One resolved operation. A tuple, like :class:`Event`: a frozen dataclass's
+    ``__init__`` stays Python-level code in the compiled resolver, where outcomes are
+    built on the hot path."""
 
     op_id: str
     outcome: OutcomeKind

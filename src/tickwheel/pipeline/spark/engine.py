@@ -100,14 +100,8 @@ __all__ = ["CHECKPOINT_FORMAT", "SparkEngine", "SparkRunResult"]
 
 log = logging.getLogger(__name__)
 
-#: The checkpoint's layout and state, as this engine writes them. 6: two stages, by
-#: key partition and by op-id partition, the op ids seen in a log of their own, a
-#: token beside each partition's state for the workers that keep it in memory, and the
-#: input read through a streaming source whose offsets are the input files' numbers.
-#: 7: a partition's state as a head and a log of the entries each batch changed.
-#: 8: an op partition's seen op ids in segments removed whole past the retention.
-#: 9: input files numbered by name within the input directory, which the checkpoint
-#: names. Earlier formats are refused by name.
+#: The checkpoint's layout and state, as this engine writes them; a checkpoint of any
+#: other format is refused, naming both formats.
 CHECKPOINT_FORMAT = 9
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
