@@ -44,12 +44,16 @@ def pytest_report_header() -> str:
     return f"tickwheel {tickwheel.__version__}: compiled={tickwheel.compiled} ({where})"
 
 
-def eventually(predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout_s`` passes (real-time tests only,
-    waiting on threads or processes, never on a timer a test could drive)."""
+def eventually(predicate: Callable[[], bool], timeout_s: float = 30.0, *,
+               unless: Callable[[], bool] | None = None) -> bool:
+    """Poll ``predicate`` until it holds (True), or ``timeout_s`` passes or ``unless``
+    holds (False: a process waited on died, say). For real-time tests only, waiting on
+    threads or processes, never on a timer a test could drive."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return True
+        if unless is not None and unless():
+            return predicate()
         time.sleep(0.005)
     return predicate()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import eventually
 from tickwheel import (
     DispatcherClosed,
     DispatcherOverloaded,
@@ -20,15 +21,6 @@ from tickwheel import (
 from tickwheel.dispatch._shaper import MAX_DELAY_MS, TrafficShaper
 
 FAR = 10**12  # an expiry nobody reaches
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.002)
-    return predicate()
 
 
 class Recorder:
@@ -94,7 +86,7 @@ def test_tasks_are_dispatched_to_workers(closing: list[TaskDispatcher[object]],
     d = create_non_batching_dispatcher("single", p, worker_count=2, clock=clock)
     closing.append(d)
     d.process("a", "task-a", FAR)
-    assert wait_until(lambda: p.seen == ["task-a"])
+    assert eventually(lambda: p.seen == ["task-a"])
     assert d.stats().accepted == 1
 
 
@@ -106,7 +98,7 @@ def test_batch_size_is_constrained_by_max_batch_size(closing: list[TaskDispatche
     for i in range(6):
         d.process(i, i, FAR)
     p.gate.set()
-    assert wait_until(lambda: len(p.seen) == 6)
+    assert eventually(lambda: len(p.seen) == 6)
     assert max(len(b) for b in p.batches) <= 5
 
 
@@ -118,9 +110,9 @@ def test_a_new_task_overrides_the_old_one_and_keeps_its_place(
     d.process("x", "x-old", FAR)
     d.process("y", "y", FAR)
     d.process("x", "x-new", FAR)
-    assert wait_until(lambda: d.stats().pending == 2)
+    assert eventually(lambda: d.stats().pending == 2)
     clock.advance(100)  # the oldest has now waited max_batching_delay_ms
-    assert wait_until(lambda: len(p.seen) == 2)
+    assert eventually(lambda: len(p.seen) == 2)
     assert p.seen == ["x-new", "y"]
     assert d.stats().overridden == 1
 
@@ -131,10 +123,10 @@ def test_process_all_hands_over_in_order_and_overrides_like_process(
     d = batching(closing, p, clock, max_batch_size=10, worker_count=1,
                  max_batching_delay_ms=100)
     assert d.process_all([("x", "x-old", FAR), ("y", "y", FAR), ("x", "x-new", FAR)]) == 3
-    assert wait_until(lambda: d.backlog == 2)
+    assert eventually(lambda: d.backlog == 2)
     assert p.seen == []  # still batching: the oldest has not waited long enough
     clock.advance(100)
-    assert wait_until(lambda: len(p.seen) == 2)
+    assert eventually(lambda: len(p.seen) == 2)
     assert p.seen == ["x-new", "y"]
     stats = d.stats()
     assert (stats.accepted, stats.overridden, d.backlog) == (3, 1, 0)
@@ -176,7 +168,7 @@ def test_a_task_with_an_unhashable_id_or_a_bad_expiry_is_refused_before_it_is_qu
     assert d.stats().accepted == 0 and d.backlog == 0  # nothing half-queued
     # A float expiry is a deadline in milliseconds, rounded up as timers round theirs.
     d.process("f", "f", FAR + 0.5)  # type: ignore[arg-type]
-    assert wait_until(lambda: p.seen == ["f"])
+    assert eventually(lambda: p.seen == ["f"])
     stats = d.stats()
     assert (stats.accepted, stats.tasks["success"], stats.expired) == (1, 1, 0)
 
@@ -191,7 +183,7 @@ def test_republished_tasks_are_handled_first(closing: list[TaskDispatcher[object
     for t in ("a", "b", "c"):
         d.process(t, t, FAR)
     p.gate.set()
-    assert wait_until(lambda: len(p.seen) == 4)
+    assert eventually(lambda: len(p.seen) == 4)
     assert p.seen == ["a", "a", "b", "c"]  # the failed task went back to the front
     assert d.stats().replayed == 1
 
@@ -204,12 +196,12 @@ def test_when_the_buffer_overflows_the_oldest_task_is_removed(
     p.gate.clear()
     d.process("warm", "warm", FAR)  # occupies the only worker (it waits at the gate)
     clock.advance(1_000)
-    assert wait_until(lambda: d.stats().batch_size.count == 1)
+    assert eventually(lambda: d.stats().batch_size.count == 1)
     for t in ("a", "b", "c", "d"):
         d.process(t, t, FAR)
-    assert wait_until(lambda: d.stats().queue_overflows == 1)
+    assert eventually(lambda: d.stats().queue_overflows == 1)
     p.gate.set()
-    assert wait_until(lambda: len(p.seen) == 4)
+    assert eventually(lambda: len(p.seen) == 4)
     assert p.seen == ["warm", "b", "c", "d"]
 
 
@@ -226,7 +218,7 @@ def test_a_batch_waits_up_to_the_batching_delay(closing: list[TaskDispatcher[obj
     time.sleep(0.05)
     assert p.seen == []
     clock.advance(1)
-    assert wait_until(lambda: p.seen == [0, 1, 2])
+    assert eventually(lambda: p.seen == [0, 1, 2])
     assert p.batches == [[0, 1, 2]]  # one batch: the delay filled it
 
 
@@ -238,7 +230,7 @@ def test_a_full_batch_goes_out_without_waiting_for_the_delay(
                  max_batching_delay_ms=60_000)
     for i in range(4):
         d.process(i, i, FAR)
-    assert wait_until(lambda: p.seen == [0, 1, 2, 3])
+    assert eventually(lambda: p.seen == [0, 1, 2, 3])
 
 
 def test_expired_tasks_are_dropped(closing: list[TaskDispatcher[object]],
@@ -250,7 +242,7 @@ def test_expired_tasks_are_dropped(closing: list[TaskDispatcher[object]],
     d.process("soon", "soon", clock.now_ms() + 50)  # expires while it waits
     d.process("ok", "ok", FAR)
     clock.advance(100)
-    assert wait_until(lambda: p.seen == ["ok"])
+    assert eventually(lambda: p.seen == ["ok"])
     assert d.stats().expired == 2
 
 
@@ -264,7 +256,7 @@ def test_success_is_processed_once(closing: list[TaskDispatcher[object]],
                  max_batching_delay_ms=60_000)
     d.process(1, 1, FAR)
     d.process(2, 2, FAR)
-    assert wait_until(lambda: sorted(p.seen) == [1, 2])  # type: ignore[type-var]
+    assert eventually(lambda: sorted(p.seen) == [1, 2])  # type: ignore[type-var]
     time.sleep(0.05)
     assert len(p.seen) == 2
     assert d.stats().batches["success"] >= 1 and d.stats().replayed == 0
@@ -277,11 +269,11 @@ def test_a_transient_error_is_reprocessed_once(closing: list[TaskDispatcher[obje
                  max_batching_delay_ms=60_000, network_failure_retry_ms=100)
     d.process(1, 1, FAR)
     d.process(2, 2, FAR)
-    assert wait_until(lambda: len(p.seen) == 2)
+    assert eventually(lambda: len(p.seen) == 2)
     time.sleep(0.05)
     assert len(p.seen) == 2  # the shaper holds the retry back until the clock moves
     clock.advance(100)
-    assert wait_until(lambda: len(p.seen) == 4)
+    assert eventually(lambda: len(p.seen) == 4)
     assert p.batches == [[1, 2], [1, 2]]
     s = d.stats()
     assert (s.replayed, s.batches["transient_error"], s.batches["success"]) == (2, 1, 1)
@@ -294,7 +286,7 @@ def test_a_permanent_error_is_never_retried(closing: list[TaskDispatcher[object]
                  max_batching_delay_ms=60_000)
     d.process(1, 1, FAR)
     d.process(2, 2, FAR)
-    assert wait_until(lambda: d.stats().dropped == 2)
+    assert eventually(lambda: d.stats().dropped == 2)
     clock.advance(10_000)
     time.sleep(0.05)
     assert len(p.seen) == 2 and d.stats().replayed == 0
@@ -311,9 +303,9 @@ def test_a_processor_that_raises_counts_as_permanent_and_the_worker_survives(
     p = Flaky()
     d = batching(closing, p, clock, max_batch_size=1, worker_count=1, max_batching_delay_ms=0)
     d.process("boom", "boom", FAR)
-    assert wait_until(lambda: d.stats().processor_errors == 1)
+    assert eventually(lambda: d.stats().processor_errors == 1)
     d.process("after", "after", FAR)  # the same (only) worker is still alive
-    assert wait_until(lambda: p.seen == ["after"])
+    assert eventually(lambda: p.seen == ["after"])
     assert d.stats().batches["permanent_error"] == 1
 
 
@@ -334,7 +326,7 @@ def test_work_spreads_across_all_workers(closing: list[TaskDispatcher[object]],
     n = 600 if batch else 300
     for i in range(n):
         d.process(i, i, FAR)
-    assert wait_until(lambda: len(p.seen) == n, 30)
+    assert eventually(lambda: len(p.seen) == n, 30)
     shares = d.work_per_worker
     assert sum(shares) == n
     assert min(shares) >= 0.9 * n / 3, shares
@@ -415,7 +407,7 @@ def test_close_delivers_what_is_pending(clock: ManualClock) -> None:
                                    max_batching_delay_ms=60_000, clock=clock)
     for i in range(7):
         d.process(i, i, FAR)
-    assert wait_until(lambda: d.stats().pending == 7)
+    assert eventually(lambda: d.stats().pending == 7)
     assert d.close(timeout_s=5) == 0  # the partial batch went out without the delay
     assert sorted(p.seen) == list(range(7))  # type: ignore[type-var]
 
@@ -441,7 +433,7 @@ def test_close_waits_for_a_batch_a_worker_took_but_has_not_counted(
     monkeypatch.setattr(acceptor, "request_batch", slow_hand)
     # The worker may be waiting in the unpatched method: one batch brings it back.
     d.process("warm-up", "warm-up", FAR)
-    assert wait_until(lambda: p.seen == ["warm-up"])
+    assert eventually(lambda: p.seen == ["warm-up"])
     for i in range(5):
         d.process(i, i, FAR)
     assert took.wait(10)
@@ -466,7 +458,7 @@ def test_close_reports_what_it_could_not_deliver_and_refuses_new_tasks(
                                    clock=clock)
     for i in range(7):
         d.process(i, i, FAR)
-    assert wait_until(lambda: d.stats().replayed >= 1)  # congested: held back for 60 s
+    assert eventually(lambda: d.stats().replayed >= 1)  # congested: held back for 60 s
     started = time.monotonic()
     assert d.close(timeout_s=0.5) == 7
     assert time.monotonic() - started < 5
@@ -492,7 +484,7 @@ def test_close_gives_up_on_a_blocked_processor_within_its_timeout(
                                    max_batching_delay_ms=0, clock=clock)
     for i in range(10 * workers + 25):
         d.process(i, i, FAR)
-    assert wait_until(lambda: d.stats().in_flight == 10 * workers)
+    assert eventually(lambda: d.stats().in_flight == 10 * workers)
     started = time.monotonic()
     assert d.close(timeout_s=1.0) == 10 * workers + 25  # in flight and still queued
     assert time.monotonic() - started < 1.8  # not a second timeout for the join
@@ -500,7 +492,7 @@ def test_close_gives_up_on_a_blocked_processor_within_its_timeout(
     assert (s.in_flight, s.abandoned, s.late) == (10 * workers, 25, 0)
     assert accounted(d) == s.accepted
     p.gate.set()  # the processors answer CONGESTION after close: late, not requeued
-    assert wait_until(lambda: d.stats().late == 10 * workers)
+    assert eventually(lambda: d.stats().late == 10 * workers)
     s = d.stats()
     assert (s.in_flight, s.reprocess_queue, s.replayed, s.abandoned) == (0, 0, 0, 25)
     assert accounted(d) == s.accepted == 10 * workers + 25
@@ -535,7 +527,7 @@ def test_close_while_busy_lets_the_running_batch_finish(clock: ManualClock) -> N
                                     max_batching_delay_ms=0, clock=clock) as d:
         d.process(1, 1, FAR)
         d.process(2, 2, FAR)
-        assert wait_until(lambda: d.stats().batch_size.total == 2)
+        assert eventually(lambda: d.stats().batch_size.total == 2)
         time.sleep(0.05)  # the worker is inside process_batch now
     assert d.closed
     assert p.seen == [1, 2]
@@ -556,10 +548,10 @@ def test_close_ends_workers_whose_wait_for_work_would_not_end_on_its_own(
         else create_non_batching_dispatcher(name, Recorder(), worker_count=3, clock=clock))
     try:
         d.process(1, 1, FAR)
-        assert wait_until(lambda: d.stats().tasks.get("success") == 1)
+        assert eventually(lambda: d.stats().tasks.get("success") == 1)
     finally:
         started = time.monotonic()
         assert d.close(timeout_s=30) == 0
     assert time.monotonic() - started < 10
-    assert wait_until(lambda: not [t for t in threading.enumerate()
+    assert eventually(lambda: not [t for t in threading.enumerate()
                                    if f"Worker-{name}-" in t.name], timeout_s=5)

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import eventually
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tickwheel.pipeline import follow
 from tickwheel.pipeline.follow import LocalFollowEngine, wall_clock_ms
@@ -412,13 +413,12 @@ def follow_command(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
 
 def wait_for(condition: Callable[[], bool], what: str, child: subprocess.Popen[str],
              timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if child.poll() is not None:
-            raise AssertionError(f"the run stopped waiting for {what}: {child.stdout.read()}"
-                                 if child.stdout else what)
-        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s"
-        time.sleep(0.05)
+    if eventually(condition, timeout_s, unless=lambda: child.poll() is not None):
+        return
+    if child.poll() is not None:
+        raise AssertionError(f"the run stopped waiting for {what}: {child.stdout.read()}"
+                             if child.stdout else what)
+    raise AssertionError(f"no {what} in {timeout_s} s")
 
 
 def test_the_command_fires_on_the_wall_clock_stops_on_sigterm_and_carries_on(

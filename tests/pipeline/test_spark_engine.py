@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import eventually
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_sink import Flaky
 from tickwheel.pipeline.events import Event, compact_wire
@@ -587,11 +588,9 @@ def _land(directory: Path, name: str, lines: list[str]) -> None:
 
 
 def _wait_until(condition: Any, what: str, runner: Any, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
+    if not eventually(condition, timeout_s, unless=lambda: not runner.is_alive()):
         assert runner.is_alive(), f"the service stopped waiting for {what}"
-        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s"
-        time.sleep(0.1)
+        raise AssertionError(f"no {what} in {timeout_s} s")
 
 
 def test_follow_mode_fires_deadlines_on_the_wall_clock_and_carries_on_after_a_stop(

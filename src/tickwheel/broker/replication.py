@@ -221,11 +221,6 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader_id == self.local_id
 
-    def replica_leo(self, replica_id: int) -> int:
-        if replica_id == self.local_id:
-            return self.log.log_end_offset
-        return self._follower_leo[replica_id].message_offset
-
     def _leo_metadata(self, replica_id: int) -> LogOffsetMetadata:
         if replica_id == self.local_id:
             return self.log.log_end

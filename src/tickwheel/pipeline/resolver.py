@@ -390,9 +390,7 @@ class Resolver:
         taken without the seen ids leaves out: each id seen, with the ``ts_ms`` of its
         first watch (the changes of :meth:`take_seen_changes` applied in order)."""
         version = snapshot[0]
-        if version == 1:  # before the dedupe retention: ids were kept forever
-            snapshot = (*snapshot, None, [], [])
-        elif version != 2:
+        if version != 2:
             raise ValueError(f"snapshot version {version} is not supported")
         (_, now, values, counts, seen_ids, ops, applied, ignored, retention, seen_at,
          lingering) = snapshot

@@ -580,13 +580,10 @@ class SparkEngine:
         return len(ops) == self.partitions and all(
             s.release_ms is not None and s.release_ms > top for s in ops)
 
-    def end_input(self) -> bool:
-        """Move time just past the latest row read: every row is applied and time
-        stands at that row's ``ts_ms``, as in the reference engine. False if there was
-        nothing to move. The next micro-batch applies the marker."""
-        return self._write_end_marker() is not None
-
     def _write_end_marker(self) -> int | None:
+        """Move time just past the latest row read, as the next micro-batch applies
+        the marker: every row is applied and time stands at that row's ``ts_ms``, as in
+        the reference engine. None if there is nothing to move."""
         top = self._latest_row()
         if top is None or self._input_ended():
             return None
