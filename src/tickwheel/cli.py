@@ -693,7 +693,8 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
             behind = "" if lag is None else f", time {lag:,} ms behind the clock"
             console.print(f"batch {batch_id}: {outcomes:,} outcomes, {quarantined:,} "
                           f"quarantined; {live.pending:,} pending, {live.held:,} held"
-                          f"{behind}{_skipped_note(live.files_skipped)}")
+                          f"{behind}{_skipped_note(live.files_skipped)}"
+                          f"{_changed_note(live.files_changed)}")
             last_print = now
 
     spark_engine.on_batch = progress
@@ -728,7 +729,7 @@ class _SparkCounts:
         self.engine = spark_engine
         self.rows_in = self.rows_applied = self.ignored_cancels = 0
         self.pending = self.held = self.batches = self.state_bytes = 0
-        self.files_skipped = 0
+        self.files_skipped = self.files_changed = 0
         self.release_ms: int | None = None
         self._by_reason: dict[str, int] = {}
         self._by_outcome: dict[str, int] = {}
@@ -741,6 +742,7 @@ class _SparkCounts:
         self.batches, self.release_ms = result.batches, result.release_ms
         self.state_bytes = result.state_bytes
         self.files_skipped = result.files_skipped
+        self.files_changed = result.files_changed
         self._by_reason = result.quarantined_by_reason()
         self._by_outcome = result.outcomes_by_outcome()
 

@@ -322,3 +322,19 @@ def test_a_log_naming_a_file_outside_the_input_is_refused_by_name(tmp_path: Path
         out.write(json.dumps([2, [[1, name]]]) + "\n")
     with pytest.raises(ValueError, match=r"published\.log names .*not a file of its input"):
         InputLog(inbox, checkpoint)
+
+
+def test_a_file_that_changes_after_it_was_listed_is_noted_for_the_driver(
+        tmp_path: Path) -> None:
+    from tickwheel.pipeline.spark._input_log import changed_files
+
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl", "b.jsonl")
+    inputs = InputLog(inbox, checkpoint)
+    inputs.publish()
+    assert changed_files(checkpoint) == {}
+    with open(inbox / "a.jsonl", "a") as late_writer:
+        late_writer.write('{"ts_ms": 9, "type": "tick"}\n')
+    inputs.publish()
+    inputs.publish()  # noted once per change
+    assert changed_files(checkpoint) == {"a.jsonl": 1}

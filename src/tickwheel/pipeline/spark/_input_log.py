@@ -32,8 +32,8 @@ from tickwheel.pipeline.files import write_bytes_atomically
 from tickwheel.pipeline.input_dir import input_files, is_plain_name
 from tickwheel.pipeline.log_reader import input_bytes
 
-__all__ = ["INPUT_GONE", "PUBLISHED_LOG", "SKIPPED_FILES", "InputLog", "input_gone",
-           "skipped_files"]
+__all__ = ["CHANGED_FILES", "INPUT_GONE", "PUBLISHED_LOG", "SKIPPED_FILES", "InputLog",
+           "changed_files", "input_gone", "skipped_files"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,9 @@ SKIPPED_FILES = "skipped.json"
 #: Why the input directory could not be listed, while it cannot (a service waits for
 #: it): written by the streaming source, read by the driver, as SKIPPED_FILES is.
 INPUT_GONE = "input-gone.txt"
+#: The input files that changed after they were numbered (size or modification time),
+#: with how many changes were seen: written by the source, reported by the driver.
+CHANGED_FILES = "changed.json"
 #: Entries the log may hold beyond twice those it must keep before it is rewritten.
 _SLACK = 1024
 #: The number of a record that forgets a name.
@@ -58,6 +61,11 @@ class InputLog:
         self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
         self._skipped_path = checkpoint_dir / SKIPPED_FILES
         self._gone_path = checkpoint_dir / INPUT_GONE
+        self._changed_path = checkpoint_dir / CHANGED_FILES
+        # Each file numbered in this process: (size, mtime) when numbered, to tell one
+        # that changed later (its rows written since may not be read).
+        self._stats: dict[str, tuple[int, int]] = {}
+        self._changed = changed_files(checkpoint_dir)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self._log = BatchLog(checkpoint_dir / PUBLISHED_LOG)
         self._root = input_dir.absolute()
@@ -99,6 +107,7 @@ class InputLog:
             write_bytes_atomically(json.dumps(self._skipped, sort_keys=True).encode(),
                                    self._skipped_path)
         self._forget_gone({path.name for path in listed})
+        self._check_changed(listed)
         new: list[tuple[int, str]] = []
         for path in listed:
             if path.name not in self.numbers:
@@ -111,6 +120,30 @@ class InputLog:
                 self.uncommitted[number] = text
             log.info("%d new input files (%d in all)", len(new), self.next_number)
         return len(new)
+
+    def _check_changed(self, listed: list[Path]) -> None:
+        """Note each numbered file whose size or modification time moved since it was
+        numbered (once per change), for the driver to warn of and count."""
+        changed = False
+        present = set()
+        for path in listed:
+            name = path.name
+            present.add(name)
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            now = (stat.st_size, stat.st_mtime_ns)
+            before = self._stats.get(name)
+            self._stats[name] = now
+            if before is not None and now != before:
+                self._changed[name] = self._changed.get(name, 0) + 1
+                changed = True
+        for name in [n for n in self._stats if n not in present]:
+            del self._stats[name]
+        if changed:
+            write_bytes_atomically(json.dumps(self._changed, sort_keys=True).encode(),
+                                   self._changed_path)
 
     def publish_or_wait(self) -> int:
         """:meth:`publish` for a service: while the input directory is gone (a remount,
@@ -192,3 +225,12 @@ def input_gone(checkpoint_dir: Path) -> str | None:
         return (checkpoint_dir / INPUT_GONE).read_text()
     except FileNotFoundError:
         return None
+
+
+def changed_files(checkpoint_dir: Path) -> dict[str, int]:
+    """The input files seen to change after they were numbered, with how many times."""
+    try:
+        changed: dict[str, int] = json.loads((checkpoint_dir / CHANGED_FILES).read_bytes())
+    except FileNotFoundError:
+        return {}
+    return changed

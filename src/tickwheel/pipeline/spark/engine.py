@@ -75,7 +75,12 @@ from tickwheel.pipeline.outputs import OWNER_FILE, checkpoint_id, prepare_output
 from tickwheel.pipeline.ownership import hold_run_directories
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
-from tickwheel.pipeline.spark._input_log import INPUT_GONE, input_gone, skipped_files
+from tickwheel.pipeline.spark._input_log import (
+    INPUT_GONE,
+    changed_files,
+    input_gone,
+    skipped_files,
+)
 from tickwheel.pipeline.spark._tasks import (
     batch_writer,
     key_processor,
@@ -127,6 +132,9 @@ class SparkRunResult:
     files_skipped: int = 0
     #: Outcomes a processor had not settled at the stop: the next start delivers them.
     undelivered: int = 0
+    #: Changes seen to input files after they were listed (rows written since may be
+    #: lost: files must land whole).
+    files_changed: int = 0
 
     @property
     def state_bytes(self) -> int:
@@ -231,6 +239,7 @@ class SparkEngine:
         self._delivery: BatchDelivery | None = None
         self.batches = 0
         self._skipped: dict[str, str] = {}  # input files skipped, as last reported
+        self._changed: dict[str, int] = {}  # input files seen to change, as last reported
         self._input_gone: str | None = None  # why the input cannot be listed, as reported
 
     def _settle_partitions(self, partitions: int | None) -> tuple[int, list[int]]:
@@ -360,10 +369,22 @@ class SparkEngine:
         for sub in ("outcomes", "quarantine"):
             compact(self.output_dir / sub, settled)
         self._report_skipped()
+        self._report_changed()
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, outcomes, quarantined)
         log.info("batch %d: %d outcomes, %d quarantined", batch_id, outcomes, quarantined)
+
+    def _report_changed(self) -> None:
+        """Warn of each input file the source saw change after it numbered it, once
+        per change."""
+        changed = changed_files(self.checkpoint_dir)
+        for name, times in sorted(changed.items()):
+            if self._changed.get(name) != times:
+                log.warning("input file %r changed after it was listed: rows written since "
+                            "may not be read (write input files whole, then rename them "
+                            "into place)", str(self.input_dir / name))
+        self._changed = changed
 
     def _report_skipped(self) -> None:
         """Warn of each input file the streaming source skips, once while it is (the
@@ -629,4 +650,5 @@ class SparkEngine:
             seconds=0.0 if started is None else time.perf_counter() - started,
             partitions=statuses,
             files_skipped=len(skipped_files(self.checkpoint_dir)),
+            files_changed=sum(changed_files(self.checkpoint_dir).values()),
         )
