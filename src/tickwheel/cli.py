@@ -275,7 +275,7 @@ def run(
     ] = DEFAULT_TRIGGER_MS,
     max_future_ms: Annotated[int | None, typer.Option(
         min=0, max=MAX_RETENTION_MS,
-        help="--follow --clock wall, local engine: rows whose ts_ms is further ahead of "
+        help="--follow --clock wall: rows whose ts_ms is further ahead of "
              "the wall clock are quarantined as 'future' (default: "
              f"{DEFAULT_MAX_FUTURE_MS:,} ms)")] = None,
     stop_timeout_ms: Annotated[int, typer.Option(
@@ -314,16 +314,17 @@ def run(
             raise typer.Exit(2)
         retention = (FOLLOW_DEDUPE_RETENTION_MS if dedupe_retention_ms is None
                      else dedupe_retention_ms)
-        if max_future_ms is not None and (engine is Engine.spark
-                                          or clock is not ClockKind.wall):
-            _error("--max-future-ms applies to the local engine's --follow --clock wall")
+        if max_future_ms is not None and clock is not ClockKind.wall:
+            _error("--max-future-ms applies to --follow --clock wall")
             raise typer.Exit(2)
+        future = DEFAULT_MAX_FUTURE_MS if max_future_ms is None else max_future_ms
         if engine is Engine.spark:
             _start_metrics(metrics_port, metrics_host)
             _run_spark(input, output, lateness_ms, retention,
                        checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]",
                        partitions, max_files_per_trigger, final, overwrite,
                        follow=(trigger_ms, clock, metrics_port, stop_timeout_ms),
+                       max_future_ms=future,
                        processor=user_processor, driver_memory=driver_memory,
                        settings=spark_settings)
             return
@@ -335,8 +336,7 @@ def run(
         _start_metrics(metrics_port, metrics_host)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
                       overwrite, metrics_port, user_processor, stop_timeout_ms,
-                      max_files_per_trigger,
-                      DEFAULT_MAX_FUTURE_MS if max_future_ms is None else max_future_ms)
+                      max_files_per_trigger, future)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
@@ -598,7 +598,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                follow: tuple[int, ClockKind, int | None, int] | None = None,
                processor: TaskProcessor[OutcomeRow] | None = None,
                driver_memory: str | None = None,
-               settings: dict[str, str] | None = None) -> None:
+               settings: dict[str, str] | None = None,
+               max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -638,7 +639,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                                    max_files_per_trigger=max_files_per_trigger,
                                    dedupe_retention_ms=dedupe_retention_ms,
                                    wall_clock=follow is not None and follow[1] is ClockKind.wall,
-                                   sink=sink)
+                                   sink=sink, max_future_ms=max_future_ms)
         if follow is None and spark_engine.clock == "wall":
             raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
                              "with --follow --clock wall")

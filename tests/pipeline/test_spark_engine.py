@@ -875,3 +875,39 @@ def test_a_local_masters_ui_asked_for_listens_on_loopback_only(tmp_path: Path) -
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.spark
+def test_follow_mode_quarantines_a_row_too_far_ahead_of_the_wall_clock(
+        spark: Any, tmp_path: Path) -> None:
+    import threading
+
+    from tickwheel.pipeline.follow import wall_clock_ms
+
+    inbox, out = tmp_path / "in", tmp_path / "out"
+    inbox.mkdir()
+    engine = SparkEngine(spark, inbox, out, tmp_path / "ck", lateness_ms=200, partitions=2,
+                         wall_clock=True, max_future_ms=60_000)
+    stop = threading.Event()
+    runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=300))
+    runner.start()
+
+    def row(ts: int, op_id: str, deadline: int) -> str:
+        return json.dumps({"ts_ms": ts, "type": "watch", "op_id": op_id, "keys": ["k"],
+                           "deadline_ms": deadline, "condition": "any_update"})
+
+    try:
+        now = wall_clock_ms()
+        _land(inbox, "a.jsonl", [row(now, "soon", now + 3_000),
+                                 row(now, "pending", now + 600_000),
+                                 row(now + 10**12, "far", now + 10**12 + 1),
+                                 json.dumps({"ts_ms": now + 10**12, "type": "update",
+                                             "key": "k", "value": 1})])
+        _wait_until(lambda: len(quarantine_of(out)) == 2 and len(outcomes_of(out)) == 1,
+                    "the quarantine and the expiry", runner)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert [q[0] for q in quarantine_of(out)] == ["future", "future"]
+    # Time stayed with the clock: the far rows expired nothing and completed nothing.
+    assert {o[0]: o[1] for o in outcomes_of(out)} == {"soon": "expired"}

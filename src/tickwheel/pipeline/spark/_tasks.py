@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel.pipeline.collector import collector_paused
-from tickwheel.pipeline.events import Quarantined, compact_wire, to_wire
+from tickwheel.pipeline.events import Quarantined, Reason, compact_wire, to_wire, wire_line
 from tickwheel.pipeline.log_reader import json_lines, json_stream, open_input, parquet_events
 from tickwheel.pipeline.outputs import OutputWriter, outcomes_table, quarantine_table
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
@@ -148,15 +148,23 @@ def _chunk_batch(chunks: list[tuple[int, int, int, bytes]]) -> pa.RecordBatch:
         names=["grp", "dest", "ts", "rows"])
 
 
-def packer(labels: list[int], lateness_ms: int) -> Any:
+def packer(labels: list[int], lateness_ms: int, max_future_ms: int | None = None) -> Any:
     """Input files (and end-of-input markers, and wall-clock readings) to chunks:
     every slice of input gives each stage 1 partition its rows and the slice's top,
     and stage 2's rows ride with stage 1's partition of the same number. A row of the
     clock (a wall-clock reading, in follow mode) ends the input up to that reading
-    less the lateness bound: time moves without rows."""
+    less the lateness bound: time moves without rows. With ``max_future_ms``, a file
+    comes with the micro-batch's clock, and a row further ahead of it than that goes on
+    as a malformed row, reason ``future``, which stage 2 quarantines and counts."""
     partitions = len(labels)
 
-    def cut(rows: list[Any]) -> list[tuple[int, int, int, bytes]]:
+    def cut(rows: list[Any], clock: int | None) -> list[tuple[int, int, int, bytes]]:
+        if max_future_ms is not None and clock is not None:
+            limit = clock + max_future_ms
+            if any(len(fields) != 3 and fields[0] > limit for fields in rows):
+                rows = [(wire_line(fields), Reason.FUTURE.value, fields[0])
+                        if len(fields) != 3 and fields[0] > limit else fields
+                        for fields in rows]
         top = max((fields[0] for fields in rows if len(fields) != 3), default=NONE)
         by_key, by_op = route(rows, partitions)
         chunks = [(labels[p], KEY_ROWS, top, encoded(by_key[p])) for p in range(partitions)]
@@ -170,8 +178,9 @@ def packer(labels: list[int], lateness_ms: int) -> Any:
             if clocks:
                 yield _chunk_batch([(labels[p], END, max(clocks) - lateness_ms, b"")
                                     for p in range(partitions)])
-            for uri, file in zip(batch.column(0).to_pylist(),
-                                 batch.column(1).to_pylist(), strict=True):
+            for uri, file, clock in zip(batch.column(0).to_pylist(),
+                                        batch.column(1).to_pylist(),
+                                        batch.column(2).to_pylist(), strict=True):
                 if uri is not None:  # an end-of-input marker
                     marker = json.loads(Path(local_file(uri)).read_text())
                     end = int(marker.get("end_ms", NONE))
@@ -189,14 +198,14 @@ def packer(labels: list[int], lateness_ms: int) -> Any:
                         for events in parquet_events(stream):
                             with collector_paused():
                                 rows = [to_wire(row) for row in events]
-                                out = _chunk_batch(cut(rows)) if rows else None
+                                out = _chunk_batch(cut(rows, clock)) if rows else None
                             if out is not None:
                                 yield out
                         continue
                     for lines in json_lines(json_stream(stream, target.name)):
                         with collector_paused():
                             rows = [compact_wire(line) for line in lines if line.strip()]
-                            out = _chunk_batch(cut(rows)) if rows else None
+                            out = _chunk_batch(cut(rows, clock)) if rows else None
                         if out is not None:
                             yield out
         _freeze_worker(time.monotonic())

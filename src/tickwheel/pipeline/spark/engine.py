@@ -62,6 +62,7 @@ from tickwheel.pipeline.input_dir import (
 from tickwheel.pipeline.limits import (
     DEFAULT_BYTES_PER_TRIGGER,
     DEFAULT_LATENESS_MS,
+    DEFAULT_MAX_FUTURE_MS,
     DEFAULT_STOP_TIMEOUT_MS,
     DEFAULT_TRIGGER_MS,
     MAX_FILES_PER_TRIGGER,
@@ -174,7 +175,8 @@ class SparkEngine:
                  on_batch: Callable[[int, int, int], None] | None = None,
                  sink: OutcomeSink | None = None, overwrite: bool = False,
                  wall_clock: bool = False,
-                 max_bytes_per_trigger: int | None = DEFAULT_BYTES_PER_TRIGGER) -> None:
+                 max_bytes_per_trigger: int | None = DEFAULT_BYTES_PER_TRIGGER,
+                 max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress). ``sink`` gets every outcome at
         least once: each micro-batch's once its files are written, delivered while the
@@ -189,13 +191,15 @@ class SparkEngine:
         ``output_dir``.
 
         With ``wall_clock``, time also follows the wall clock (``ts_ms`` are epoch
-        milliseconds) in :meth:`follow`: deadlines fire without new rows. A checkpoint
-        keeps the clock of its first run.
+        milliseconds) in :meth:`follow`: deadlines fire without new rows, and a row whose
+        ``ts_ms`` is more than ``max_future_ms`` ahead of the clock is quarantined as
+        ``future``. A checkpoint keeps the clock of its first run.
 
         Unless ``max_files_per_trigger`` is given, a micro-batch reads about
         ``max_bytes_per_trigger`` of input at most (None: all there is), since its
         outputs come to the driver: a run over more input than that takes several."""
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
+        check_positive_int("max_future_ms", max_future_ms, minimum=0, maximum=MAX_RETENTION_MS)
         if dedupe_retention_ms is not None:
             check_positive_int("dedupe_retention_ms", dedupe_retention_ms, minimum=0,
                                maximum=MAX_RETENTION_MS)
@@ -227,6 +231,7 @@ class SparkEngine:
         self.max_bytes_per_trigger = (None if max_files_per_trigger is not None
                                       else max_bytes_per_trigger)
         self.clock = "wall" if wall_clock else "event"
+        self.max_future_ms = max_future_ms
         self.partitions, self.labels = self._settle_partitions(partitions)
         self.checkpoint_id = str(checkpoint_id(checkpoint_dir))
         # The outputs beside the checkpoint are its own from now on.
@@ -305,12 +310,15 @@ class SparkEngine:
         no_path = F.lit(None).cast("string").alias("path")
         no_file = F.lit(None).cast("binary").alias("file")
         no_clock = F.lit(None).cast("long").alias("clock")
+        # With the wall clock, each input file carries the micro-batch's time too, so
+        # that its packer can judge a row too far ahead of it (the same on a re-run).
+        now = F.unix_millis(F.current_timestamp()).alias("clock")
         self.spark.dataSource.register(InputSource)
         rows = (self.spark.readStream.format(INPUT_FORMAT)
                 .options(**input_options(self.input_dir, self.checkpoint_dir,
                                          self.max_files_per_trigger, self.partitions,
                                          follow=follow, max_bytes=max_bytes))
-                .load().select(no_path, "file", no_clock))
+                .load().select(no_path, "file", now if self.clock == "wall" else no_clock))
         control = (self.spark.readStream.format("binaryFile").schema(FILE_SCHEMA)
                    .load(str(self.checkpoint_dir / "control"))
                    .select("path", no_file, no_clock))
@@ -326,7 +334,9 @@ class SparkEngine:
                      .select(no_path, no_file,
                              F.unix_millis(F.current_timestamp()).alias("clock")))
             sources = sources.unionByName(ticks)
-        chunks = sources.mapInArrow(packer(self.labels, self.lateness_ms), CHUNK_SCHEMA)
+        chunks = sources.mapInArrow(
+            packer(self.labels, self.lateness_ms,
+                   self.max_future_ms if self.clock == "wall" else None), CHUNK_SCHEMA)
         progress = chunks.groupBy("grp").transformWithStateInPandas(
             key_processor(self.labels, self.lateness_ms, self.checkpoint_id),
             PROGRESS_SCHEMA, "Append", "None")
