@@ -294,6 +294,11 @@ def run(
         help="deliver every outcome to this processor, MODULE:NAME (a TaskProcessor, or a "
              "class or function that makes one), through the batching dispatcher: at "
              "least once, retried after congestion")] = None,
+    deliver_to: Annotated[str | None, typer.Option(
+        help="POST outcomes to this http(s) URL in batches, through the batching "
+             "dispatcher: at least once, each with a stable id; 503, 429 and timeouts "
+             "back off, other 5xx retry, other answers go to OUTPUT/dead-letter/ "
+             "(needs the service extra)")] = None,
 ) -> None:
     """Resolve an event log: every operation's outcome, and every bad row quarantined."""
     try:
@@ -301,7 +306,13 @@ def run(
     except ValueError as exc:
         _error(f"--conf: {exc}")
         raise typer.Exit(2) from exc
+    if processor is not None and deliver_to is not None:
+        _error("give --processor or --deliver-to, not both")
+        raise typer.Exit(2)
     user_processor = None if processor is None else _load_processor(processor)
+    if deliver_to is not None:
+        user_processor = _webhook(deliver_to, output)
+        processor = deliver_to
     if not follow and (trigger_ms != DEFAULT_TRIGGER_MS or clock is not ClockKind.event
                        or metrics_port is not None):
         _error("--trigger-ms, --clock and --metrics-port apply to --follow "
@@ -426,6 +437,24 @@ def _size(path: Path) -> int:
         return 0
 
 
+def _webhook(url: str, output: Path) -> TaskProcessor[OutcomeRow]:
+    """The webhook processor for ``--deliver-to``, refused before any work if the URL
+    is not one or the extra is missing (exit 2)."""
+    try:
+        from tickwheel.service import DEAD_LETTER_DIR, WebhookProcessor
+    except ImportError as exc:
+        _error("--deliver-to needs the service extra: pip install 'tickwheel[service]'")
+        raise typer.Exit(2) from exc
+    global _dead_letters
+    try:
+        webhook = WebhookProcessor(url, output / DEAD_LETTER_DIR)
+    except ValueError as exc:
+        _error(f"--deliver-to: {exc}")
+        raise typer.Exit(2) from exc
+    _dead_letters = webhook.dead_letters
+    return webhook
+
+
 def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:
     """The user's processor named by ``MODULE:NAME``, made before any work starts; a
     name that cannot be loaded is refused (exit 2)."""
@@ -456,12 +485,18 @@ def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:
     return made  # type: ignore[return-value]
 
 
+#: Where ``--deliver-to`` writes what its receiver refused, once set up.
+_dead_letters: Path | None = None
+
+
 def _print_delivery(delivery: Delivery) -> None:
     stats = delivery.stats
     failed = f", {delivery.failed:,} failed (the processor raised)" if delivery.failed else ""
+    refused = stats.dropped - delivery.failed
+    where = "" if _dead_letters is None or not refused else f" (kept in {_dead_letters})"
     console.print(f"delivered {stats.tasks.get('success', 0):,} outcomes in "
                   f"{stats.batches.get('success', 0):,} batches; "
-                  f"{stats.dropped - delivery.failed:,} refused by the processor, "
+                  f"{refused:,} refused by the processor{where}, "
                   f"{delivery.undelivered:,} not delivered in time{failed}")
 
 

@@ -25,7 +25,7 @@ from tickwheel.pipeline.reference import OutcomeRow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["DEFAULT_CHECKPOINT", "OUTPUT_SUBDIRS", "OWNER_FILE", "REPORT_FILE",
+__all__ = ["DEAD_LETTERS", "DEFAULT_CHECKPOINT", "OUTPUT_SUBDIRS", "OWNER_FILE", "REPORT_FILE",
            "OutputDirError", "OutputWriter", "checkpoint_id", "count_outputs",
            "covered_batches", "outcome_rows", "outcome_size", "outcome_writer",
            "outcomes_table", "output_owner", "prepare_output", "quarantine_table",
@@ -41,6 +41,8 @@ OWNER_FILE = "_tickwheel-output.json"
 #: The plot ``tickwheel report`` writes by default.
 REPORT_FILE = "report.png"
 DEFAULT_CHECKPOINT = "_checkpoint"
+#: Where a webhook's refused deliveries go (tickwheel.service.webhook).
+DEAD_LETTERS = "dead-letter"
 # The files an engine writes in outcomes/ and quarantine/ (and the Spark engine's
 # temporary files on their way there): nothing else is read as output.
 _OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}(-\d{5})?|batches-\d{9}-\d{9})\.parquet"
@@ -418,7 +420,7 @@ def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = N
         raise OutputDirError(f"output {output} exists and is not a directory")
     inside = checkpoint is not None and within(checkpoint.absolute(), output.absolute())
     if overwrite:
-        for name in (*OUTPUT_SUBDIRS, OWNER_FILE, REPORT_FILE):
+        for name in (*OUTPUT_SUBDIRS, DEAD_LETTERS, OWNER_FILE, REPORT_FILE):
             target = output / name
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
@@ -440,7 +442,7 @@ def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = N
         return
     if not output.is_dir():
         return
-    ours = {*OUTPUT_SUBDIRS, LOCK_FILE}
+    ours = {*OUTPUT_SUBDIRS, DEAD_LETTERS, LOCK_FILE}
     if checkpoint is not None:
         ours |= {OWNER_FILE, REPORT_FILE, DEFAULT_CHECKPOINT}
         if inside:
