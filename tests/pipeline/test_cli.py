@@ -1004,3 +1004,10 @@ def test_a_batch_run_whose_processor_raises_exits_1_saying_how_many(tmp_path: Pa
     assert result.exit_code == 1, result.output
     assert "outcomes were not delivered" in result.output
     assert "to a processor that raised" in result.output and "failed" in result.output
+
+
+def test_paths_are_printed_verbatim_not_as_emoji_or_markup(tmp_path: Path) -> None:
+    odd = tmp_path / "logs:fire:2026 [bold]x[/bold]"
+    result = runner.invoke(app, ["run", "--input", str(odd), "--output", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert str(odd) in result.output and "\N{FIRE}" not in result.output

@@ -911,3 +911,50 @@ def test_follow_mode_quarantines_a_row_too_far_ahead_of_the_wall_clock(
     assert [q[0] for q in quarantine_of(out)] == ["future", "future"]
     # Time stayed with the clock: the far rows expired nothing and completed nothing.
     assert {o[0]: o[1] for o in outcomes_of(out)} == {"soon": "expired"}
+
+
+@pytest.mark.spark
+def test_a_checkpoint_of_another_input_directory_is_refused_naming_both(
+        spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ck", partitions=1)
+    # The same directory spelled another way is the same input.
+    SparkEngine(spark, tmp_path / "in" / ".." / "in", tmp_path / "out", tmp_path / "ck")
+    with pytest.raises(ValueError, match=rf"reads the input {tmp_path / 'in'}, not "
+                                         rf"{tmp_path / 'elsewhere'}"):
+        SparkEngine(spark, tmp_path / "elsewhere", tmp_path / "out", tmp_path / "ck")
+
+
+@pytest.mark.spark
+def test_follow_mode_reads_a_file_deleted_and_written_again_under_its_name(
+        spark: Any, tmp_path: Path) -> None:
+    import threading
+
+    from tickwheel.pipeline.follow import wall_clock_ms
+
+    inbox, out = tmp_path / "in", tmp_path / "out"
+    inbox.mkdir()
+    engine = SparkEngine(spark, inbox, out, tmp_path / "ck", lateness_ms=200, partitions=1,
+                         wall_clock=True)
+    stop = threading.Event()
+    runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=200))
+    runner.start()
+
+    def watch(op_id: str) -> str:
+        now = wall_clock_ms()
+        return json.dumps({"ts_ms": now, "type": "watch", "op_id": op_id, "keys": [],
+                           "deadline_ms": now + 1_000, "condition": "none"})
+
+    try:
+        _land(inbox, "b.jsonl", [watch("first")])
+        _wait_until(lambda: "first" in {o[0] for o in outcomes_of(out)}, "first", runner)
+        (inbox / "b.jsonl").unlink()
+        listed = engine.batches
+        _wait_until(lambda: engine.batches >= listed + 3, "listings without it", runner)
+        _land(inbox, "b.jsonl", [watch("second")])
+        _wait_until(lambda: "second" in {o[0] for o in outcomes_of(out)}, "second", runner)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert sorted(o[0] for o in outcomes_of(out)) == ["first", "second"]
