@@ -47,3 +47,14 @@ def test_an_output_directory_with_something_in_it_is_refused_before_any_work(
     assert done.returncode == 2
     assert f"--output: {tmp_path} is not an empty directory" in done.stderr
     assert "tickwheel demo" not in done.stdout  # nothing ran
+
+
+def test_the_schedules_part_goes_through_the_dst_weekend_and_the_stall(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tickwheel.demo import schedules
+
+    schedules()
+    out = capsys.readouterr().out
+    assert "coupons on the hour, New York     47 fired,  1 skipped" in out
+    assert "tags every 15 minutes            193 fired,  0 skipped" in out
+    assert "the 01:30 backup ran at: 11-01 01:30 EDT, 11-02 01:30 EST" in out

@@ -1,9 +1,12 @@
-"""The main job (``make run``), in two parts.
+"""The main job (``make run``), in three parts.
 
 1. Request timeouts on a real clock, as a broker sees them: requests arrive with a
    timeout, most get their response in time (the timeout is cancelled), the rest time
    out; the three timers' counters side by side.
-2. The pipeline: a workload generated from the broker models (produces, fetches,
+2. Recurring schedules through a daylight-saving weekend, on a manual clock: cron jobs
+   in three zones and an interval, with the gap and the repeated hour in New York, and
+   a stall that the misfire policy decides.
+3. The pipeline: a workload generated from the broker models (produces, fetches,
    consumer sessions, tasks; with malformed and disordered rows) is resolved by the
    reference engine and by the Spark engine in local mode, whose outcomes are handed
    to a notifier through the batching dispatcher. The engines must agree row for row
@@ -24,7 +27,10 @@ from pathlib import Path
 from tickwheel import (
     HashedWheelTimer,
     HeapTimer,
+    ManualClock,
     ProcessingResult,
+    RecurringTask,
+    Schedule,
     TimerBase,
     TimingWheelTimer,
 )
@@ -77,6 +83,49 @@ def drive(timer: TimerBase, seed: int = 7) -> dict[str, float]:
         "lateness_max_ms": stats.lateness_ms.maximum,
         "seconds": round(time.monotonic() - start, 2),
     }
+
+
+def schedules() -> None:
+    """A few recurring schedules from 2026-10-31 to 2026-11-02 on a manual clock: the
+    night New York falls back, an hour of stall, and what each series fired."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    start = int(datetime(2026, 10, 31, 12, tzinfo=UTC).timestamp() * 1000)
+    clock = ManualClock(start)
+    timer = TimingWheelTimer(clock=clock, executor=None)
+    jobs = {
+        "coupons on the hour, New York": Schedule(cron="0 * * * *", tz="America/New_York"),
+        "earnings 02:00 Shanghai": Schedule(cron="0 2 * * *", tz="Asia/Shanghai"),
+        "backup 01:30 New York": Schedule(cron="30 1 * * *", tz="America/New_York"),
+        "tags every 15 minutes": Schedule(every_ms=15 * 60_000, misfire="all"),  # type: ignore[arg-type]
+    }
+    fired: dict[str, list[int]] = {name: [] for name in jobs}
+    tasks: dict[str, RecurringTask] = {}
+
+    def record(name: str) -> None:
+        occurrence = tasks[name].last_occurrence_ms
+        assert occurrence is not None and clock.now_ms() >= occurrence  # never early
+        fired[name].append(occurrence)
+
+    for name, schedule in jobs.items():
+        tasks[name] = timer.schedule_recurring(schedule, record, name, schedule_id=name)
+    stall = (start + 20 * 3_600_000, start + 21 * 3_600_000)
+    while clock.now_ms() < start + 48 * 3_600_000:
+        clock.advance(60_000)
+        if not stall[0] <= clock.now_ms() < stall[1]:  # an hour nobody drives the timer
+            timer.advance_clock(0)
+    new_york = ZoneInfo("America/New_York")
+    print("\nrecurring schedules, 2026-10-31 12:00Z to 2026-11-02 12:00Z "
+          "(New York falls back on 11-01; the timer stalls for an hour on 11-01 08:00Z):")
+    for name, task in tasks.items():
+        print(f"  {name:<31} {task.runs:>4} fired, {task.skipped:>2} skipped by the "
+              f"misfire policy")
+    backups = [datetime.fromtimestamp(ms / 1000, new_york).strftime("%m-%d %H:%M %Z")
+               for ms in fired["backup 01:30 New York"]]
+    print(f"  the 01:30 backup ran at: {', '.join(backups)} (once on the day 01:30 "
+          "came twice)")
+    timer.close()
 
 
 def _empty_or_absent(path: Path) -> bool:
@@ -240,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     if lost:
         raise SystemExit(f"requests neither answered nor timed out on: {', '.join(lost)}")
     print("\nevery request was either answered or timed out exactly once")
+    schedules()
     pipeline(args.events, args.output)
 
 

@@ -19,8 +19,8 @@ class Series:
     """One run of ``schedule`` from ``now_ms`` on: occurrences at or after it belong to
     it. ``schedule_id`` seeds the jitter."""
 
-    __slots__ = ("after_ms", "finished", "next_ms", "runs", "schedule", "schedule_id",
-                 "skipped")
+    __slots__ = ("after_ms", "finished", "last_ms", "next_ms", "runs", "schedule",
+                 "schedule_id", "skipped")
 
     def __init__(self, schedule: Schedule, schedule_id: str, now_ms: int) -> None:
         if not isinstance(schedule, Schedule):
@@ -34,6 +34,7 @@ class Series:
         self.runs = 0
         self.skipped = 0
         self.finished = self.next_ms is None
+        self.last_ms: int | None = None  # the occurrence that ran last (or runs now)
 
     def fire_ms(self) -> int | None:
         """When the pending occurrence fires (its jitter added); None once finished."""
@@ -53,7 +54,7 @@ class Series:
 
     def fired(self, occurrence_ms: int) -> None:
         """An occurrence of the plan is about to run."""
-        self.after_ms = occurrence_ms
+        self.after_ms = self.last_ms = occurrence_ms
         self.runs += 1
 
     def settle(self, plan: Catchup, stopped: bool) -> None:

@@ -65,6 +65,12 @@ class RecurringTask(TimerTask):
         return self._series.skipped
 
     @property
+    def last_occurrence_ms(self) -> int | None:
+        """The occurrence that ran last: inside a run, the one running (before its
+        jitter); None before the first."""
+        return self._series.last_ms
+
+    @property
     def next_occurrence_ms(self) -> int | None:
         """The pending occurrence (wall time, before jitter); None once the series ended."""
         return None if self._stopped else self._series.next_ms
