@@ -877,26 +877,38 @@ def test_a_local_masters_ui_asked_for_listens_on_loopback_only(tmp_path: Path) -
         child.wait()
 
 
+@contextlib.contextmanager
+def _following(engine: SparkEngine, trigger_ms: int) -> Any:
+    """The engine in follow mode on a thread of its own while the block runs; the
+    thread is yielded (for _wait_until), and stopped between micro-batches after."""
+    import threading
+
+    stop = threading.Event()
+    runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=trigger_ms))
+    runner.start()
+    try:
+        yield runner
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert not runner.is_alive()
+
+
 @pytest.mark.spark
 def test_follow_mode_quarantines_a_row_too_far_ahead_of_the_wall_clock(
         spark: Any, tmp_path: Path) -> None:
-    import threading
-
     from tickwheel.pipeline.follow import wall_clock_ms
 
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()
     engine = SparkEngine(spark, inbox, out, tmp_path / "ck", lateness_ms=200, partitions=2,
                          wall_clock=True, max_future_ms=60_000)
-    stop = threading.Event()
-    runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=300))
-    runner.start()
 
     def row(ts: int, op_id: str, deadline: int) -> str:
         return json.dumps({"ts_ms": ts, "type": "watch", "op_id": op_id, "keys": ["k"],
                            "deadline_ms": deadline, "condition": "any_update"})
 
-    try:
+    with _following(engine, 300) as runner:
         now = wall_clock_ms()
         _land(inbox, "a.jsonl", [row(now, "soon", now + 3_000),
                                  row(now, "pending", now + 600_000),
@@ -905,9 +917,6 @@ def test_follow_mode_quarantines_a_row_too_far_ahead_of_the_wall_clock(
                                              "key": "k", "value": 1})])
         _wait_until(lambda: len(quarantine_of(out)) == 2 and len(outcomes_of(out)) == 1,
                     "the quarantine and the expiry", runner)
-    finally:
-        stop.set()
-        runner.join(timeout=120)
     assert [q[0] for q in quarantine_of(out)] == ["future", "future"]
     # Time stayed with the clock: the far rows expired nothing and completed nothing.
     assert {o[0]: o[1] for o in outcomes_of(out)} == {"soon": "expired"}
@@ -929,24 +938,19 @@ def test_a_checkpoint_of_another_input_directory_is_refused_naming_both(
 @pytest.mark.spark
 def test_follow_mode_reads_a_file_deleted_and_written_again_under_its_name(
         spark: Any, tmp_path: Path) -> None:
-    import threading
-
     from tickwheel.pipeline.follow import wall_clock_ms
 
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()
     engine = SparkEngine(spark, inbox, out, tmp_path / "ck", lateness_ms=200, partitions=1,
                          wall_clock=True)
-    stop = threading.Event()
-    runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=200))
-    runner.start()
 
     def watch(op_id: str) -> str:
         now = wall_clock_ms()
         return json.dumps({"ts_ms": now, "type": "watch", "op_id": op_id, "keys": [],
                            "deadline_ms": now + 1_000, "condition": "none"})
 
-    try:
+    with _following(engine, 200) as runner:
         _land(inbox, "b.jsonl", [watch("first")])
         _wait_until(lambda: "first" in {o[0] for o in outcomes_of(out)}, "first", runner)
         (inbox / "b.jsonl").unlink()
@@ -954,7 +958,4 @@ def test_follow_mode_reads_a_file_deleted_and_written_again_under_its_name(
         _wait_until(lambda: engine.batches >= listed + 3, "listings without it", runner)
         _land(inbox, "b.jsonl", [watch("second")])
         _wait_until(lambda: "second" in {o[0] for o in outcomes_of(out)}, "second", runner)
-    finally:
-        stop.set()
-        runner.join(timeout=120)
     assert sorted(o[0] for o in outcomes_of(out)) == ["first", "second"]
