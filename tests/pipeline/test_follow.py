@@ -364,9 +364,7 @@ def test_run_fires_a_deadline_on_the_real_clock_and_stops_when_told(
         land(inbox, "a.jsonl", [watch(now, "soon", now + 200)])
         # The trigger is 5 s: the file waits for it, then the timer wakes the loop at
         # the deadline rather than at the next trigger.
-        deadline = time.monotonic() + 30
-        while not outcomes(tmp_path / "out") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: bool(outcomes(tmp_path / "out")), 30)
         assert [o[:2] for o in outcomes(tmp_path / "out")] == [("soon", "expired")]
     finally:
         stop.set()
@@ -532,9 +530,7 @@ def test_outcomes_reach_a_sink_as_they_resolve_and_again_after_a_crash(
         stop = threading.Event()
         runner = threading.Thread(target=lambda: follower.run(stop, trigger_ms=50))
         runner.start()
-        deadline = time.monotonic() + 60
-        while len(set(processor.seen)) < 20 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: len(set(processor.seen)) >= 20, 60)
         stop.set()
         runner.join(timeout=60)
     assert sorted(set(processor.seen)) == sorted(f"op{i}" for i in range(20))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import eventually
 from tickwheel.pipeline.events import OutcomeKind
 from tickwheel.pipeline.generator import GeneratorConfig, generate, iter_rows, write_event_log
 from tickwheel.pipeline.reference import ReferenceEngine
@@ -70,9 +71,7 @@ def test_an_interrupted_run_leaves_whole_files_only(tmp_path: Path) -> None:
                "--rows-per-file", "2000", "--output", str(out)]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
-    deadline = time.monotonic() + 120
-    while len(list(out.glob("events-*.jsonl"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: len(list(out.glob("events-*.jsonl"))) >= 2, 120)
     child.send_signal(signal.SIGINT)
     output, _ = child.communicate(timeout=60)
     assert child.returncode == 130, output
@@ -112,7 +111,6 @@ def test_the_log_does_not_depend_on_the_hash_seed() -> None:
 def test_a_live_workload_lands_whole_files_of_rows_whose_time_has_passed(
         tmp_path: Path) -> None:
     import threading
-    import time
 
     from tickwheel.pipeline.generator import _MALFORMED_SET, follow_event_log
 

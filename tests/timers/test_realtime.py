@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.conftest import eventually
 from tickwheel import HashedWheelTimer, HeapTimer, TimerBase, TimingWheelTimer
 
 pytestmark = pytest.mark.realtime
@@ -74,9 +75,7 @@ def test_a_timer_its_caller_drives_starts_no_driver() -> None:
         op = Never(1)
         reaped.try_complete_else_watch(op, ["k"])
         manual.try_complete_else_watch(Never(1), ["k"])
-        deadline = time.monotonic() + 10
-        while op.outcome is None and time.monotonic() < deadline:
-            time.sleep(0.005)
+        eventually(lambda: op.outcome is not None, 10)
         assert op.outcome is Outcome.EXPIRED  # by the reaper
         assert [_drivers(n) for n in ("driven", "bare", "reaped")] == [[], [], []]
         assert len(_drivers("timer")) == owned_drivers
@@ -107,9 +106,7 @@ def test_user_executor_runs_tasks_in_parallel() -> None:
     with timer:
         for _ in range(2):
             timer.schedule(5, lambda: ok.append(barrier.wait() >= 0))
-        deadline = time.monotonic() + 10
-        while len(ok) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: len(ok) >= 2, 10)
     pool.shutdown()
     assert ok == [True, True]  # both ran at once, or the barrier would have broken
 
