@@ -137,8 +137,9 @@ def test_a_live_workload_lands_whole_files_of_rows_whose_time_has_passed(
                 continue
             row = json.loads(line)
             rows += 1
-            # In its file's window, which had passed when the file was written.
-            assert first_ms <= row["ts_ms"] < first_ms + 200 <= mtime_ms + 1
+            # In its file's window, which had passed when the file was written. The
+            # mtime comes from the kernel's coarse clock, up to a tick (4 ms) behind.
+            assert first_ms <= row["ts_ms"] < first_ms + 200 <= mtime_ms + 10
             assert row["ts_ms"] >= started_ms - 1
             if row["type"] == "watch":
                 assert row["deadline_ms"] >= row["ts_ms"] - 1
