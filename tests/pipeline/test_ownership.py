@@ -87,6 +87,19 @@ def test_one_process_may_take_its_own_hold_again(tmp_path: Path) -> None:
         b.check()
 
 
+def test_abandoning_takes_away_only_what_no_other_hold_still_uses(tmp_path: Path) -> None:
+    first = OwnerLock(tmp_path / "new", "checkpoint")
+    second = OwnerLock(tmp_path / "new", "checkpoint")
+    first.abandon()  # the second hold still uses the directory and its lock
+    assert (tmp_path / "new" / LOCK_FILE).exists()
+    second.check()
+    second.abandon()  # it did not create the directory: it stays
+    assert (tmp_path / "new").is_dir()
+    third = OwnerLock(tmp_path / "newer", "checkpoint")
+    third.abandon()
+    assert not (tmp_path / "newer").exists()
+
+
 def test_a_replaced_directory_or_lock_file_is_noticed(tmp_path: Path) -> None:
     lock = OwnerLock(tmp_path / "ck", "checkpoint")
     lock.check()

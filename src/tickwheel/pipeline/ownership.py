@@ -173,7 +173,9 @@ class OwnerLock:
         """Release, and remove the directory if this hold created it and it holds
         nothing but the lock file: a run refused at start leaves nothing behind."""
         self.release()
-        if self.created:
+        with _held_lock:
+            still_held = self._key in _held  # another hold of this process has it
+        if self.created and not still_held:
             try:
                 self.path.unlink(missing_ok=True)
                 self.path.parent.rmdir()
