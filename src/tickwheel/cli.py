@@ -62,14 +62,13 @@ from tickwheel.pipeline.log_reader import read_wire
 from tickwheel.pipeline.outputs import (
     DEFAULT_CHECKPOINT,
     OutputDirError,
-    checkpoint_id,
     count_outputs,
     outcome_writer,
-    prepare_output,
     quarantine_writer,
     read_outcomes,
+    take_output,
 )
-from tickwheel.pipeline.ownership import OwnershipError, hold_run_directories
+from tickwheel.pipeline.ownership import OwnershipError
 from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
 from tickwheel.pipeline.resolver import OutcomeRow
@@ -362,14 +361,8 @@ def run(
         raise typer.Exit(2)
     try:
         files = input_files(input, warn=False)  # the reader's listing warns
-        owner = hold_run_directories(output, None)  # held until the process exits
-    except (FileNotFoundError, InputError, OwnershipError) as exc:
-        _error(f"{exc}")
-        raise typer.Exit(2) from exc
-    try:
-        prepare_output(output, overwrite=overwrite)
-    except OutputDirError as exc:
-        owner.abandon()
+        take_output(output, overwrite=overwrite)  # held until the process exits
+    except (FileNotFoundError, InputError, OwnershipError, OutputDirError) as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from exc
     _run_local(files, input, output, lateness_ms, dedupe_retention_ms, user_processor,
@@ -647,15 +640,9 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         raise typer.Exit(2)
     try:  # before Spark starts, and its log goes into the checkpoint (checked again)
         files = check_spark_paths(input, checkpoint, output)
-        owner = hold_run_directories(output, checkpoint)  # the engine's hold is the same
-    except (InputError, OwnershipError) as exc:
-        _error(f"{exc}")
-        raise typer.Exit(2) from exc
-    try:
-        prepare_output(output, overwrite=overwrite, checkpoint=checkpoint,
-                       checkpoint_id=checkpoint_id(checkpoint))
-    except OutputDirError as exc:
-        owner.abandon()
+        # Held until the process exits; the engine's hold is the same one.
+        take_output(output, overwrite=overwrite, checkpoint=checkpoint)
+    except (InputError, OwnershipError, OutputDirError) as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from exc
     if not files and follow is None:

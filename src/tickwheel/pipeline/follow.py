@@ -78,11 +78,10 @@ from tickwheel.pipeline.outputs import (
     OWNER_FILE,
     checkpoint_id,
     outcomes_table,
-    prepare_output,
     quarantine_table,
+    take_output,
     write_atomically,
 )
-from tickwheel.pipeline.ownership import hold_run_directories
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.routing import route
@@ -289,13 +288,7 @@ class LocalFollowEngine:
         input_files(input_dir, warn=False)  # refuses what the engines cannot read alike
         checkpoint = output_dir / DEFAULT_CHECKPOINT if checkpoint_dir is None else checkpoint_dir
         # One owner at a time: taken before anything is read or written.
-        self._owner = hold_run_directories(output_dir, checkpoint)
-        try:
-            prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint,
-                           checkpoint_id=checkpoint_id(checkpoint))
-        except BaseException:
-            self._owner.abandon()
-            raise
+        self._owner = take_output(output_dir, overwrite=overwrite, checkpoint=checkpoint)
         self.input_dir = input_dir
         self.output_dir = output_dir
         self.checkpoint_dir = checkpoint

@@ -19,7 +19,7 @@ from tickwheel.pipeline._arrow import open_parquet, pyarrow_modules
 from tickwheel.pipeline.events import OutcomeKind, Quarantined
 from tickwheel.pipeline.files import is_temporary_of, open_temporary
 from tickwheel.pipeline.input_dir import within
-from tickwheel.pipeline.ownership import LOCK_FILE
+from tickwheel.pipeline.ownership import LOCK_FILE, RunOwner, hold_run_directories
 from tickwheel.pipeline.reference import OutcomeRow
 
 if TYPE_CHECKING:
@@ -30,8 +30,8 @@ __all__ = ["DEAD_LETTERS", "DEFAULT_CHECKPOINT", "OUTPUT_SUBDIRS", "OWNER_FILE",
            "covered_batches", "outcome_rows", "outcome_size", "outcome_writer",
            "outcomes_table", "output_owner", "prepare_output", "quarantine_table",
            "quarantine_writer", "quarantined_size", "read_outcomes", "read_output_table",
-           "read_parquet_rows", "write_atomically", "write_outcomes", "write_quarantine",
-           "write_tables_atomically"]
+           "read_parquet_rows", "take_output", "write_atomically", "write_outcomes",
+           "write_quarantine", "write_tables_atomically"]
 
 #: What an engine writes into its output directory: these, and the checkpoint when it
 #: is the default ``OUTPUT/_checkpoint``.
@@ -405,6 +405,19 @@ def output_owner(output: Path) -> str | None:
         return str(json.loads((output / OWNER_FILE).read_text())["checkpoint"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def take_output(output: Path, *, overwrite: bool, checkpoint: Path | None = None) -> RunOwner:
+    """Hold ``output`` (and ``checkpoint``) for this run, then :func:`prepare_output`;
+    a refusal lets go of the holds and of the directories they created."""
+    owner = hold_run_directories(output, checkpoint)
+    try:
+        prepare_output(output, overwrite=overwrite, checkpoint=checkpoint,
+                       checkpoint_id=None if checkpoint is None else checkpoint_id(checkpoint))
+    except BaseException:
+        owner.abandon()
+        raise
+    return owner
 
 
 def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = None,

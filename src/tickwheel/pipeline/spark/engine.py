@@ -72,8 +72,12 @@ from tickwheel.pipeline.limits import (
     MAX_TRIGGER_MS,
 )
 from tickwheel.pipeline.log_reader import input_bytes
-from tickwheel.pipeline.outputs import OWNER_FILE, checkpoint_id, prepare_output, write_atomically
-from tickwheel.pipeline.ownership import hold_run_directories
+from tickwheel.pipeline.outputs import (
+    OWNER_FILE,
+    checkpoint_id,
+    take_output,
+    write_atomically,
+)
 from tickwheel.pipeline.partition import PartitionStatus
 from tickwheel.pipeline.sink import OutcomeSink
 from tickwheel.pipeline.spark._input_log import (
@@ -214,13 +218,7 @@ class SparkEngine:
         if problem is not None:
             raise FileNotFoundError(problem)
         check_spark_paths(input_dir, checkpoint_dir, output_dir)
-        self._owner = hold_run_directories(output_dir, checkpoint_dir)
-        try:
-            prepare_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir,
-                           checkpoint_id=checkpoint_id(checkpoint_dir))
-        except BaseException:
-            self._owner.abandon()
-            raise
+        self._owner = take_output(output_dir, overwrite=overwrite, checkpoint=checkpoint_dir)
         self.spark = spark
         self.input_dir = input_dir
         self.output_dir = output_dir
