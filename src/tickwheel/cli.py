@@ -9,10 +9,13 @@ import contextlib
 import enum
 import io
 import json
+import os
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -73,10 +76,12 @@ from tickwheel.pipeline.reference import ReferenceEngine
 from tickwheel.pipeline.report import plot, summarize
 from tickwheel.pipeline.resolver import OutcomeRow
 from tickwheel.pipeline.sink import Delivery, OutcomeSink, deliver_outcomes
+from tickwheel.service.server import SUBMIT_STATE
 
 if TYPE_CHECKING:
     from tickwheel.dispatch import TaskProcessor
     from tickwheel.pipeline.spark import SparkEngine
+    from tickwheel.service.server import SubmitServer
 
 app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
                   add_completion=False)
@@ -293,6 +298,11 @@ def run(
         help="deliver every outcome to this processor, MODULE:NAME (a TaskProcessor, or a "
              "class or function that makes one), through the batching dispatcher: at "
              "least once, retried after congestion")] = None,
+    listen: Annotated[str | None, typer.Option(
+        metavar="[HOST:]PORT",
+        help="--follow: take rows over HTTP (POST /v1/events; GET /v1/status, /metrics) "
+             "on this address, 127.0.0.1 unless a host is named; port 0 picks one (needs "
+             "the service extra)")] = None,
     deliver_to: Annotated[str | None, typer.Option(
         help="POST outcomes to this http(s) URL in batches, through the batching "
              "dispatcher: at least once, each with a stable id; 503, 429 and timeouts "
@@ -308,6 +318,7 @@ def run(
     if processor is not None and deliver_to is not None:
         _error("give --processor or --deliver-to, not both")
         raise typer.Exit(2)
+    address = None if listen is None else _check_listen(listen, follow)
     user_processor = None if processor is None else _load_processor(processor)
     if deliver_to is not None:
         user_processor = _webhook(deliver_to, output)
@@ -334,7 +345,7 @@ def run(
                        checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]",
                        partitions, max_files_per_trigger, final, overwrite,
                        follow=(trigger_ms, clock, metrics_port, stop_timeout_ms),
-                       max_future_ms=future,
+                       max_future_ms=future, listen=address,
                        processor=user_processor, driver_memory=driver_memory,
                        settings=spark_settings)
             return
@@ -346,7 +357,7 @@ def run(
         _start_metrics(metrics_port, metrics_host)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
                       overwrite, metrics_port, user_processor, stop_timeout_ms,
-                      max_files_per_trigger, future)
+                      max_files_per_trigger, future, address)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
@@ -538,14 +549,65 @@ def _start_metrics(port: int | None, host: str) -> None:
     console.print(f"metrics on http://{shown}:{server.server_port}/metrics")
 
 
-def _serve_metrics(port: int | None, name: str, counts: object) -> None:
-    if port is None:
+def _serve_metrics(port: int | None, name: str, counts: object,
+                   listen: tuple[str, int] | None = None) -> None:
+    """The run's counts in the metrics export: on the metrics port, and on the submit
+    API's port when there is one (and the metrics extra is installed)."""
+    if port is None and listen is None:
         return
-    from prometheus_client import REGISTRY
+    try:
+        from prometheus_client import REGISTRY
+    except ImportError:  # --listen without the metrics extra: /metrics answers 404
+        return
 
     from tickwheel.metrics import TickwheelCollector
 
     REGISTRY.register(TickwheelCollector().add_pipeline_run(name, counts))  # type: ignore[arg-type]
+
+
+def _check_listen(value: str, follow: bool) -> tuple[str, int]:
+    """--listen's address, refused (exit 2) before any work if it is malformed, if the
+    run is not a service, or if the service extra is missing."""
+    if not follow:
+        _error("--listen applies to --follow only")
+        raise typer.Exit(2)
+    try:
+        from tickwheel.service.server import parse_listen
+
+        return parse_listen(value)
+    except ImportError as exc:
+        _error("--listen needs the service extra: pip install 'tickwheel[service]'")
+        raise typer.Exit(2) from exc
+    except ValueError as exc:
+        _error(f"--listen: {exc}")
+        raise typer.Exit(2) from exc
+
+
+def _metrics_text() -> Callable[[], tuple[bytes, str]] | None:
+    try:
+        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+    except ImportError:
+        return None
+    return lambda: (generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+
+
+def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
+                  status: Callable[[], Mapping[str, object]], rows_read: Callable[[], int],
+                  max_future_ms: int | None) -> SubmitServer:
+    """The submit API, serving from now on (exit 2 if its address cannot be bound)."""
+    from tickwheel.service.server import SubmitServer
+
+    server = SubmitServer(input, state_dir, host=address[0], port=address[1], status=status,
+                          rows_read=rows_read, metrics=_metrics_text(),
+                          max_future_ms=max_future_ms)
+    try:
+        server.start()
+    except OSError as exc:
+        _error(f"--listen {address[0]}:{address[1]}: cannot serve there: "
+               f"{exc.strerror or exc}")
+        raise typer.Exit(2) from exc
+    console.print(f"taking rows at {server.url}/v1/events")
+    return server
 
 
 def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_ms: int,
@@ -554,7 +616,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                   processor: TaskProcessor[OutcomeRow] | None,
                   stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS,
                   max_files_per_batch: int | None = None,
-                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
+                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
+                  listen: tuple[str, int] | None = None) -> None:
     from tickwheel.pipeline.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
     sink = None if processor is None else OutcomeSink(processor)
@@ -580,7 +643,11 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                 return None
             return follower.clock() - release
 
-    _serve_metrics(metrics_port, "follow", _Live())
+    _serve_metrics(metrics_port, "follow", _Live(), listen)
+    server = None if listen is None else _start_submit(
+        listen, input, follower.checkpoint_dir / SUBMIT_STATE,
+        lambda: asdict(follower.counts()), lambda: follower.counts().rows_in,
+        max_future_ms if clock is ClockKind.wall else None)
     last_print = 0.0
 
     def progress(batch: FollowBatch) -> None:
@@ -608,6 +675,9 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             if sink is not None:
                 _print_delivery(sink.close(timeout_s=1.0))
             raise typer.Exit(1) from exc
+        finally:
+            if server is not None:  # what it acknowledged is on disk for the next start
+                server.stop()
     counts = follower.counts()
     console.print(f"stopped after {_plural(result.batches, 'batch')}: {result.rows_in:,} rows, "
                   f"{result.outcomes:,} outcomes, {result.quarantined:,} quarantined; "
@@ -627,7 +697,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                processor: TaskProcessor[OutcomeRow] | None = None,
                driver_memory: str | None = None,
                settings: dict[str, str] | None = None,
-               max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
+               max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
+               listen: tuple[str, int] | None = None) -> None:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -669,7 +740,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         _error(f"{exc}")
         raise typer.Exit(2) from exc
     if follow is not None:
-        undelivered = _follow_spark(spark_engine, *follow)
+        undelivered = _follow_spark(spark_engine, *follow, listen=listen,
+                                    max_future_ms=max_future_ms)
         if sink is not None:
             _print_delivery(sink.close(timeout_s=1.0))
             if undelivered:
@@ -701,10 +773,16 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
 
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
-                  metrics_port: int | None, stop_timeout_ms: int) -> int:
+                  metrics_port: int | None, stop_timeout_ms: int, *,
+                  listen: tuple[str, int] | None = None,
+                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> int:
     """Run the service until a signal; how many outcomes were left undelivered."""
     live = _SparkCounts(spark_engine)
-    _serve_metrics(metrics_port, "follow", live)
+    _serve_metrics(metrics_port, "follow", live, listen)
+    server = None if listen is None else _start_submit(
+        listen, spark_engine.input_dir, spark_engine.checkpoint_dir / SUBMIT_STATE,
+        live.as_json, lambda: live.rows_in,
+        max_future_ms if clock is ClockKind.wall else None)
     last_print = 0.0
 
     def progress(batch_id: int, outcomes: int, quarantined: int) -> None:
@@ -726,8 +804,12 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
                       f"({spark_engine.partitions} partitions, trigger {trigger_ms} ms, "
                       f"{clock.value} clock, checkpoint {spark_engine.checkpoint_dir}); "
                       "SIGINT or SIGTERM stops")
-        result = spark_engine.follow(stop, trigger_ms=trigger_ms,
-                                     stop_timeout_ms=stop_timeout_ms)
+        try:
+            result = spark_engine.follow(stop, trigger_ms=trigger_ms,
+                                         stop_timeout_ms=stop_timeout_ms)
+        finally:
+            if server is not None:
+                server.stop()
     outcomes = sum(result.outcomes_by_outcome().values())
     console.print(f"stopped after {_plural(result.batches, 'micro-batch')}: "
                   f"{result.rows_in:,} rows in all, {outcomes:,} outcomes, "
@@ -780,6 +862,15 @@ class _SparkCounts:
 
     def outcomes_by_outcome(self) -> dict[str, int]:
         return dict(self._by_outcome)
+
+    def as_json(self) -> dict[str, object]:
+        return {"rows_in": self.rows_in, "rows_applied": self.rows_applied,
+                "pending": self.pending, "held": self.held, "batches": self.batches,
+                "release_ms": self.release_ms, "lag_ms": self.lag_ms,
+                "ignored_cancels": self.ignored_cancels, "state_bytes": self.state_bytes,
+                "files_skipped": self.files_skipped, "files_changed": self.files_changed,
+                "by_reason": self.quarantined_by_reason(),
+                "by_outcome": self.outcomes_by_outcome()}
 
 
 def _print_run(title: str, elapsed: float, rows_in: int, applied: int,
@@ -848,6 +939,85 @@ def report(
     else:
         console.print("quarantined rows: none")
     console.print(f"plot: {plot(output, plot_path)}")
+
+
+@app.command()
+def submit(
+    url: Annotated[str, typer.Argument(help="the service's address, as --listen printed it "
+                                            "(http://127.0.0.1:PORT)")],
+    files: Annotated[list[Path] | None, typer.Argument(
+        help="JSON Lines files of rows (watch, update, cancel, tick); - or none: standard "
+             "input")] = None,
+    batch_rows: Annotated[int, typer.Option(
+        min=1, max=100_000, help="rows per request")] = 1_000,
+    idempotency_key: Annotated[str | None, typer.Option(
+        help="a key for this submission: request N carries KEY-N, so running the same "
+             "command again writes nothing twice (default: a fresh one, printed)")] = None,
+    retries: Annotated[int, typer.Option(
+        min=0, max=100, help="attempts after congestion or no answer, with backoff")] = 8,
+) -> None:
+    """Send rows to a following service's submit API (tickwheel run --follow --listen):
+    each request is answered only once its rows are on disk."""
+    try:
+        from tickwheel.client import Client, RowsRefused, SubmitError
+        from tickwheel.service.webhook import check_webhook_url
+
+        check_webhook_url(url)
+    except ImportError as exc:
+        _error("submit needs the service extra: pip install 'tickwheel[service]'")
+        raise typer.Exit(2) from exc
+    except ValueError as exc:
+        _error(f"URL: {exc}")
+        raise typer.Exit(2) from exc
+    sources = files or [Path("-")]
+    for path in sources:
+        if str(path) != "-" and not path.is_file():
+            _error(f"{path}: no such file")
+            raise typer.Exit(2)
+    run_key = idempotency_key or f"submit-{int(time.time() * 1000)}-{os.getpid()}"
+    sent = batches = 0
+    with Client(url, retries=retries) as client:
+        try:
+            for rows in _row_batches(sources, batch_rows):
+                accepted = client.submit(rows, idempotency_key=f"{run_key}-{batches}")
+                sent += accepted.accepted
+                batches += 1
+        except RowsRefused as exc:
+            for row in exc.refused[:20]:
+                _error(f"request {batches}, row {row.index}: {row.reason}: {row.row}")
+            _error(f"request {batches} refused ({exc}); {sent:,} rows were taken before "
+                   f"it; run again with --idempotency-key {run_key} once fixed")
+            raise typer.Exit(1) from exc
+        except (SubmitError, OSError, ValueError) as exc:
+            _error(f"request {batches}: {exc}; {sent:,} rows were taken before it; run "
+                   f"again with --idempotency-key {run_key}")
+            raise typer.Exit(1) from exc
+    console.print(f"{sent:,} rows taken in {_plural(batches, 'request')} "
+                  f"(idempotency key {run_key})")
+
+
+def _row_batches(sources: list[Path], size: int) -> Iterator[list[dict[str, object]]]:
+    """Rows of JSON Lines files (or standard input), ``size`` at a time; ValueError
+    naming the file and line of one that is not a JSON object."""
+    batch: list[dict[str, object]] = []
+    for path in sources:
+        stream = sys.stdin if str(path) == "-" else path.open(encoding="utf-8")
+        with contextlib.nullcontext(stream) if stream is sys.stdin else stream:
+            for number, line in enumerate(stream, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    row = None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{number}: not a JSON object: {line[:200]!r}")
+                batch.append(row)
+                if len(batch) >= size:
+                    yield batch
+                    batch = []
+    if batch:
+        yield batch
 
 
 # Its own --help too goes to the benchmark (`tickwheel bench timers --help`).

@@ -1,0 +1,308 @@
+"""Clients of a following service's submit API (``tickwheel run --follow --listen``).
+
+:class:`Client` (blocking) and :class:`AsyncClient` send rows to ``POST /v1/events``.
+Every call carries an ``Idempotency-Key`` (a fresh UUID unless given) and keeps it
+across its retries, so a retry after a lost answer is not written twice. Congestion
+(503, 429), other 5xx, timeouts and refused connections are retried with exponential
+backoff and jitter, after ``Retry-After`` where the server names it; a row the server
+refuses raises :class:`RowsRefused` with each row's reason. Needs the ``service`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "Accepted",
+    "AsyncClient",
+    "Client",
+    "RefusedRow",
+    "RowsRefused",
+    "SubmitError",
+    "SubmitUnavailable",
+]
+
+DEFAULT_TIMEOUT_S: Final = 10.0
+DEFAULT_RETRIES: Final = 8
+_RETRIED: Final = frozenset({429, 500, 502, 503, 504})
+
+
+class SubmitError(Exception):
+    """The server refused a request for good (it is not retried)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedRow:
+    index: int
+    reason: str
+    row: str
+
+
+class RowsRefused(SubmitError):
+    """Rows no engine would apply (400): none of the request was written."""
+
+    def __init__(self, message: str, refused: tuple[RefusedRow, ...]) -> None:
+        super().__init__(message, 400)
+        self.refused = refused
+
+
+class SubmitUnavailable(SubmitError):
+    """Still congested or unreachable after every retry: the rows may or may not have
+    been written; sending them again with the same idempotency key is safe."""
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The rows are on disk in the service's input: they will be applied."""
+
+    accepted: int
+    file: str
+    ts_ms: int
+    replayed: bool
+    idempotency_key: str
+
+
+def _epoch_ms(when: int | datetime) -> int:
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise ValueError(f"{when!r} has no time zone: give an aware datetime")
+        return round(when.timestamp() * 1000)
+    if isinstance(when, bool) or not isinstance(when, int):
+        raise TypeError(f"a time is epoch milliseconds (int) or an aware datetime, "
+                        f"got {when!r}")
+    return when
+
+
+def _watch(op_id: str, when: int | datetime, keys: Iterable[str], condition: str,
+           targets: Mapping[str, int] | None, min_total: int | None,
+           ts_ms: int | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"type": "watch", "op_id": op_id, "deadline_ms": _epoch_ms(when),
+                           "condition": condition, "keys": list(keys)}
+    if targets is not None:
+        row["targets"] = dict(targets)
+    if min_total is not None:
+        row["min_total"] = min_total
+    if ts_ms is not None:
+        row["ts_ms"] = ts_ms
+    return row
+
+
+def _body(rows: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> bytes:
+    listed = [dict(rows)] if isinstance(rows, Mapping) else [dict(r) for r in rows]
+    if not listed:
+        raise ValueError("no rows to submit")
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in listed).encode()
+
+
+class _Attempts:
+    """The retry rule both clients share: what an answer means, how long to wait."""
+
+    def __init__(self, retries: int, backoff_s: float, max_backoff_s: float) -> None:
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.attempt = 0
+        self.last: str = ""
+
+    def wait_s(self, retry_after: str | None) -> float | None:
+        """Seconds before the next attempt, or None when none is left."""
+        self.attempt += 1
+        if self.attempt > self.retries:
+            return None
+        delay = min(self.max_backoff_s, self.backoff_s * 2 ** (self.attempt - 1))
+        delay *= 0.5 + random.random() / 2  # jitter: retrying clients spread out
+        if retry_after is not None and retry_after.isdigit():
+            delay = max(delay, min(float(retry_after), self.max_backoff_s))
+        return float(delay)
+
+    def outcome(self, response: httpx.Response, key: str) -> Accepted | None:
+        """The accepted answer; None to retry; SubmitError to give up."""
+        status = response.status_code
+        if status == 200:
+            body = response.json()
+            return Accepted(int(body["accepted"]), str(body["file"]), int(body["ts_ms"]),
+                            response.headers.get("Idempotent-Replayed") == "true", key)
+        if status in _RETRIED:
+            self.last = f"{status} {response.text[:200]}"
+            return None
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"error": response.text[:200]}
+        message = str(body.get("error", f"answered {status}"))
+        if status == 400 and body.get("refused"):
+            raise RowsRefused(message, tuple(
+                RefusedRow(int(r["index"]), str(r["reason"]), str(r["row"]))
+                for r in body["refused"]))
+        raise SubmitError(f"{message} ({status})", status)
+
+    def unavailable(self, url: str) -> SubmitUnavailable:
+        return SubmitUnavailable(f"{url}: no answer taken after {self.retries} retries "
+                                 f"(last: {self.last})")
+
+
+class _Rows:
+    """The row-building calls both clients share."""
+
+    @staticmethod
+    def watch_row(op_id: str, when: int | datetime, *, keys: Iterable[str] = (),
+                  condition: str = "none", targets: Mapping[str, int] | None = None,
+                  min_total: int | None = None, ts_ms: int | None = None) -> dict[str, Any]:
+        return _watch(op_id, when, keys, condition, targets, min_total, ts_ms)
+
+
+class Client(_Rows):
+    """A blocking client of one service. Thread-safe, as its httpx client is."""
+
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 retries: int = DEFAULT_RETRIES, backoff_s: float = 0.05,
+                 max_backoff_s: float = 5.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        self._retry = (retries, backoff_s, max_backoff_s)
+        self._http = httpx.Client(timeout=timeout_s, transport=transport)
+
+    def submit(self, rows: Mapping[str, Any] | Iterable[Mapping[str, Any]], *,
+               idempotency_key: str | None = None) -> Accepted:
+        """Rows of the event log (watch, update, cancel, tick), durably taken."""
+        import httpx
+
+        body = _body(rows)
+        key = idempotency_key or str(uuid.uuid4())
+        attempts = _Attempts(*self._retry)
+        while True:
+            retry_after = None
+            try:
+                response = self._http.post(
+                    f"{self.url}/v1/events", content=body,
+                    headers={"Idempotency-Key": key, "Content-Type": "application/x-ndjson"})
+            except httpx.TransportError as exc:  # refused, reset, timed out
+                attempts.last = f"{type(exc).__name__}: {exc}"
+            else:
+                accepted = attempts.outcome(response, key)
+                if accepted is not None:
+                    return accepted
+                retry_after = response.headers.get("Retry-After")
+            delay = attempts.wait_s(retry_after)
+            if delay is None:
+                raise attempts.unavailable(self.url)
+            time.sleep(delay)
+
+    def schedule_at(self, op_id: str, when: int | datetime, *, keys: Iterable[str] = (),
+                    condition: str = "none", targets: Mapping[str, int] | None = None,
+                    min_total: int | None = None, ts_ms: int | None = None,
+                    idempotency_key: str | None = None) -> Accepted:
+        """"Do ``op_id`` at ``when`` unless it is cancelled first" (``condition``
+        ``none``), or a watch with another condition on ``keys``."""
+        return self.submit(self.watch_row(op_id, when, keys=keys, condition=condition,
+                                          targets=targets, min_total=min_total,
+                                          ts_ms=ts_ms), idempotency_key=idempotency_key)
+
+    def cancel(self, op_id: str, *, ts_ms: int | None = None,
+               idempotency_key: str | None = None) -> Accepted:
+        row: dict[str, Any] = {"type": "cancel", "op_id": op_id}
+        if ts_ms is not None:
+            row["ts_ms"] = ts_ms
+        return self.submit(row, idempotency_key=idempotency_key)
+
+    def status(self) -> dict[str, Any]:
+        response = self._http.get(f"{self.url}/v1/status")
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_Rows):
+    """:class:`Client`'s calls as coroutines, for asyncio code."""
+
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 retries: int = DEFAULT_RETRIES, backoff_s: float = 0.05,
+                 max_backoff_s: float = 5.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        self._retry = (retries, backoff_s, max_backoff_s)
+        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport)
+
+    async def submit(self, rows: Mapping[str, Any] | Iterable[Mapping[str, Any]], *,
+                     idempotency_key: str | None = None) -> Accepted:
+        import httpx
+
+        body = _body(rows)
+        key = idempotency_key or str(uuid.uuid4())
+        attempts = _Attempts(*self._retry)
+        while True:
+            retry_after = None
+            try:
+                response = await self._http.post(
+                    f"{self.url}/v1/events", content=body,
+                    headers={"Idempotency-Key": key, "Content-Type": "application/x-ndjson"})
+            except httpx.TransportError as exc:
+                attempts.last = f"{type(exc).__name__}: {exc}"
+            else:
+                accepted = attempts.outcome(response, key)
+                if accepted is not None:
+                    return accepted
+                retry_after = response.headers.get("Retry-After")
+            delay = attempts.wait_s(retry_after)
+            if delay is None:
+                raise attempts.unavailable(self.url)
+            await asyncio.sleep(delay)
+
+    async def schedule_at(self, op_id: str, when: int | datetime, *,
+                          keys: Iterable[str] = (), condition: str = "none",
+                          targets: Mapping[str, int] | None = None,
+                          min_total: int | None = None, ts_ms: int | None = None,
+                          idempotency_key: str | None = None) -> Accepted:
+        return await self.submit(self.watch_row(op_id, when, keys=keys, condition=condition,
+                                                targets=targets, min_total=min_total,
+                                                ts_ms=ts_ms), idempotency_key=idempotency_key)
+
+    async def cancel(self, op_id: str, *, ts_ms: int | None = None,
+                     idempotency_key: str | None = None) -> Accepted:
+        row: dict[str, Any] = {"type": "cancel", "op_id": op_id}
+        if ts_ms is not None:
+            row["ts_ms"] = ts_ms
+        return await self.submit(row, idempotency_key=idempotency_key)
+
+    async def status(self) -> dict[str, Any]:
+        response = await self._http.get(f"{self.url}/v1/status")
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

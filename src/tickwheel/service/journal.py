@@ -1,0 +1,260 @@
+"""SubmitJournal: accepted requests landed as input files, and their idempotency keys.
+
+A group commit writes the rows of every request in it as one JSON Lines file, whole,
+fsync'd and renamed into the input directory (then the directory fsync'd), named
+``submit-<ms>-<seq>.jsonl`` so that names only grow. The engines read it as any other
+input file. Only then is any request of it answered.
+
+The keys of a commit's requests are appended to ``keys.jsonl`` (fsync'd) *before* its
+file is written. The writer is serial, so only the journal's last record can name a file
+that never landed (a crash between the two writes): at start that record counts only if
+its file is there. A key is answered again, not written again, for ``key_ttl_ms`` and
+within the newest ``max_keys``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from tickwheel.pipeline.files import write_bytes_atomically
+
+__all__ = [
+    "DEFAULT_KEY_TTL_MS",
+    "DEFAULT_MAX_KEYS",
+    "SUBMIT_PREFIX",
+    "JournalStats",
+    "Receipt",
+    "Submission",
+    "SubmitJournal",
+]
+
+log = logging.getLogger(__name__)
+
+SUBMIT_PREFIX: Final = "submit-"
+DEFAULT_KEY_TTL_MS: Final = 24 * 3_600_000
+DEFAULT_MAX_KEYS: Final = 1_000_000
+_KEYS_FILE: Final = "keys.jsonl"
+_NAME = re.compile(r"submit-(\d{13})-(\d{6})\.jsonl")
+_TEMPORARY = re.compile(r"\.submit-\d{13}-\d{6}\.jsonl\.[0-9a-f]{8}\.tmp")
+_COMPACT_FLOOR_BYTES: Final = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What an accepted request is answered with, and answered again on a retry."""
+
+    file: str
+    accepted: int
+    ts_ms: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "file": self.file, "ts_ms": self.ts_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One request's validated rows, with its idempotency key (if any) and the digest
+    of its body (a key sent again with another body is refused, not replayed)."""
+
+    lines: Sequence[str]
+    key: str | None
+    digest: str
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JournalStats:
+    files: int
+    rows: int
+    keys: int
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SubmitJournal:
+    def __init__(self, input_dir: Path, state_dir: Path, *, clock: Callable[[], int],
+                 key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+                 max_keys: int = DEFAULT_MAX_KEYS) -> None:
+        self.input_dir = input_dir
+        self.state_dir = state_dir
+        self._clock = clock
+        self.key_ttl_ms = key_ttl_ms
+        self.max_keys = max_keys
+        self._keys: OrderedDict[str, tuple[str, Receipt, int]] = OrderedDict()
+        self._last_name = (0, 0)
+        self._files = self._rows = 0
+        input_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._scan_input()
+        self._load_keys()
+        self._rewrite_keys()
+        self._journal = (state_dir / _KEYS_FILE).open("ab")
+        self._compact_at = max(_COMPACT_FLOOR_BYTES, 2 * self._journal.tell())
+
+    # -- start -------------------------------------------------------------------
+
+    def _scan_input(self) -> None:
+        """The newest name landed before, so names keep growing; temporaries a crash
+        left behind go (no reader takes them, and nothing was answered for them)."""
+        for entry in os.scandir(self.input_dir):
+            match = _NAME.fullmatch(entry.name)
+            if match is not None:
+                self._last_name = max(self._last_name,
+                                      (int(match.group(1)), int(match.group(2))))
+            elif _TEMPORARY.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+    def _load_keys(self) -> None:
+        path = self.state_dir / _KEYS_FILE
+        if not path.exists():
+            return
+        records: list[dict[str, Any]] = []
+        with path.open("rb") as lines:
+            for raw in lines:
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    log.warning("%s: a torn record at its end, dropped", path)
+                    break  # only the last can be torn: it was never answered
+                records.append(record)
+        if records and not (self.input_dir / records[-1]["file"]).exists():
+            records.pop()  # its file never landed: nothing of it was answered
+        cutoff = self._clock() - self.key_ttl_ms
+        for record in records:
+            at = int(record["at"])
+            if at < cutoff:
+                continue
+            for key, digest, accepted, ts_ms in record["keys"]:
+                self._remember(key, digest, Receipt(record["file"], accepted, ts_ms), at)
+
+    def _remember(self, key: str, digest: str, receipt: Receipt, at: int) -> None:
+        self._keys[key] = (digest, receipt, at)
+        self._keys.move_to_end(key)
+        while len(self._keys) > self.max_keys:
+            self._keys.popitem(last=False)
+
+    def _expire(self) -> None:
+        cutoff = self._clock() - self.key_ttl_ms
+        while self._keys:
+            key, (_, _, at) = next(iter(self._keys.items()))
+            if at >= cutoff:
+                break
+            del self._keys[key]
+
+    def _rewrite_keys(self) -> None:
+        """The journal rewritten with the live keys only, whole then renamed."""
+        by_file: dict[str, dict[str, Any]] = {}
+        for key, (digest, receipt, at) in self._keys.items():
+            record = by_file.setdefault(receipt.file, {"file": receipt.file, "at": at,
+                                                       "keys": []})
+            record["at"] = max(record["at"], at)
+            record["keys"].append([key, digest, receipt.accepted, receipt.ts_ms])
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n"
+                       for r in by_file.values()).encode()
+        write_bytes_atomically(data, self.state_dir / _KEYS_FILE)
+
+    # -- running -----------------------------------------------------------------
+
+    def replay(self, key: str) -> tuple[str, Receipt] | None:
+        """(body digest, receipt) of a key already answered, or None."""
+        found = self._keys.get(key)
+        if found is None:
+            return None
+        digest, receipt, at = found
+        if at < self._clock() - self.key_ttl_ms:
+            return None
+        return digest, receipt
+
+    def _next_name(self) -> str:
+        now = max(self._clock(), self._last_name[0])
+        seq = self._last_name[1] + 1 if now == self._last_name[0] else 0
+        if seq > 999_999:  # a million files in one millisecond: take the next one
+            now, seq = now + 1, 0
+        self._last_name = (now, seq)
+        return f"{SUBMIT_PREFIX}{now:013d}-{seq:06d}.jsonl"
+
+    def land(self, batch: Sequence[Submission]) -> list[Receipt]:
+        """Every submission of ``batch`` written, durably, as one input file; its
+        receipts. OSError (a full disk, say) leaves nothing of it behind."""
+        name = self._next_name()
+        receipts = [Receipt(name, len(s.lines), s.ts_ms) for s in batch]
+        at = self._clock()
+        keyed = [[s.key, s.digest, r.accepted, r.ts_ms]
+                 for s, r in zip(batch, receipts, strict=True) if s.key is not None]
+        mark = None
+        if keyed:
+            mark = self._journal.tell()
+            record = json.dumps({"file": name, "at": at, "keys": keyed},
+                                separators=(",", ":")) + "\n"
+            try:
+                self._journal.write(record.encode())
+                self._journal.flush()
+                os.fsync(self._journal.fileno())
+            except BaseException:
+                self._take_back(mark)
+                raise
+        try:
+            data = "".join(f"{line}\n" for s in batch for line in s.lines).encode()
+            write_bytes_atomically(data, self.input_dir / name)
+            _sync_directory(self.input_dir)
+        except BaseException:
+            if mark is not None:
+                self._take_back(mark)
+            with contextlib.suppress(OSError):  # landed but not synced: never answered
+                (self.input_dir / name).unlink()
+            raise
+        for submission, receipt in zip(batch, receipts, strict=True):
+            if submission.key is not None:
+                self._remember(submission.key, submission.digest, receipt, at)
+        self._files += 1
+        self._rows += sum(r.accepted for r in receipts)
+        if keyed and self._journal.tell() > self._compact_at:
+            self._compact()
+        return receipts
+
+    def _take_back(self, mark: int) -> None:
+        """The journal cut back to before a commit that did not land: its keys must not
+        be answered as written. Shrinking a file needs no free space."""
+        self._journal.flush()
+        os.ftruncate(self._journal.fileno(), mark)
+        self._journal.seek(mark)
+        os.fsync(self._journal.fileno())
+
+    def _compact(self) -> None:
+        self._expire()
+        self._journal.close()
+        self._rewrite_keys()
+        self._journal = (self.state_dir / _KEYS_FILE).open("ab")
+        self._compact_at = max(_COMPACT_FLOOR_BYTES, 2 * self._journal.tell())
+
+    def stats(self) -> JournalStats:
+        return JournalStats(self._files, self._rows, len(self._keys))
+
+    def close(self) -> None:
+        self._journal.close()
+
+
+def is_disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,390 @@
+"""SubmitServer: the HTTP API of a following service, on tickwheel's own asyncio loop.
+
+- ``POST /v1/events``: one row, a JSON array of rows, or JSON Lines. Every row is
+  validated as the engines parse it; one bad row refuses the request (400, with each
+  row's reason) and nothing of it is written. A ``200`` means the rows are on disk in the
+  input directory (:class:`~tickwheel.service.journal.SubmitJournal`): requests that
+  arrive together share one file and one fsync, a group commit.
+- ``Idempotency-Key`` header: a request sent again with the same key is answered again
+  (``Idempotent-Replayed: true``) and not written again; with another body, 422.
+- A row without ``ts_ms`` gets the server's wall clock, never below a time it gave.
+- 503 with ``Retry-After`` when the engine is behind by more than ``max_backlog_rows``
+  or the disk is (nearly) full; 413 for a body over ``max_body_bytes``.
+- ``GET /v1/status``: the engine's and the intake's counters as JSON;
+  ``GET /metrics``: the Prometheus export, when the metrics extra is installed.
+
+The server runs in a thread of its own, on :func:`tickwheel.aio.new_event_loop`; the
+engine keeps the main thread. Needs the ``service`` extra (aiohttp).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from tickwheel.service.intake import MAX_BODY_BYTES, IntakeError, TimeStamper, read_rows
+from tickwheel.service.journal import (
+    DEFAULT_KEY_TTL_MS,
+    Receipt,
+    Submission,
+    SubmitJournal,
+    is_disk_full,
+    wall_ms,
+)
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+__all__ = [
+    "DEFAULT_COMMIT_INTERVAL_MS",
+    "DEFAULT_MAX_BACKLOG_ROWS",
+    "DEFAULT_MIN_FREE_BYTES",
+    "SUBMIT_STATE",
+    "IntakeStats",
+    "SubmitServer",
+    "parse_listen",
+]
+
+log = logging.getLogger(__name__)
+
+#: A group commit starts at most this often: under load, requests share a file rather
+#: than each landing one (the engine lists its input directory every batch).
+DEFAULT_COMMIT_INTERVAL_MS: Final = 5
+DEFAULT_MAX_BACKLOG_ROWS: Final = 1_000_000
+DEFAULT_MIN_FREE_BYTES: Final = 64 << 20
+#: The server's directory in the checkpoint it shares with the engine (its keys).
+SUBMIT_STATE: Final = "submit"
+_RETRY_AFTER_S: Final = "1"
+_MAX_KEY_CHARS: Final = 255
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PORT`` (on 127.0.0.1); ``[::1]:PORT`` for IPv6."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT (a port in 0..65535)")
+    return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeStats:
+    """What the submit API has taken and refused since the server started."""
+
+    requests: int
+    accepted_rows: int
+    commits: int
+    replayed: int
+    refused_bad: int
+    refused_busy: int
+    refused_too_large: int
+    backlog_rows: int
+    keys: int
+
+
+@dataclass(slots=True)
+class _Waiting:
+    submission: Submission
+    done: asyncio.Future[Receipt]
+
+
+class _Busy(Exception):
+    """Answered 503: nothing was written; the client retries after Retry-After."""
+
+
+def _valid_key(key: str) -> bool:
+    return 0 < len(key) <= _MAX_KEY_CHARS and key.isascii() and key.isprintable()
+
+
+class SubmitServer:
+    def __init__(self, input_dir: Path, state_dir: Path, *, host: str = "127.0.0.1",
+                 port: int = 0, status: Callable[[], Mapping[str, Any]] | None = None,
+                 rows_read: Callable[[], int] | None = None,
+                 metrics: Callable[[], tuple[bytes, str]] | None = None,
+                 clock: Callable[[], int] = wall_ms, max_future_ms: int | None = None,
+                 max_backlog_rows: int = DEFAULT_MAX_BACKLOG_ROWS,
+                 max_body_bytes: int = MAX_BODY_BYTES,
+                 commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS,
+                 min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
+                 key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+                 free_bytes: Callable[[Path], int] | None = None) -> None:
+        self.host, self.port = host, port
+        self.input_dir = input_dir
+        self.journal = SubmitJournal(input_dir, state_dir, clock=clock, key_ttl_ms=key_ttl_ms)
+        self._status = status
+        self._rows_read = rows_read
+        self._read_at_start = 0 if rows_read is None else rows_read()
+        self._metrics = metrics
+        self._clock = clock
+        self._stamper = TimeStamper(clock)
+        self.max_future_ms = max_future_ms
+        self.max_backlog_rows = max_backlog_rows
+        self.max_body_bytes = max_body_bytes
+        self.commit_interval_ms = commit_interval_ms
+        self.min_free_bytes = min_free_bytes
+        self._free_bytes = free_bytes or (lambda path: shutil.disk_usage(path).free)
+        self._counts = dict.fromkeys(("requests", "accepted_rows", "commits", "replayed",
+                                      "refused_bad", "refused_busy", "refused_too_large"), 0)
+        self._waiting: list[_Waiting] = []
+        self._inflight: dict[str, asyncio.Future[Receipt]] = {}
+        self._wake: asyncio.Event | None = None
+        self._stopping: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+        # One thread writes: the journal is serial, and the loop never waits on fsync.
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, "tickwheel-submit")
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Serve from a thread of its own; returns once the port is bound (OSError if
+        it cannot be: in use, or not this machine's address)."""
+        from tickwheel.aio import new_event_loop
+
+        loop = new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=self._serve, args=(loop,),
+                                        name="tickwheel-submit-server", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._failure is not None:
+            self._thread.join()
+            raise self._failure
+
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._main())
+        except BaseException as exc:  # reported to start(), or logged after it
+            if not self._started.is_set():
+                self._failure = exc
+            else:
+                log.exception("the submit server stopped")
+        finally:
+            self._started.set()
+            loop.close()
+
+    async def _main(self) -> None:
+        from aiohttp import web
+
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        app = web.Application(client_max_size=self.max_body_bytes)
+        app.router.add_post("/v1/events", self._post_events)
+        app.router.add_get("/v1/status", self._get_status)
+        app.router.add_get("/metrics", self._get_metrics)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+        await runner.setup()
+        committer = asyncio.create_task(self._commit_loop())
+        try:
+            site = web.TCPSite(runner, self.host, self.port)
+            await site.start()
+            self.port = int(runner.addresses[0][1])
+            self._started.set()
+            await self._stopping.wait()
+        finally:
+            await runner.cleanup()  # answers the requests in progress first
+            committer.cancel()
+            await asyncio.gather(committer, return_exceptions=True)
+
+    def stop(self) -> None:
+        """Stop taking requests; those in progress are answered first."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        stopping = self._stopping
+        if stopping is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(stopping.set)
+        thread.join(timeout=30)
+        self._writer.shutdown(wait=True)
+        self.journal.close()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def __enter__(self) -> SubmitServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the state -----------------------------------------------------------------
+
+    def backlog_rows(self) -> int:
+        """Rows acknowledged that the engine has not read yet: rows written since the
+        start less rows read since (other writers' rows make it an underestimate)."""
+        if self._rows_read is None:
+            return 0
+        read = self._rows_read() - self._read_at_start
+        return max(0, self._counts["accepted_rows"] - read)
+
+    def stats(self) -> IntakeStats:
+        return IntakeStats(**self._counts, backlog_rows=self.backlog_rows(),
+                           keys=self.journal.stats().keys)
+
+    def _check_room(self) -> None:
+        behind = self.backlog_rows()
+        if behind > self.max_backlog_rows:
+            raise _Busy(f"the engine is {behind:,} rows behind (at most "
+                        f"{self.max_backlog_rows:,})")
+        free = self._free_bytes(self.input_dir)
+        if free < self.min_free_bytes:
+            raise _Busy(f"{free:,} bytes free on the input's disk (at least "
+                        f"{self.min_free_bytes:,} wanted)")
+
+    # -- the handlers -------------------------------------------------------------
+
+    @staticmethod
+    def _json(status: int, body: Mapping[str, Any],
+              headers: Mapping[str, str] | None = None) -> web.Response:
+        from aiohttp import web
+
+        return web.Response(status=status, text=json.dumps(body, separators=(",", ":")),
+                            content_type="application/json", headers=headers)
+
+    def _busy(self, why: str) -> web.Response:
+        self._counts["refused_busy"] += 1
+        return self._json(503, {"error": why}, {"Retry-After": _RETRY_AFTER_S})
+
+    async def _read(self, request: web.Request) -> bytes | web.Response:
+        """The body, or the answer that refuses it (413 without reading a body that
+        says it is too large)."""
+        from aiohttp import web
+
+        too_large = self._json(413, {"error": f"the body is over {self.max_body_bytes:,} "
+                                              "bytes: split it"})
+        if request.content_length is not None and request.content_length > self.max_body_bytes:
+            self._counts["refused_too_large"] += 1
+            return too_large
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self._counts["refused_too_large"] += 1
+            return too_large
+
+    async def _post_events(self, request: web.Request) -> web.Response:
+        self._counts["requests"] += 1
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not _valid_key(key):
+            self._counts["refused_bad"] += 1
+            return self._json(400, {"error": f"Idempotency-Key: 1 to {_MAX_KEY_CHARS} "
+                                             "printable ASCII characters"})
+        body = await self._read(request)
+        if not isinstance(body, bytes):
+            return body
+        digest = hashlib.blake2b(body, digest_size=16).hexdigest()
+        if key is not None:
+            replayed = await self._replay(key, digest)
+            if replayed is not None:
+                return replayed
+        try:
+            self._check_room()
+        except _Busy as exc:
+            return self._busy(str(exc))
+        stamp = self._stamper.stamp()
+        bound = None if self.max_future_ms is None else self._clock() + self.max_future_ms
+        try:
+            lines = read_rows(body, stamp, max_ts_ms=bound)
+        except IntakeError as exc:
+            self._counts["refused_bad"] += 1
+            return self._json(400, exc.as_json())
+        return await self._commit(Submission(lines, key, digest, stamp))
+
+    async def _commit(self, submission: Submission) -> web.Response:
+        """Answered once the next group commit has landed ``submission``."""
+        done: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
+        key = submission.key
+        if key is not None:
+            self._inflight[key] = done
+        self._waiting.append(_Waiting(submission, done))
+        assert self._wake is not None
+        self._wake.set()
+        try:
+            receipt = await asyncio.shield(done)
+        except _Busy as exc:
+            return self._busy(str(exc))
+        finally:
+            if key is not None and self._inflight.get(key) is done:
+                del self._inflight[key]
+        return self._json(200, receipt.as_json())
+
+    async def _replay(self, key: str, digest: str) -> web.Response | None:
+        """The answer already given for ``key`` (or being given), or None."""
+        inflight = self._inflight.get(key)
+        if inflight is not None:
+            try:
+                await asyncio.shield(inflight)
+            except _Busy:
+                return None  # it was not written: this one may try
+        found = self.journal.replay(key)
+        if found is None:
+            return None
+        first_digest, receipt = found
+        if first_digest != digest:
+            self._counts["refused_bad"] += 1
+            return self._json(422, {"error": "this Idempotency-Key came with another body"})
+        self._counts["replayed"] += 1
+        return self._json(200, receipt.as_json(), {"Idempotent-Replayed": "true"})
+
+    async def _commit_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._wake is not None
+        last = 0.0
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            gap = self.commit_interval_ms / 1000 - (time.monotonic() - last)
+            if gap > 0:  # requests that come meanwhile share this commit
+                await asyncio.sleep(gap)
+            batch, self._waiting = self._waiting, []
+            if not batch:
+                continue
+            last = time.monotonic()
+            try:
+                receipts = await loop.run_in_executor(
+                    self._writer, self.journal.land, [w.submission for w in batch])
+            except OSError as exc:
+                why = ("the input's disk is full" if is_disk_full(exc)
+                       else f"the input could not be written: {exc.strerror or exc}")
+                log.error("a commit of %d requests failed: %s", len(batch), why)
+                for waiting in batch:
+                    waiting.done.set_exception(_Busy(why))
+                continue
+            self._counts["commits"] += 1
+            for waiting, receipt in zip(batch, receipts, strict=True):
+                self._counts["accepted_rows"] += receipt.accepted
+                waiting.done.set_result(receipt)
+
+    async def _get_status(self, request: web.Request) -> web.Response:
+        status = {} if self._status is None else dict(self._status())
+        return self._json(200, {"engine": status, "intake": asdict(self.stats())})
+
+    async def _get_metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
+        if self._metrics is None:
+            return self._json(404, {"error": "metrics need the metrics extra: "
+                                             "pip install 'tickwheel[metrics]'"})
+        body, content_type = self._metrics()
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = content_type
+        return response

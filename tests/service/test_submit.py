@@ -1,0 +1,359 @@
+"""The submit API: what it takes, what it refuses, and that an answer means durable."""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from tickwheel.pipeline.events import parse_wire
+from tickwheel.service.journal import Submission, SubmitJournal
+from tickwheel.service.server import SubmitServer, parse_listen
+
+FAR = 99_999_999_999_999
+
+
+def watch(op_id: str, **extra: object) -> dict[str, object]:
+    return {"type": "watch", "op_id": op_id, "keys": [], "condition": "none",
+            "deadline_ms": FAR, **extra}
+
+
+class ManualClock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_000_000)
+
+
+@pytest.fixture
+def server(tmp_path: Path, clock: ManualClock) -> Iterator[SubmitServer]:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as running:
+        yield running
+
+
+def post(server: SubmitServer, body: bytes | str, **headers: str) -> httpx.Response:
+    data = body.encode() if isinstance(body, str) else body
+    return httpx.post(f"{server.url}/v1/events", content=data, headers=headers, timeout=10)
+
+
+def landed_rows(input_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for path in sorted(input_dir.glob("submit-*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+# -- what it takes --------------------------------------------------------------
+
+
+def test_one_row_an_array_and_json_lines_are_taken(server: SubmitServer) -> None:
+    assert post(server, json.dumps(watch("a"))).status_code == 200
+    assert post(server, json.dumps([watch("b"), watch("c")])).status_code == 200
+    answer = post(server, f"{json.dumps(watch('d'))}\n\n{json.dumps(watch('e'))}\n")
+    assert answer.status_code == 200 and answer.json()["accepted"] == 2
+    assert [r["op_id"] for r in landed_rows(server.input_dir)] == list("abcde")
+
+
+def test_an_answer_names_the_file_that_holds_the_rows_on_disk(server: SubmitServer) -> None:
+    answer = post(server, json.dumps([watch("a"), {"type": "cancel", "op_id": "a"}])).json()
+    path = server.input_dir / answer["file"]
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and all(len(parse_wire(line)) == 12 for line in lines)
+    assert not [p for p in server.input_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_a_row_without_ts_ms_gets_the_server_clock(server: SubmitServer,
+                                                   clock: ManualClock) -> None:
+    post(server, json.dumps([watch("a"), watch("b", ts_ms=5)]))
+    assert [r["ts_ms"] for r in landed_rows(server.input_dir)] == [1_000_000, 5]
+
+
+def test_the_server_never_hands_out_a_time_below_one_it_gave(server: SubmitServer,
+                                                            clock: ManualClock) -> None:
+    post(server, json.dumps(watch("a")))
+    clock.now -= 60_000  # the wall clock steps back a minute
+    answer = post(server, json.dumps(watch("b"))).json()
+    assert answer["ts_ms"] == 1_000_000
+    assert [r["ts_ms"] for r in landed_rows(server.input_dir)] == [1_000_000, 1_000_000]
+
+
+def test_file_names_only_grow_even_when_the_clock_steps_back(server: SubmitServer,
+                                                            clock: ManualClock) -> None:
+    names = []
+    for i in range(3):
+        names.append(post(server, json.dumps(watch(f"op{i}"))).json()["file"])
+        clock.now -= 1_000
+    assert names == sorted(names) and len(set(names)) == 3
+
+
+def test_concurrent_requests_share_a_group_commit(tmp_path: Path, clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      commit_interval_ms=200) as server:
+        post(server, json.dumps(watch("first")))  # the next commit waits out the interval
+        answers: list[httpx.Response] = []
+        threads = [threading.Thread(target=lambda i=i: answers.append(
+            post(server, json.dumps(watch(f"op{i}"))))) for i in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert {a.status_code for a in answers} == {200}
+        assert len({a.json()["file"] for a in answers}) < 20
+        assert server.stats().accepted_rows == 21
+
+
+# -- what it refuses -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("row", "reason"), [
+    ({"type": "watch", "op_id": "a"}, "missing_field"),
+    ({"type": "nope"}, "unknown_type"),
+    (watch("a", condition="sometimes"), "unknown_condition"),
+    (watch("a", keys=["k"]), "bad_keys"),
+    ({"type": "update", "key": "k", "value": 1, "error": "e"}, "value_and_error"),
+    (watch("a", ts_ms="soon"), "bad_type"),
+    ([1, 2], "unparseable"),
+])
+def test_a_row_an_engine_would_quarantine_refuses_the_request(
+        server: SubmitServer, row: object, reason: str) -> None:
+    answer = post(server, json.dumps([watch("fine"), row]))
+    assert answer.status_code == 400
+    assert answer.json()["refused"] == [
+        {"index": 1, "reason": reason, "row": answer.json()["refused"][0]["row"]}]
+    assert landed_rows(server.input_dir) == []  # not even the good row
+
+
+def test_a_row_that_names_a_field_twice_is_refused(server: SubmitServer) -> None:
+    answer = post(server, '{"type":"cancel","op_id":"a","op_id":"b"}')
+    assert answer.status_code == 400
+    assert answer.json()["refused"][0]["reason"] == "duplicate_field"
+
+
+def test_a_body_that_is_not_json_is_refused_with_the_line(server: SubmitServer) -> None:
+    answer = post(server, json.dumps(watch("a")) + "\n{oops\n")
+    assert answer.status_code == 400
+    assert answer.json()["refused"] == [{"index": 1, "reason": "unparseable",
+                                         "row": "{oops"}]
+    assert post(server, b"\xff\xfe").status_code == 400
+    assert post(server, b"  ").status_code == 400
+
+
+def test_a_row_ahead_of_the_future_bound_is_refused(tmp_path: Path,
+                                                    clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      max_future_ms=1_000) as server:
+        assert post(server, json.dumps(watch("a", ts_ms=clock.now + 1_000))).status_code == 200
+        answer = post(server, json.dumps(watch("b", ts_ms=clock.now + 1_001)))
+        assert answer.json()["refused"][0]["reason"] == "future"
+
+
+def test_a_huge_body_is_refused_with_413_unwritten(tmp_path: Path, clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      max_body_bytes=10_000) as server:
+        rows = "".join(json.dumps(watch(f"op{i}")) + "\n" for i in range(200))
+        assert post(server, rows).status_code == 413
+
+        def chunks() -> Iterator[bytes]:  # no content-length: the limit holds while read
+            yield rows.encode()
+
+        answer = httpx.post(f"{server.url}/v1/events", content=chunks(), timeout=10)
+        assert answer.status_code == 413
+        assert server.stats().refused_too_large == 2
+        assert landed_rows(server.input_dir) == []
+
+
+def test_a_slow_client_does_not_hold_up_the_others(server: SubmitServer) -> None:
+    slow = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        slow.sendall(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        started = time.monotonic()
+        for i in range(5):
+            assert post(server, json.dumps(watch(f"op{i}"))).status_code == 200
+        assert time.monotonic() - started < 5
+    finally:
+        slow.close()
+    assert len(landed_rows(server.input_dir)) == 5
+
+
+# -- retries ---------------------------------------------------------------------
+
+
+def test_a_retried_key_is_answered_again_and_not_written_again(server: SubmitServer) -> None:
+    body = json.dumps(watch("a"))
+    first = post(server, body, **{"Idempotency-Key": "k-1"})
+    again = post(server, body, **{"Idempotency-Key": "k-1"})
+    assert again.status_code == 200 and again.json() == first.json()
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert len(landed_rows(server.input_dir)) == 1
+    assert server.stats().replayed == 1
+
+
+def test_a_key_sent_with_another_body_is_refused(server: SubmitServer) -> None:
+    post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
+    answer = post(server, json.dumps(watch("b")), **{"Idempotency-Key": "k-1"})
+    assert answer.status_code == 422
+    assert [r["op_id"] for r in landed_rows(server.input_dir)] == ["a"]
+
+
+def test_a_malformed_key_is_refused(server: SubmitServer) -> None:
+    answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "x" * 256})
+    assert answer.status_code == 400
+
+
+def test_keys_outlive_a_restart(tmp_path: Path, clock: ManualClock) -> None:
+    body = json.dumps(watch("a"))
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as server:
+        first = post(server, body, **{"Idempotency-Key": "k-1"}).json()
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as server:
+        again = post(server, body, **{"Idempotency-Key": "k-1"})
+        assert again.json() == first and again.headers["Idempotent-Replayed"] == "true"
+        assert len(landed_rows(server.input_dir)) == 1
+
+
+def test_keys_expire_after_their_ttl(tmp_path: Path, clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      key_ttl_ms=1_000) as server:
+        post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
+        clock.now += 1_001
+        assert "Idempotent-Replayed" not in post(
+            server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"}).headers
+        assert len(landed_rows(server.input_dir)) == 2
+
+
+def test_a_key_whose_file_never_landed_is_forgotten(tmp_path: Path,
+                                                    clock: ManualClock) -> None:
+    # A crash between the key's record and its file: the last record names a file
+    # that is not there, and nothing of it was answered.
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d1", 1)])
+    journal.land([Submission(['{"ts_ms":2,"type":"tick"}'], "k-2", "d2", 2)])
+    journal.close()
+    last = sorted((tmp_path / "in").glob("submit-*.jsonl"))[-1]
+    last.unlink()
+    reopened = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    assert reopened.replay("k-1") is not None and reopened.replay("k-2") is None
+
+
+def test_a_torn_last_record_is_dropped(tmp_path: Path, clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d1", 1)])
+    journal.close()
+    with (tmp_path / "state" / "keys.jsonl").open("ab") as keys:
+        keys.write(b'{"file":"submit-')
+    reopened = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    assert reopened.replay("k-1") is not None
+
+
+def test_stale_temporaries_of_a_crashed_commit_are_removed(tmp_path: Path,
+                                                           clock: ManualClock) -> None:
+    (tmp_path / "in").mkdir()
+    stale = tmp_path / "in" / ".submit-0000000000001-000000.jsonl.0123abcd.tmp"
+    stale.write_text("half")
+    other = tmp_path / "in" / ".someone-elses.tmp"
+    other.write_text("kept")
+    SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock).close()
+    assert not stale.exists() and other.exists()
+
+
+# -- back-pressure ---------------------------------------------------------------
+
+
+def test_an_engine_behind_gets_503_with_retry_after(tmp_path: Path,
+                                                    clock: ManualClock) -> None:
+    read = [0]
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      rows_read=lambda: read[0], max_backlog_rows=3) as server:
+        assert post(server, json.dumps([watch(f"op{i}") for i in range(4)])).status_code == 200
+        busy = post(server, json.dumps(watch("late")))
+        assert busy.status_code == 503 and busy.headers["Retry-After"] == "1"
+        read[0] = 4  # the engine catches up
+        assert post(server, json.dumps(watch("late"))).status_code == 200
+        assert server.stats().refused_busy == 1
+
+
+def test_a_nearly_full_disk_gets_503_and_nothing_is_written(tmp_path: Path,
+                                                            clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      free_bytes=lambda path: 1_000) as server:
+        answer = post(server, json.dumps(watch("a")))
+        assert answer.status_code == 503 and "free" in answer.json()["error"]
+        assert landed_rows(server.input_dir) == []
+
+
+class _FullDisk(SubmitJournal):
+    def land(self, batch: object) -> object:  # type: ignore[override]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_while_writing_gets_503_and_the_key_stays_free(
+        tmp_path: Path, clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as server:
+        working = server.journal
+        server.journal = _FullDisk(tmp_path / "in", tmp_path / "state2", clock=clock)
+        answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
+        assert answer.status_code == 503 and "full" in answer.json()["error"]
+        server.journal = working
+        answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
+        assert answer.status_code == 200 and "Idempotent-Replayed" not in answer.headers
+        assert len(landed_rows(server.input_dir)) == 1
+
+
+def test_a_journal_write_that_fails_takes_its_keys_back(tmp_path: Path,
+                                                        clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    # A directory where the commit's file goes: the rename into place fails.
+    (tmp_path / "in" / "submit-0000001000000-000000.jsonl").mkdir()
+    with pytest.raises(OSError):
+        journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d1", 1)])
+    journal.close()
+    assert (tmp_path / "state" / "keys.jsonl").read_bytes() == b""
+    assert SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock).replay("k-1") is None
+
+
+# -- status and address ----------------------------------------------------------
+
+
+def test_status_has_the_engine_and_intake_counters(tmp_path: Path,
+                                                   clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      status=lambda: {"pending": 7}) as server:
+        post(server, json.dumps(watch("a")))
+        status = httpx.get(f"{server.url}/v1/status").json()
+        assert status["engine"] == {"pending": 7}
+        assert status["intake"]["accepted_rows"] == 1 and status["intake"]["commits"] == 1
+        assert httpx.get(f"{server.url}/metrics").status_code == 404  # none given
+
+
+def test_the_server_binds_to_loopback_by_default(server: SubmitServer) -> None:
+    assert server.host == "127.0.0.1" and server.port > 0
+
+
+def test_a_port_in_use_is_refused_at_start(server: SubmitServer, tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        SubmitServer(tmp_path / "in2", tmp_path / "state2", port=server.port).start()
+
+
+@pytest.mark.parametrize(("value", "address"), [
+    ("8080", ("127.0.0.1", 8080)), ("0.0.0.0:1", ("0.0.0.0", 1)),
+    ("[::1]:9", ("::1", 9)), (":7", ("127.0.0.1", 7))])
+def test_listen_addresses(value: str, address: tuple[str, int]) -> None:
+    assert parse_listen(value) == address
+
+
+@pytest.mark.parametrize("value", ["", "host:", "host:port", "1:70000", "-1"])
+def test_bad_listen_addresses_are_refused(value: str) -> None:
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_listen(value)
