@@ -1,0 +1,135 @@
+"""tickwheel.client: rows sent, retried under one key, refusals raised with reasons."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from tickwheel.client import AsyncClient, Client, RowsRefused, SubmitError, SubmitUnavailable
+from tickwheel.service.server import SubmitServer
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[SubmitServer]:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000) as running:
+        yield running
+
+
+def landed(server: SubmitServer) -> list[dict[str, object]]:
+    return [json.loads(line) for path in sorted(server.input_dir.glob("submit-*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def test_schedule_at_and_cancel_land_a_watch_and_a_cancel(server: SubmitServer) -> None:
+    when = datetime(2030, 1, 1, tzinfo=UTC)
+    with Client(server.url) as client:
+        accepted = client.schedule_at("order-17", when)
+        client.cancel("order-17")
+        client.submit([{"type": "update", "key": "k", "value": 3}])
+        assert client.status()["intake"]["accepted_rows"] == 3
+    assert accepted.accepted == 1 and not accepted.replayed
+    assert landed(server) == [
+        {"ts_ms": 5_000, "type": "watch", "op_id": "order-17", "deadline_ms": 1_893_456_000_000,
+         "condition": "none", "keys": []},
+        {"ts_ms": 5_000, "type": "cancel", "op_id": "order-17"},
+        {"ts_ms": 5_000, "type": "update", "key": "k", "value": 3}]
+
+
+def test_the_same_key_twice_is_written_once(server: SubmitServer) -> None:
+    with Client(server.url) as client:
+        first = client.schedule_at("a", 10_000, idempotency_key="order-a")
+        again = client.schedule_at("a", 10_000, idempotency_key="order-a")
+    assert again.replayed and again.file == first.file
+    assert len(landed(server)) == 1
+
+
+def test_a_refused_row_raises_with_its_reason(server: SubmitServer) -> None:
+    with Client(server.url) as client, pytest.raises(RowsRefused) as refused:
+        client.submit([{"type": "watch", "op_id": "a"}, {"type": "tick"}])
+    assert [(r.index, r.reason) for r in refused.value.refused] == [(0, "missing_field")]
+    assert landed(server) == []
+
+
+def test_a_naive_datetime_is_refused_before_sending(server: SubmitServer) -> None:
+    with Client(server.url) as client, pytest.raises(ValueError, match="time zone"):
+        client.schedule_at("a", datetime(2030, 1, 1))
+
+
+def _flaky(answers: list[int], seen: list[httpx.Request]) -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        status = answers.pop(0) if answers else 200
+        if status == 0:
+            raise httpx.ConnectError("refused", request=request)
+        if status != 200:
+            return httpx.Response(status, json={"error": "busy"}, headers={"Retry-After": "0"})
+        return httpx.Response(200, json={"accepted": 1, "file": "f", "ts_ms": 1})
+    return httpx.MockTransport(handle)
+
+
+def test_congestion_and_lost_connections_are_retried_under_one_key() -> None:
+    seen: list[httpx.Request] = []
+    with Client("http://127.0.0.1:1", backoff_s=0.001,
+                transport=_flaky([503, 0, 429, 502], seen)) as client:
+        accepted = client.cancel("a")
+    assert accepted.accepted == 1 and len(seen) == 5
+    assert len({r.headers["Idempotency-Key"] for r in seen}) == 1
+
+
+def test_giving_up_after_the_retries_says_so() -> None:
+    seen: list[httpx.Request] = []
+    with Client("http://127.0.0.1:1", retries=2, backoff_s=0.001,
+                transport=_flaky([503] * 10, seen)) as client, \
+            pytest.raises(SubmitUnavailable, match="after 2 retries"):
+        client.cancel("a")
+    assert len(seen) == 3
+
+
+def test_a_permanent_refusal_is_not_retried() -> None:
+    seen: list[httpx.Request] = []
+    with Client("http://127.0.0.1:1", backoff_s=0.001,
+                transport=_flaky([422], seen)) as client, \
+            pytest.raises(SubmitError) as error:
+        client.cancel("a")
+    assert error.value.status == 422 and len(seen) == 1
+
+
+def test_the_async_client_does_the_same(server: SubmitServer) -> None:
+    async def main() -> list[bool]:
+        async with AsyncClient(server.url) as client:
+            first = await client.schedule_at("a", 10_000, idempotency_key="k")
+            again = await client.schedule_at("a", 10_000, idempotency_key="k")
+            await client.cancel("a")
+            with pytest.raises(RowsRefused):
+                await client.submit({"type": "nope"})
+            assert (await client.status())["intake"]["replayed"] == 1
+            return [first.replayed, again.replayed]
+
+    assert asyncio.run(main()) == [False, True]
+    assert [r["type"] for r in landed(server)] == ["watch", "cancel"]
+
+
+def test_the_async_client_retries_too() -> None:
+    seen: list[httpx.Request] = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) < 3:
+            return httpx.Response(503, headers={"Retry-After": "0"})
+        return httpx.Response(200, json={"accepted": 1, "file": "f", "ts_ms": 1})
+
+    async def main() -> None:
+        async with AsyncClient("http://127.0.0.1:1", backoff_s=0.001,
+                               transport=httpx.MockTransport(handle)) as client:
+            await client.cancel("a")
+
+    asyncio.run(main())
+    assert len(seen) == 3 and len({r.headers["Idempotency-Key"] for r in seen}) == 1

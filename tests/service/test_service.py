@@ -1,0 +1,177 @@
+"""The whole service over loopback: rows submitted over HTTP fire and reach a webhook,
+and every acknowledged row is applied once across kill -9."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from tests.conftest import eventually
+from tests.service.receiver import receiving
+from tickwheel.client import Client, SubmitError
+from tickwheel.pipeline.follow import wall_clock_ms
+
+pytestmark = pytest.mark.realtime
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tickwheel.cli", *args], check=False,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _service(tmp_path: Path, webhook: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """A following service with the submit API on a port of its own; its URL."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--clock", "wall",
+         "--lateness-ms", "100", "--trigger-ms", "100", "--input", str(tmp_path / "in"),
+         "--output", str(tmp_path / "out"), "--listen", "127.0.0.1:0",
+         "--deliver-to", webhook, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert child.stdout is not None
+    url = ""
+    for line in child.stdout:
+        found = re.search(r"taking rows at (http://\S+)/v1/events", line)
+        url = found.group(1) if found else url
+        if line.startswith("following"):
+            break
+    assert url, "the service printed no address"
+    return child, url
+
+
+def _stop(child: subprocess.Popen[str]) -> str:
+    child.send_signal(signal.SIGTERM)
+    output, _ = child.communicate(timeout=120)
+    assert child.returncode == 0, output
+    return output
+
+
+def _outcome_ids(output: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return [row["op_id"] for row in pq.read_table(output / "outcomes").to_pylist()]
+
+
+def test_submitted_then_fired_then_delivered(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    with receiving(lambda _n: 200) as receiver:
+        child, url = _service(tmp_path, receiver.url)
+        try:
+            now = wall_clock_ms()
+            with Client(url) as client:
+                client.schedule_at("job-0", now + 60_000)  # cancelled well before
+                for i in range(1, 20):
+                    client.schedule_at(f"job-{i}", now + 300)
+                client.cancel("job-0")
+            assert eventually(lambda: len(receiver.ids()) == 20, 60,
+                              unless=lambda: child.poll() is not None)
+        finally:
+            output = _stop(child)
+    outcomes = {o["op_id"]: o["outcome"] for r in receiver.requests for o in r["outcomes"]}
+    assert outcomes == {"job-0": "cancelled", **{f"job-{i}": "expired" for i in range(1, 20)}}
+    assert "delivered 20 outcomes" in output
+
+
+def test_every_acknowledged_row_is_applied_once_across_kill_9(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def stream(url: str, start: int) -> None:
+        # Requests one after another; only an answered one counts as acknowledged.
+        with Client(url, retries=0, timeout_s=5) as client:
+            i = start
+            while not stop.is_set():
+                try:
+                    client.schedule_at(f"op-{i}", wall_clock_ms() + 200,
+                                       idempotency_key=f"op-{i}")
+                except (SubmitError, OSError):
+                    return  # the service died under it: this one is not acknowledged
+                acked.append(f"op-{i}")
+                i += 1
+
+    with receiving(lambda _n: 200) as receiver:
+        child, url = _service(tmp_path, receiver.url)
+        sender = threading.Thread(target=stream, args=(url, 0))
+        sender.start()
+        assert eventually(lambda: len(acked) >= 300, 120,
+                          unless=lambda: child.poll() is not None)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        sender.join(timeout=60)
+        first = len(acked)
+        child, url = _service(tmp_path, receiver.url)
+        try:
+            sender = threading.Thread(target=stream, args=(url, first + 1))
+            sender.start()
+            assert eventually(lambda: len(acked) >= first + 100, 120,
+                              unless=lambda: child.poll() is not None)
+            stop.set()
+            sender.join(timeout=60)
+            assert eventually(lambda: set(acked) <= {i.split("@")[0] for i in receiver.ids()},
+                              120, unless=lambda: child.poll() is not None)
+        finally:
+            stop.set()
+            _stop(child)
+    applied = _outcome_ids(tmp_path / "out")
+    assert set(acked) <= set(applied)  # none lost
+    assert len(applied) == len(set(applied))  # none twice, the one in flight included
+
+
+def test_a_second_service_on_the_checkpoint_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    with receiving(lambda _n: 200) as receiver:
+        child, _url = _service(tmp_path, receiver.url)
+        try:
+            second = _cli("run", "--follow", "--input", str(tmp_path / "in"), "--output",
+                          str(tmp_path / "out"), "--listen", "0")
+            assert second.returncode == 2 and "in use by pid" in second.stdout
+        finally:
+            _stop(child)
+
+
+def test_listen_options_are_checked_before_any_work(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    batch = _cli("run", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                 "--listen", "0")
+    assert batch.returncode == 2 and "--listen applies to --follow" in batch.stdout
+    bad = _cli("run", "--follow", "--input", str(tmp_path / "in"), "--output",
+               str(tmp_path / "out"), "--listen", "127.0.0.1:http")
+    assert bad.returncode == 2 and "--listen" in bad.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_submit_from_the_shell(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"type":"watch","op_id":"a","keys":[],"condition":"none",'
+                    '"deadline_ms":99999999999999}\n{"type":"cancel","op_id":"a"}\n')
+    with receiving(lambda _n: 200) as receiver:
+        child, url = _service(tmp_path, receiver.url)
+        try:
+            done = _cli("submit", url, str(rows), "--idempotency-key", "load-1")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "2 rows taken in 1 request" in done.stdout
+            again = _cli("submit", url, str(rows), "--idempotency-key", "load-1")
+            assert again.returncode == 0
+            assert eventually(lambda: len(receiver.ids()) == 1, 60)
+            bad = tmp_path / "bad.jsonl"
+            bad.write_text('{"type":"watch","op_id":"b"}\n')
+            refused = _cli("submit", url, str(bad))
+            assert refused.returncode == 1 and "missing_field" in refused.stdout
+            broken = tmp_path / "broken.jsonl"
+            broken.write_text("{not json\n")
+            unparsed = _cli("submit", url, str(broken))
+            assert unparsed.returncode == 1 and "broken.jsonl:1" in unparsed.stdout
+        finally:
+            _stop(child)
+    assert _outcome_ids(tmp_path / "out") == ["a"]  # the second submit wrote nothing
+    assert _cli("submit", "ftp://x", str(rows)).returncode == 2
+    assert _cli("submit", url, str(tmp_path / "missing.jsonl")).returncode == 2
