@@ -978,3 +978,42 @@ def test_a_file_that_changes_after_it_was_read_is_warned_of_and_counted(
     assert "a.jsonl' changed after it was read" in caplog.text
     follower.step()  # warned once per change
     assert follower.counts().files_changed == 1
+
+
+def test_each_batch_output_names_the_epoch_of_the_owner_that_wrote_it(
+        tmp_path: Path, inbox: Path) -> None:
+    from tickwheel.pipeline.outputs import owner_epoch
+
+    land(inbox, "a.jsonl", [watch(1_000, "a", 1_000), cancel(1_000, "b"), "{bad"])
+    with engine(tmp_path, WallClock(5_000)) as first:
+        first.step()
+        epoch = first._owner.epoch
+    assert {owner_epoch(p) for p in (tmp_path / "out").glob("*/batch-*.parquet")} == {epoch}
+    land(inbox, "b.jsonl", [watch(6_000, "c", 6_000)])
+    with engine(tmp_path, WallClock(10_000)) as second:
+        second.step()
+        assert second._owner.epoch == epoch + 1
+    newest = sorted((tmp_path / "out" / "outcomes").glob("batch-*.parquet"))[-1]
+    assert owner_epoch(newest) == epoch + 1
+
+
+def test_an_owner_that_loses_its_checkpoint_while_writing_does_not_commit(
+        tmp_path: Path, inbox: Path) -> None:
+    from tickwheel.pipeline.ownership import LOCK_FILE, OwnershipLost
+
+    land(inbox, "a.jsonl", [watch(1_000, "a", 1_000)])
+    stale = engine(tmp_path, WallClock(5_000))
+    write = stale._write_outputs
+
+    def write_then_lose(*args: Any) -> None:
+        write(*args)
+        (stale.checkpoint_dir / LOCK_FILE).unlink()  # another owner takes over meanwhile
+
+    stale._write_outputs = write_then_lose  # type: ignore[method-assign]
+    with pytest.raises(OwnershipLost):
+        stale.step()
+    stale.close()
+    with engine(tmp_path, WallClock(5_000)) as successor:
+        assert successor.batch_id == -1  # nothing was committed: the batch runs again
+        successor.step()
+    assert [o[:2] for o in outcomes(tmp_path / "out")] == [("a", "expired")]

@@ -26,7 +26,7 @@ from tests.pipeline.test_sink import Flaky
 from tickwheel.pipeline.events import Event, compact_wire
 from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
 from tickwheel.pipeline.log_reader import read_events
-from tickwheel.pipeline.outputs import read_parquet_rows
+from tickwheel.pipeline.outputs import owner_epoch, read_parquet_rows
 from tickwheel.pipeline.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.routing import partition_of
 from tickwheel.pipeline.sink import OutcomeSink
@@ -94,6 +94,8 @@ def test_all_the_input_and_its_end_go_in_one_micro_batch(spark: Any, tmp_path: P
     # Each op partition's executor task wrote its own outputs.
     assert sorted(p.name for p in (tmp_path / "out" / "outcomes").iterdir()) == [
         f"batch-000000000-{p:05d}.parquet" for p in range(3)]
+    # Each names the epoch of the checkpoint's owner that wrote it.
+    assert {owner_epoch(p) for p in (tmp_path / "out" / "outcomes").iterdir()} == {1}
 
 
 def test_input_over_the_byte_budget_is_read_in_several_micro_batches(

@@ -78,6 +78,7 @@ from tickwheel.pipeline.outputs import (
     OWNER_FILE,
     checkpoint_id,
     outcomes_table,
+    owner_metadata,
     quarantine_table,
     take_output,
     write_atomically,
@@ -597,6 +598,7 @@ class LocalFollowEngine:
             stage.forget(row.op_id, row.resolved_ms - row.latency_ms, row.keys)
         self._owner.check()  # a run that lost its checkpoint writes nothing more
         self._write_outputs(batch_id, outcomes, quarantine)
+        self._owner.check()  # nor commits what it wrote meanwhile
         self._commit(batch_id, names)
         self._seen.update(names)
         self._compact()
@@ -623,7 +625,7 @@ class LocalFollowEngine:
         for sub, rows in written.items():
             path = self.output_dir / sub / name
             if rows is not None:
-                write_atomically(rows, path)
+                write_atomically(rows, path, owner_metadata(self._owner.epoch))
             else:
                 path.unlink(missing_ok=True)
         if self._delivery is not None and outcomes:

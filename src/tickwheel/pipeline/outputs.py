@@ -10,7 +10,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -25,10 +25,11 @@ from tickwheel.pipeline.reference import OutcomeRow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["DEAD_LETTERS", "DEFAULT_CHECKPOINT", "OUTPUT_SUBDIRS", "OWNER_FILE", "REPORT_FILE",
-           "OutputDirError", "OutputWriter", "checkpoint_id", "count_outputs",
-           "covered_batches", "outcome_rows", "outcome_size", "outcome_writer",
-           "outcomes_table", "output_owner", "prepare_output", "quarantine_table",
+__all__ = ["DEAD_LETTERS", "DEFAULT_CHECKPOINT", "OUTPUT_SUBDIRS", "OWNER_EPOCH_KEY",
+           "OWNER_FILE", "REPORT_FILE", "OutputDirError", "OutputWriter", "checkpoint_id",
+           "count_outputs", "covered_batches", "outcome_rows", "outcome_size",
+           "outcome_writer", "outcomes_table", "output_owner", "owner_epoch",
+           "owner_metadata", "prepare_output", "quarantine_table",
            "quarantine_writer", "quarantined_size", "read_outcomes", "read_output_table",
            "read_parquet_rows", "take_output", "write_atomically", "write_outcomes",
            "write_quarantine", "write_tables_atomically"]
@@ -43,6 +44,8 @@ REPORT_FILE = "report.png"
 DEFAULT_CHECKPOINT = "_checkpoint"
 #: Where a webhook's refused deliveries go (tickwheel.service.webhook).
 DEAD_LETTERS = "dead-letter"
+#: The key, in a batch output file's metadata, of the epoch of the owner that wrote it.
+OWNER_EPOCH_KEY = "tickwheel.owner_epoch"
 # The files an engine writes in outcomes/ and quarantine/ (and the Spark engine's
 # temporary files on their way there): nothing else is read as output.
 _OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}(-\d{5})?|batches-\d{9}-\d{9})\.parquet"
@@ -131,18 +134,37 @@ def quarantined_size(row: Quarantined) -> int:
     return 64 + len(row.raw)
 
 
-def write_atomically(table: pa.Table, path: Path) -> None:
+def owner_metadata(epoch: int) -> dict[str, str]:
+    """The file metadata that says which owner of the checkpoint wrote a batch's
+    output: its epoch (see :mod:`tickwheel.pipeline.ownership`)."""
+    return {OWNER_EPOCH_KEY: str(epoch)}
+
+
+def owner_epoch(path: Path) -> int | None:
+    """The epoch of the owner that wrote the output file ``path``, if it says."""
+    _, pq = pyarrow_modules()
+    metadata = pq.read_schema(path).metadata or {}
+    value = metadata.get(OWNER_EPOCH_KEY.encode())
+    return None if value is None else int(value)
+
+
+def write_atomically(table: pa.Table, path: Path,
+                     metadata: Mapping[str, str] | None = None) -> None:
     """A Parquet file written whole and fsync'd under a hidden name (which no reader
     takes), then renamed into place: a crash, even of the machine, leaves the old file
     or the new one, never half; and a batch's outputs are on disk before the state that
-    commits the batch (which is fsync'd after them)."""
-    write_tables_atomically(table.schema, [table], path)
+    commits the batch (which is fsync'd after them). ``metadata`` goes in the file's
+    schema."""
+    write_tables_atomically(table.schema, [table], path, metadata)
 
 
-def write_tables_atomically(schema: pa.Schema, tables: Iterable[pa.Table], path: Path) -> None:
+def write_tables_atomically(schema: pa.Schema, tables: Iterable[pa.Table], path: Path,
+                            metadata: Mapping[str, str] | None = None) -> None:
     """:func:`write_atomically` for tables that come one at a time, each its own row
     group: a merge of files never holds them all."""
     _, pq = pyarrow_modules()
+    if metadata:
+        schema = schema.with_metadata(dict(metadata))
     path.parent.mkdir(parents=True, exist_ok=True)
     out, tmp = open_temporary(path)
     try:
@@ -173,7 +195,8 @@ class OutputWriter(Generic[R]):
     def __init__(self, directory: Path, to_table: Callable[[list[R]], pa.Table], *,
                  group_rows: int = 65_536, row_bytes: Callable[[R], int] | None = None,
                  group_bytes: int = 16 << 20, name: str = "part-00000.parquet",
-                 tmp_prefix: str | None = None) -> None:
+                 tmp_prefix: str | None = None,
+                 metadata: Mapping[str, str] | None = None) -> None:
         _, pq = pyarrow_modules()
         self.path = directory / name
         self.rows = 0
@@ -186,7 +209,10 @@ class OutputWriter(Generic[R]):
         directory.mkdir(parents=True, exist_ok=True)
         self._file, self._tmp = open_temporary(self.path, tmp_prefix)
         try:
-            self._writer = pq.ParquetWriter(self._file, to_table([]).schema)
+            schema = to_table([]).schema
+            if metadata:
+                schema = schema.with_metadata(dict(metadata))
+            self._writer = pq.ParquetWriter(self._file, schema)
         except BaseException:
             self._file.close()
             self._tmp.unlink(missing_ok=True)

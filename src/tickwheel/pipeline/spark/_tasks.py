@@ -37,7 +37,12 @@ from typing import TYPE_CHECKING, Any
 from tickwheel.pipeline.collector import collector_paused
 from tickwheel.pipeline.events import Quarantined, Reason, compact_wire, to_wire, wire_line
 from tickwheel.pipeline.log_reader import json_lines, json_stream, open_input, parquet_events
-from tickwheel.pipeline.outputs import OutputWriter, outcomes_table, quarantine_table
+from tickwheel.pipeline.outputs import (
+    OutputWriter,
+    outcomes_table,
+    owner_metadata,
+    quarantine_table,
+)
 from tickwheel.pipeline.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.routing import partition_of, route
 from tickwheel.pipeline.spark._entry_log import EntryLog
@@ -89,14 +94,15 @@ def warm_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from batches
 
 
-def batch_writer(output_dir: str, batch_id: int) -> Any:
+def batch_writer(output_dir: str, batch_id: int, owner_epoch: int) -> Any:
     """The ``mapInArrow`` function that writes a micro-batch's outputs, run in the
     executors over stage 2's rows: each task writes its partition's outcomes and
     quarantined rows to ``outcomes/`` and ``quarantine/`` as
     ``batch-<id>-<partition>.parquet`` (under a hidden name, fsync'd, renamed into
     place), and hands the driver only its statuses and counts. The outputs never pass
     through the driver, and a batch run again after a crash writes the same files
-    again: its rows and their partitions are those of the first run."""
+    again: its rows and their partitions are those of the first run. Each file's
+    metadata names the epoch of the checkpoint's owner that wrote it."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -118,7 +124,8 @@ def batch_writer(output_dir: str, batch_id: int) -> Any:
                         if writer is None:
                             writer = writers[column] = OutputWriter(
                                 Path(output_dir) / column, to_table, name=f"{name}.parquet",
-                                tmp_prefix=f".{name}.{context.attemptNumber()}.")
+                                tmp_prefix=f".{name}.{context.attemptNumber()}.",
+                                metadata=owner_metadata(owner_epoch))
                         writer.write_table(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
                 statuses += [s for s in batch.column("status").to_pylist() if s is not None]
             for writer in writers.values():

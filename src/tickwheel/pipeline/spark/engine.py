@@ -354,7 +354,8 @@ class SparkEngine:
             for stale in (self.output_dir / sub).glob(f"{name}-*.parquet"):
                 stale.unlink(missing_ok=True)
         # The executors write the outputs; the driver gets statuses and counts.
-        written = frame.mapInArrow(batch_writer(str(self.output_dir.absolute()), batch_id),
+        written = frame.mapInArrow(batch_writer(str(self.output_dir.absolute()), batch_id,
+                                                self._owner.epoch),
                                    WRITTEN_SCHEMA).toArrow()
         for sub in ("outcomes", "quarantine"):
             # What a task attempt that failed, or was superseded, left half written.
@@ -368,6 +369,7 @@ class SparkEngine:
                              self.checkpoint_dir / "status" / f"{name}.parquet")
             if len(statuses) == 2 * self.partitions:
                 self._forget_statuses_before(batch_id)
+        self._owner.check()  # a stale owner does not let Spark commit what it wrote
         if self._delivery is not None:
             self._delivery.submit(batch_id, batch_files(self.output_dir / "outcomes",
                                                         batch_id))
