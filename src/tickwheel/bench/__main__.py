@@ -1,5 +1,5 @@
 """``python -m tickwheel.bench {timers,asyncio,purgatory,dispatcher,pipeline,pending,
-follow,schedules}``: prints medians and ratios."""
+follow,schedules,service}``: prints medians and ratios."""
 
 from __future__ import annotations
 
@@ -139,6 +139,18 @@ def _schedules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _service(args: argparse.Namespace) -> int:
+    from tickwheel.bench._service import run_service, service_table
+
+    results = run_service(args.engines, args.seconds, args.batch_rate, args.single_rate,
+                          args.fire_rate, args.master)
+    print(f"\nservice benchmark: {args.seconds} s a phase, open loop over loopback; ack "
+          "latency from when each request was due; ratio to the bare aiohttp server's p99 "
+          "in parentheses; fire delay from each deadline to the webhook's receipt\n")
+    print(service_table(results))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tickwheel.bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -218,13 +230,25 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--memory-n", type=_non_negative, default=1_000_000,
                     help="schedules held on a timer, 0 for none (default: %(default)s)")
     sc.add_argument("--repeat", type=_positive, default=3, help="repetitions (median reported)")
+    sv = sub.add_parser("service", help="the submit API and the webhook over loopback: "
+                                        "acknowledged rows/s, ack latency, fire delay")
+    sv.add_argument("--seconds", type=_positive, default=60, help="each phase's length")
+    sv.add_argument("--batch-rate", type=_positive, default=20_000,
+                    help="rows/s in requests of 100 (default: %(default)s)")
+    sv.add_argument("--single-rate", type=_positive, default=2_000,
+                    help="one-row requests/s (default: %(default)s)")
+    sv.add_argument("--fire-rate", type=_positive, default=2_000,
+                    help="'do X in 2 s' rows/s, in requests of 100 (default: %(default)s)")
+    sv.add_argument("--engines", type=_engines, default=["local"],
+                    help="comma-separated: local, spark (default: local)")
+    sv.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
 
     import tickwheel
 
 
     by_name = {"follow": _follow, "pipeline": _pipeline, "pending": _pending,
-               "schedules": _schedules}
+               "schedules": _schedules, "service": _service}
     if args.what in by_name:
         return by_name[args.what](args)
 

@@ -97,8 +97,7 @@ def _loads(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_pairs)
 
 
-def _objects(body: bytes) -> list[Any]:
-    """A JSON object, a JSON array of them, or JSON Lines."""
+def _text(body: bytes) -> str:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -106,56 +105,71 @@ def _objects(body: bytes) -> list[Any]:
     stripped = text.strip()
     if not stripped:
         raise IntakeError("the body holds no rows")
-    if stripped[0] == "[":
-        try:
-            rows = _loads(stripped)
-        except ValueError as exc:
-            raise IntakeError(f"the body is not a JSON array: {exc}") from None
-        if not isinstance(rows, list):  # pragma: no cover - '[' opens an array
-            raise IntakeError("the body is not a JSON array")
-        return rows
-    lines = [line for line in stripped.splitlines() if line.strip()]
-    out: list[Any] = []
-    refused: list[RefusedRow] = []
-    for index, line in enumerate(lines):
-        try:
-            out.append(_loads(line))
-        except ValueError:
-            refused.append(RefusedRow(index, Reason.UNPARSEABLE.value, line[:_SHOWN_CHARS]))
-            out.append(None)
-    if refused:
-        raise IntakeError(f"{len(refused)} of {len(lines)} rows are not JSON", tuple(refused))
+    return stripped
+
+
+def _array_lines(text: str, now_ms: int) -> list[str | RefusedRow]:
+    """A JSON array's rows as lines, each stamped where it has no ``ts_ms``."""
+    try:
+        rows = _loads(text)
+    except ValueError as exc:
+        raise IntakeError(f"the body is not a JSON array: {exc}") from None
+    out: list[str | RefusedRow] = []
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            out.append(RefusedRow(index, Reason.UNPARSEABLE.value,
+                                  json.dumps(row)[:_SHOWN_CHARS]))
+        elif _repeats(row):
+            out.append(RefusedRow(index, Reason.DUPLICATE_FIELD.value,
+                                  json.dumps(row)[:_SHOWN_CHARS]))
+        else:
+            stamped = row if "ts_ms" in row else {"ts_ms": now_ms, **row}
+            out.append(json.dumps(stamped, separators=(",", ":"), ensure_ascii=False))
     return out
 
 
+def _stamped(line: str, now_ms: int) -> str:
+    """``line`` with ``"ts_ms": now_ms`` first in its object if it has none: the raw
+    text kept (no parse and dump), and the engines' own parser judges the result."""
+    if not line.startswith("{"):
+        return line
+    rest = line[1:].lstrip()
+    stamped = (f'{{"ts_ms":{now_ms}}}' if rest.startswith("}")
+               else f'{{"ts_ms":{now_ms},{line[1:]}')
+    fields = parse_wire(stamped)
+    if len(fields) == 3 and fields[1] == Reason.DUPLICATE_FIELD.value:
+        return line  # it has its own ts_ms (or repeats a field: refused as it is)
+    return stamped
+
+
 def read_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None) -> list[str]:
-    """The rows of ``body`` as event-log lines, each with ``ts_ms`` (``now_ms`` where a
-    row has none); :class:`IntakeError` naming every row an engine would quarantine
-    (and ``future`` past ``max_ts_ms``), in which case none is taken."""
-    rows = _objects(body)
-    if len(rows) > MAX_ROWS_PER_REQUEST:
-        raise IntakeError(f"{len(rows):,} rows in one request: at most "
+    """The rows of ``body`` (one JSON object, a JSON array of them, or JSON Lines) as
+    event-log lines, each with ``ts_ms`` (``now_ms`` where a row has none);
+    :class:`IntakeError` naming every row an engine would quarantine (and ``future``
+    past ``max_ts_ms``), in which case none is taken."""
+    text = _text(body)
+    if text.startswith("["):
+        candidates = _array_lines(text, now_ms)
+        shown: list[str] = [c if isinstance(c, str) else "" for c in candidates]
+    else:
+        shown = [line.strip() for line in text.splitlines() if line.strip()]
+        candidates = [_stamped(line, now_ms) for line in shown]
+    if len(candidates) > MAX_ROWS_PER_REQUEST:
+        raise IntakeError(f"{len(candidates):,} rows in one request: at most "
                           f"{MAX_ROWS_PER_REQUEST:,}, split it")
     lines: list[str] = []
     refused: list[RefusedRow] = []
-    for index, row in enumerate(rows):
-        if not isinstance(row, dict):
-            refused.append(RefusedRow(index, Reason.UNPARSEABLE.value,
-                                      json.dumps(row)[:_SHOWN_CHARS]))
+    for index, line in enumerate(candidates):
+        if isinstance(line, RefusedRow):
+            refused.append(line)
             continue
-        if _repeats(row):
-            refused.append(RefusedRow(index, Reason.DUPLICATE_FIELD.value,
-                                      json.dumps(row)[:_SHOWN_CHARS]))
-            continue
-        stamped = row if "ts_ms" in row else {"ts_ms": now_ms, **row}
-        line = json.dumps(stamped, separators=(",", ":"), ensure_ascii=False)
         reason = _problem(line, max_ts_ms)
         if reason is not None:
-            refused.append(RefusedRow(index, reason, line[:_SHOWN_CHARS]))
+            refused.append(RefusedRow(index, reason, shown[index][:_SHOWN_CHARS]))
             continue
         lines.append(line)
     if refused:
-        raise IntakeError(f"{len(refused)} of {len(rows)} rows refused", tuple(refused))
+        raise IntakeError(f"{len(refused)} of {len(candidates)} rows refused", tuple(refused))
     return lines
 
 

@@ -20,7 +20,6 @@ engine keeps the main thread. Needs the ``service`` extra (aiohttp).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -60,7 +59,9 @@ log = logging.getLogger(__name__)
 
 #: A group commit starts at most this often: under load, requests share a file rather
 #: than each landing one (the engine lists its input directory every batch).
-DEFAULT_COMMIT_INTERVAL_MS: Final = 5
+DEFAULT_COMMIT_INTERVAL_MS: Final = 10
+#: How often the free space of the input's disk is asked for (a statvfs).
+_FREE_CHECK_S: Final = 0.25
 DEFAULT_MAX_BACKLOG_ROWS: Final = 1_000_000
 DEFAULT_MIN_FREE_BYTES: Final = 64 << 20
 #: The server's directory in the checkpoint it shares with the engine (its keys).
@@ -136,6 +137,7 @@ class SubmitServer:
         self.commit_interval_ms = commit_interval_ms
         self.min_free_bytes = min_free_bytes
         self._free_bytes = free_bytes or (lambda path: shutil.disk_usage(path).free)
+        self._free, self._free_checked = 0, -_FREE_CHECK_S
         self._counts = dict.fromkeys(("requests", "accepted_rows", "commits", "replayed",
                                       "refused_bad", "refused_busy", "refused_too_large"), 0)
         self._waiting: list[_Waiting] = []
@@ -146,8 +148,6 @@ class SubmitServer:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._failure: BaseException | None = None
-        # One thread writes: the journal is serial, and the loop never waits on fsync.
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, "tickwheel-submit")
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -212,7 +212,6 @@ class SubmitServer:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(stopping.set)
         thread.join(timeout=30)
-        self._writer.shutdown(wait=True)
         self.journal.close()
 
     @property
@@ -246,7 +245,10 @@ class SubmitServer:
         if behind > self.max_backlog_rows:
             raise _Busy(f"the engine is {behind:,} rows behind (at most "
                         f"{self.max_backlog_rows:,})")
-        free = self._free_bytes(self.input_dir)
+        now = time.monotonic()
+        if now - self._free_checked >= _FREE_CHECK_S:
+            self._free, self._free_checked = self._free_bytes(self.input_dir), now
+        free = self._free
         if free < self.min_free_bytes:
             raise _Busy(f"{free:,} bytes free on the input's disk (at least "
                         f"{self.min_free_bytes:,} wanted)")
@@ -346,7 +348,9 @@ class SubmitServer:
         return self._json(200, receipt.as_json(), {"Idempotent-Replayed": "true"})
 
     async def _commit_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Group commits, in the loop's own thread: a commit is a few syscalls, and a
+        writer thread would wait for the GIL behind a busy loop (measured: the p99
+        of single-row requests tripled)."""
         assert self._wake is not None
         last = 0.0
         while True:
@@ -360,8 +364,7 @@ class SubmitServer:
                 continue
             last = time.monotonic()
             try:
-                receipts = await loop.run_in_executor(
-                    self._writer, self.journal.land, [w.submission for w in batch])
+                receipts = self.journal.land([w.submission for w in batch])
             except OSError as exc:
                 why = ("the input's disk is full" if is_disk_full(exc)
                        else f"the input could not be written: {exc.strerror or exc}")

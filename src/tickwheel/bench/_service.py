@@ -1,0 +1,303 @@
+"""Service benchmark: ``tickwheel run --follow --listen`` in a process of its own, fed over
+loopback by an open-loop load generator in this one, delivering to a webhook receiver
+in this one too.
+
+Each phase starts a fresh service (input, output, checkpoint) and sends requests at a
+fixed rate for ``seconds``; a request's latency runs from when it was due to be sent to
+its answer, so a server that falls behind is charged for the wait (no coordinated
+omission). Phases:
+
+- ``batch``: requests of 100 rows, ``batch_rate`` rows a second;
+- ``single``: requests of one row, ``single_rate`` a second;
+- ``fire``: "do X in 2 s" rows, ``fire_rate`` a second in requests of 100, with
+  ``--lateness-ms 100``: the delay from each deadline to the webhook's receipt of it.
+
+The anchor: the same ``batch`` and ``single`` loads against a bare aiohttp server that
+answers 200 without validating or writing anything, in a process of its own: what the
+HTTP stack alone costs on this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["PhaseResult", "run_service", "service_table"]
+
+_FIRE_IN_MS = 2_000
+_MAX_IN_FLIGHT = 512
+_BARE_SERVER = """
+import sys
+from aiohttp import web
+async def ok(request):
+    await request.read()
+    return web.json_response({"accepted": 1})
+app = web.Application()
+app.router.add_post("/v1/events", ok)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+"""
+
+
+@dataclass
+class PhaseResult:
+    engine: str
+    phase: str
+    rows_per_request: int
+    target_rows_s: int
+    rows_acked: int = 0
+    seconds: float = 0.0
+    errors: int = 0
+    overloaded: int = 0  # requests not sent: too many in flight
+    latency_ms: list[float] = field(default_factory=list)
+    fire_delay_ms: list[float] = field(default_factory=list)
+
+    @property
+    def rows_s(self) -> float:
+        return self.rows_acked / self.seconds if self.seconds else 0.0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Receiver:
+    """A webhook receiver on loopback: when each expiry arrived, less its deadline."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+        self.seen: set[str] = set()
+        self.url = ""
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        from aiohttp import web
+
+        async def hook(request: web.Request) -> web.Response:
+            now = time.time_ns() / 1e6
+            for outcome in (await request.json())["outcomes"]:
+                if outcome["outcome"] == "expired" and outcome["id"] not in self.seen:
+                    self.seen.add(outcome["id"])
+                    self.delays.append(now - outcome["resolved_ms"])
+            return web.Response(text="ok")
+
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_post("/hook", hook)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)
+
+
+def _start_service(engine: str, work: Path, webhook: str, master: str) -> tuple[
+        subprocess.Popen[str], str]:
+    args = [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--clock", "wall",
+            "--lateness-ms", "100", "--trigger-ms", "100", "--input", str(work / "in"),
+            "--output", str(work / "out"), "--listen", "127.0.0.1:0", "--deliver-to", webhook,
+            "--engine", engine]
+    if engine == "spark":
+        args += ["--master", master]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=env)
+    assert child.stdout is not None
+    url = ""
+    for line in child.stdout:
+        found = re.search(r"taking rows at (http://\S+)/v1/events", line)
+        if found:
+            url = found.group(1)
+        if line.startswith("following"):
+            break
+    if not url:
+        child.kill()
+        raise RuntimeError(f"the {engine} service did not start: {child.communicate()[0]}")
+    # Drain its output, or a full pipe would stop it.
+    threading.Thread(target=lambda: [None for _ in child.stdout or ()], daemon=True).start()
+    return child, url
+
+
+def _start_bare(port: int) -> subprocess.Popen[str]:
+    child = subprocess.Popen([sys.executable, "-c", _BARE_SERVER, str(port)], text=True)
+    return child
+
+
+def _stop_service(child: subprocess.Popen[str]) -> None:
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+async def _load(url: str, result: PhaseResult, seconds: float, fire: bool) -> None:
+    """Requests at a fixed rate for ``seconds``; each one's latency from when it was due."""
+    import aiohttp
+
+    per_request = result.rows_per_request
+    rate = result.target_rows_s / per_request  # requests a second
+    total = int(rate * seconds)
+    in_flight = 0
+
+    async def send(session: aiohttp.ClientSession, due: float, index: int) -> None:
+        nonlocal in_flight
+        now = _wall_ms()
+        rows = [{"type": "watch", "op_id": f"{result.phase}-{index}-{i}", "keys": [],
+                 "condition": "none",
+                 "deadline_ms": now + (_FIRE_IN_MS if fire else 3_600_000)}
+                for i in range(per_request)]
+        body = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+        try:
+            async with session.post(f"{url}/v1/events", data=body,
+                                    headers={"Idempotency-Key": f"{result.phase}-{index}"}
+                                    ) as response:
+                await response.read()
+                if response.status == 200:
+                    result.rows_acked += per_request
+                    result.latency_ms.append((time.perf_counter() - due) * 1000)
+                else:
+                    result.errors += 1
+        except (aiohttp.ClientError, TimeoutError):
+            result.errors += 1
+        finally:
+            in_flight -= 1
+
+    connector = aiohttp.TCPConnector(limit=_MAX_IN_FLIGHT)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tasks: set[asyncio.Task[None]] = set()
+        started = time.perf_counter()
+        for index in range(total):
+            due = started + index / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if in_flight >= _MAX_IN_FLIGHT:
+                result.overloaded += 1
+                continue
+            in_flight += 1
+            task = asyncio.create_task(send(session, due, index))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+        result.seconds = time.perf_counter() - started
+
+
+def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds: float,
+           master: str, bare: bool = False) -> PhaseResult:
+    result = PhaseResult("bare aiohttp" if bare else engine, phase, rows_per_request, rows_s)
+    receiver = _Receiver()
+    receiver.start()
+    with tempfile.TemporaryDirectory(prefix="tickwheel-bench-service-") as tmp:
+        work = Path(tmp)
+        (work / "in").mkdir()
+        if bare:
+            import socket
+
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            child = _start_bare(port)
+            url = f"http://127.0.0.1:{port}"
+            _wait_for(url)
+        else:
+            child, url = _start_service(engine, work, receiver.url, master)
+        try:
+            asyncio.run(_load(url, result, seconds, fire=phase == "fire"))
+            if phase == "fire":  # the last deadlines, the lateness and delivery
+                deadline = time.monotonic() + _FIRE_IN_MS / 1000 + 30
+                while len(receiver.seen) < result.rows_acked and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                result.fire_delay_ms = list(receiver.delays)
+        finally:
+            _stop_service(child)
+            receiver.stop()
+    return result
+
+
+def _wait_for(url: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(f"{url}/v1/events", timeout=1)
+        except urllib.error.HTTPError:
+            return  # it answers (405 for a GET)
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def run_service(engines: list[str], seconds: float, batch_rate: int, single_rate: int,
+                fire_rate: int, master: str = "local[2]") -> list[PhaseResult]:
+    results = [
+        _phase("", "batch", 100, batch_rate, seconds, master, bare=True),
+        _phase("", "single", 1, single_rate, seconds, master, bare=True),
+    ]
+    for engine in engines:
+        for phase, per_request, rate in (("batch", 100, batch_rate),
+                                         ("single", 1, single_rate),
+                                         ("fire", 100, fire_rate)):
+            print(f"{engine}: {phase} at {rate:,} rows/s for {seconds:.0f} s", flush=True)
+            results.append(_phase(engine, phase, per_request, rate, seconds, master))
+    return results
+
+
+def service_table(results: list[PhaseResult]) -> str:
+    anchors = {r.phase: r for r in results if r.engine == "bare aiohttp"}
+    lines = ["| engine | phase | target rows/s | acked rows/s | ack p50 ms | ack p99 ms | "
+             "errors | fire delay p50 ms | fire delay p99 ms |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        p99 = _percentile(r.latency_ms, 0.99)
+        anchor = anchors.get(r.phase)
+        ratio = ""
+        if anchor is not None and anchor is not r and anchor.latency_ms:
+            ratio = f" ({p99 / _percentile(anchor.latency_ms, 0.99):.1f}x)"
+        fire = (f"{statistics.median(r.fire_delay_ms):,.0f} | "
+                f"{_percentile(r.fire_delay_ms, 0.99):,.0f}") if r.fire_delay_ms else "- | -"
+        lines.append(
+            f"| {r.engine} | {r.phase} ({r.rows_per_request}/request) | {r.target_rows_s:,} | "
+            f"{r.rows_s:,.0f} | {_percentile(r.latency_ms, 0.5):,.1f} | {p99:,.1f}{ratio} | "
+            f"{r.errors + r.overloaded:,} | {fire} |")
+    return "\n".join(lines)
