@@ -174,3 +174,43 @@ def test_two_components_are_never_exported_under_one_name() -> None:
     value = registry.get_sample_value
     assert value("tickwheel_purgatory_delayed", {"purgatory": "Heartbeat"}) == 0
     assert value("tickwheel_purgatory_delayed", {"purgatory": "Heartbeat-2"}) == 1
+
+
+def test_a_webhook_and_a_submit_api_are_exported() -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Delivered:
+        delivered: int = 7
+        congested: int = 2
+        transient: int = 1
+        dead_letters: int = 3
+        lag_ms: int | None = 250
+
+    @dataclass
+    class Taken:
+        requests: int = 5
+        accepted_rows: int = 40
+        commits: int = 2
+        replayed: int = 1
+        refused_bad: int = 1
+        refused_busy: int = 0
+        refused_too_large: int = 0
+        backlog_rows: int = 12
+        keys: int = 4
+
+    class Source:
+        def __init__(self, stats: object) -> None:
+            self._stats = stats
+
+        def stats(self) -> object:
+            return self._stats
+
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(TickwheelCollector().add_webhook("hook", Source(Delivered()))
+                      .add_intake("api", Source(Taken())))
+    value = registry.get_sample_value
+    assert value("tickwheel_webhook_dead_letters_total", {"webhook": "hook"}) == 3
+    assert value("tickwheel_webhook_lag_ms", {"webhook": "hook"}) == 250
+    assert value("tickwheel_intake_accepted_rows_total", {"intake": "api"}) == 40
+    assert value("tickwheel_intake_backlog_rows", {"intake": "api"}) == 12

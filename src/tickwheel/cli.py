@@ -80,8 +80,10 @@ from tickwheel.service.server import SUBMIT_STATE
 
 if TYPE_CHECKING:
     from tickwheel.dispatch import TaskProcessor
+    from tickwheel.metrics import TickwheelCollector
     from tickwheel.pipeline.spark import SparkEngine
     from tickwheel.service.server import SubmitServer
+    from tickwheel.service.webhook import WebhookProcessor
 
 app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
                   add_completion=False)
@@ -449,13 +451,14 @@ def _webhook(url: str, output: Path) -> TaskProcessor[OutcomeRow]:
     except ImportError as exc:
         _error("--deliver-to needs the service extra: pip install 'tickwheel[service]'")
         raise typer.Exit(2) from exc
-    global _dead_letters
+    global _dead_letters, _webhook_processor
     try:
         webhook = WebhookProcessor(url, output / DEAD_LETTER_DIR)
     except ValueError as exc:
         _error(f"--deliver-to: {exc}")
         raise typer.Exit(2) from exc
     _dead_letters = webhook.dead_letters
+    _webhook_processor = webhook
     return webhook
 
 
@@ -491,6 +494,7 @@ def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:
 
 #: Where ``--deliver-to`` writes what its receiver refused, once set up.
 _dead_letters: Path | None = None
+_webhook_processor: WebhookProcessor | None = None  # --deliver-to's, for the metrics
 
 
 def _print_delivery(delivery: Delivery) -> None:
@@ -550,19 +554,24 @@ def _start_metrics(port: int | None, host: str) -> None:
 
 
 def _serve_metrics(port: int | None, name: str, counts: object,
-                   listen: tuple[str, int] | None = None) -> None:
-    """The run's counts in the metrics export: on the metrics port, and on the submit
-    API's port when there is one (and the metrics extra is installed)."""
+                   listen: tuple[str, int] | None = None) -> TickwheelCollector | None:
+    """The run's counts in the metrics export (with the webhook's, if it delivers to
+    one): on the metrics port, and on the submit API's port when there is one (and the
+    metrics extra is installed). The collector, to which the submit API adds its own."""
     if port is None and listen is None:
-        return
+        return None
     try:
         from prometheus_client import REGISTRY
     except ImportError:  # --listen without the metrics extra: /metrics answers 404
-        return
+        return None
 
     from tickwheel.metrics import TickwheelCollector
 
-    REGISTRY.register(TickwheelCollector().add_pipeline_run(name, counts))  # type: ignore[arg-type]
+    collector = TickwheelCollector().add_pipeline_run(name, counts)  # type: ignore[arg-type]
+    if _webhook_processor is not None:
+        collector.add_webhook("deliver-to", _webhook_processor)
+    REGISTRY.register(collector)
+    return collector
 
 
 def _check_listen(value: str, follow: bool) -> tuple[str, int]:
@@ -593,7 +602,8 @@ def _metrics_text() -> Callable[[], tuple[bytes, str]] | None:
 
 def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
                   status: Callable[[], Mapping[str, object]], rows_read: Callable[[], int],
-                  max_future_ms: int | None) -> SubmitServer:
+                  max_future_ms: int | None,
+                  collector: TickwheelCollector | None) -> SubmitServer:
     """The submit API, serving from now on (exit 2 if its address cannot be bound)."""
     from tickwheel.service.server import SubmitServer
 
@@ -606,6 +616,8 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
         _error(f"--listen {address[0]}:{address[1]}: cannot serve there: "
                f"{exc.strerror or exc}")
         raise typer.Exit(2) from exc
+    if collector is not None:
+        collector.add_intake("submit", server)
     console.print(f"taking rows at {server.url}/v1/events")
     return server
 
@@ -643,11 +655,11 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                 return None
             return follower.clock() - release
 
-    _serve_metrics(metrics_port, "follow", _Live(), listen)
+    collector = _serve_metrics(metrics_port, "follow", _Live(), listen)
     server = None if listen is None else _start_submit(
         listen, input, follower.checkpoint_dir / SUBMIT_STATE,
         lambda: asdict(follower.counts()), lambda: follower.counts().rows_in,
-        max_future_ms if clock is ClockKind.wall else None)
+        max_future_ms if clock is ClockKind.wall else None, collector)
     last_print = 0.0
 
     def progress(batch: FollowBatch) -> None:
@@ -778,11 +790,11 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
                   max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> int:
     """Run the service until a signal; how many outcomes were left undelivered."""
     live = _SparkCounts(spark_engine)
-    _serve_metrics(metrics_port, "follow", live, listen)
+    collector = _serve_metrics(metrics_port, "follow", live, listen)
     server = None if listen is None else _start_submit(
         listen, spark_engine.input_dir, spark_engine.checkpoint_dir / SUBMIT_STATE,
         live.as_json, lambda: live.rows_in,
-        max_future_ms if clock is ClockKind.wall else None)
+        max_future_ms if clock is ClockKind.wall else None, collector)
     last_print = 0.0
 
     def progress(batch_id: int, outcomes: int, quarantined: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict
 from typing import Any, Protocol
 
 try:
@@ -39,7 +40,13 @@ from tickwheel.dispatch import TaskDispatcher
 from tickwheel.purgatory import Purgatory
 from tickwheel.timers import TimerBase
 
-__all__ = ["PipelineCounts", "TickwheelCollector"]
+__all__ = ["PipelineCounts", "StatsSource", "TickwheelCollector"]
+
+
+class StatsSource(Protocol):
+    """A component whose ``stats()`` is a dataclass snapshot of counts."""
+
+    def stats(self) -> Any: ...
 
 
 class PipelineCounts(Protocol):
@@ -118,6 +125,8 @@ class TickwheelCollector(Collector):
         self._dispatchers: dict[str, TaskDispatcher[Any]] = {}
         self._pipelines: dict[str, PipelineCounts] = {}
         self._loops: dict[str, WheelScheduler] = {}
+        self._webhooks: dict[str, StatsSource] = {}
+        self._intakes: dict[str, StatsSource] = {}
 
     def add_timer(self, name: str, timer: TimerBase) -> TickwheelCollector:
         _add(self._timers, "timer", name, timer)
@@ -149,6 +158,18 @@ class TickwheelCollector(Collector):
         """A pipeline run's counts, of either engine (the latest result registered
         under ``name``)."""
         self._pipelines[name] = result
+        return self
+
+    def add_webhook(self, name: str, webhook: StatsSource) -> TickwheelCollector:
+        """A ``WebhookProcessor`` (``--deliver-to``): requests by verdict, dead letters
+        and the delivery lag."""
+        _add(self._webhooks, "webhook", name, webhook)
+        return self
+
+    def add_intake(self, name: str, server: StatsSource) -> TickwheelCollector:
+        """A ``SubmitServer`` (``--listen``): requests, rows acknowledged, refusals,
+        and how far the engine is behind what was acknowledged."""
+        _add(self._intakes, "intake", name, server)
         return self
 
     def collect(self) -> Iterator[Metric]:
@@ -225,6 +246,7 @@ class TickwheelCollector(Collector):
         yield tasks
         yield from self._collect_loops()
         yield from self._collect_pipelines()
+        yield from self._collect_service()
 
     def _collect_loops(self) -> Iterator[Metric]:
         loops = _Families(
@@ -241,6 +263,35 @@ class TickwheelCollector(Collector):
                              "cancelled": s.cancelled, "arms": s.arms, "fires": s.fires,
                              "pending": s.pending, "lateness_ms": s.lateness_ms})
         yield from loops.all()
+
+    def _collect_service(self) -> Iterator[Metric]:
+        webhooks = _Families(
+            "tickwheel_webhook", "webhook",
+            [("delivered", "Outcomes the receiver took (2xx)"),
+             ("congested", "Requests answered 503 or 429, or not in time: backed off"),
+             ("transient", "Requests that failed otherwise (5xx, no connection): retried"),
+             ("dead_letters", "Outcomes refused for good, written to dead-letter/")],
+            [("lag_ms", "At the last delivery, wall ms since its oldest outcome resolved")],
+            [])
+        for name, webhook in self._webhooks.items():
+            webhooks.add(name, {k: v for k, v in asdict(webhook.stats()).items()
+                                if v is not None})
+        yield from webhooks.all()
+        intakes = _Families(
+            "tickwheel_intake", "intake",
+            [("requests", "Requests to POST /v1/events"),
+             ("accepted_rows", "Rows acknowledged: on disk in the input directory"),
+             ("commits", "Group commits: files landed"),
+             ("replayed", "Requests answered again for their idempotency key"),
+             ("refused_bad", "Requests refused with 400 or 422"),
+             ("refused_busy", "Requests refused with 503 (engine behind, disk full)"),
+             ("refused_too_large", "Requests refused with 413")],
+            [("backlog_rows", "Rows acknowledged that the engine has not read yet"),
+             ("keys", "Idempotency keys held")],
+            [])
+        for name, server in self._intakes.items():
+            intakes.add(name, asdict(server.stats()))
+        yield from intakes.all()
 
     def _collect_pipelines(self) -> Iterator[Metric]:
         rows = _Families(

@@ -3,6 +3,7 @@ and every acknowledged row is applied once across kill -9."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("aiohttp")
@@ -34,7 +36,8 @@ def _service(tmp_path: Path, webhook: str, *extra: str) -> tuple[subprocess.Pope
          "--lateness-ms", "100", "--trigger-ms", "100", "--input", str(tmp_path / "in"),
          "--output", str(tmp_path / "out"), "--listen", "127.0.0.1:0",
          "--deliver-to", webhook, *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert child.stdout is not None
     url = ""
     for line in child.stdout:
@@ -72,6 +75,12 @@ def test_submitted_then_fired_then_delivered(tmp_path: Path) -> None:
                 client.cancel("job-0")
             assert eventually(lambda: len(receiver.ids()) == 20, 60,
                               unless=lambda: child.poll() is not None)
+            metrics = httpx.get(f"{url}/metrics").text
+            assert 'tickwheel_intake_accepted_rows_total{intake="submit"} 21.0' in metrics
+            assert eventually(lambda: 'tickwheel_webhook_delivered_total{webhook="deliver-to"} '
+                              '20.0' in httpx.get(f"{url}/metrics").text, 30)
+            assert 'tickwheel_webhook_lag_ms{webhook="deliver-to"}' in metrics
+            assert 'tickwheel_pipeline_rows_in_total{pipeline="follow"}' in metrics
         finally:
             output = _stop(child)
     outcomes = {o["op_id"]: o["outcome"] for r in receiver.requests for o in r["outcomes"]}
@@ -175,3 +184,25 @@ def test_submit_from_the_shell(tmp_path: Path) -> None:
     assert _outcome_ids(tmp_path / "out") == ["a"]  # the second submit wrote nothing
     assert _cli("submit", "ftp://x", str(rows)).returncode == 2
     assert _cli("submit", url, str(tmp_path / "missing.jsonl")).returncode == 2
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_spark_engine_takes_rows_over_http_too(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    with receiving(lambda _n: 200) as receiver:
+        child, url = _service(tmp_path, receiver.url, "--engine", "spark", "--partitions", "2",
+                              "--conf", f"spark.local.dir={tmp_path / 'spark-local'}")
+        try:
+            with Client(url) as client:
+                client.schedule_at("later", wall_clock_ms() + 600_000)
+                client.schedule_at("soon", wall_clock_ms() + 500)
+                client.cancel("later")
+                assert client.status()["intake"]["accepted_rows"] == 3
+            assert eventually(lambda: len(receiver.ids()) == 2, 240,
+                              unless=lambda: child.poll() is not None)
+        finally:
+            _stop(child)
+    outcomes = {o["op_id"]: o["outcome"] for r in receiver.requests for o in r["outcomes"]}
+    assert outcomes == {"later": "cancelled", "soon": "expired"}
+

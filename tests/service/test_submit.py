@@ -90,6 +90,14 @@ def test_the_server_never_hands_out_a_time_below_one_it_gave(server: SubmitServe
     assert [r["ts_ms"] for r in landed_rows(server.input_dir)] == [1_000_000, 1_000_000]
 
 
+def test_times_stay_monotonic_across_a_restart(tmp_path: Path, clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as server:
+        post(server, json.dumps(watch("a")))
+    clock.now -= 60_000  # stepped back while the service was down
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as server:
+        assert post(server, json.dumps(watch("b"))).json()["ts_ms"] == 1_000_000
+
+
 def test_file_names_only_grow_even_when_the_clock_steps_back(server: SubmitServer,
                                                             clock: ManualClock) -> None:
     names = []

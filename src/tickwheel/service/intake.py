@@ -58,9 +58,9 @@ class TimeStamper:
     time already handed out, so that a stamped row is never behind an earlier one
     (the engines count a row that far behind as late)."""
 
-    def __init__(self, clock: Callable[[], int]) -> None:
+    def __init__(self, clock: Callable[[], int], last_ms: int = 0) -> None:
         self._clock = clock
-        self._last = 0
+        self._last = last_ms  # a time handed out before a restart, if known
         self._lock = threading.Lock()
 
     def stamp(self) -> int:

@@ -245,6 +245,12 @@ class SubmitJournal:
         self._journal = (self.state_dir / _KEYS_FILE).open("ab")
         self._compact_at = max(_COMPACT_FLOOR_BYTES, 2 * self._journal.tell())
 
+    @property
+    def last_commit_ms(self) -> int:
+        """The time in the newest file name landed, before a restart too: at least
+        every ``ts_ms`` stamped before it."""
+        return self._last_name[0]
+
     def stats(self) -> JournalStats:
         return JournalStats(self._files, self._rows, len(self._keys))
 

@@ -130,7 +130,8 @@ class SubmitServer:
         self._read_at_start = 0 if rows_read is None else rows_read()
         self._metrics = metrics
         self._clock = clock
-        self._stamper = TimeStamper(clock)
+        # Never below a time stamped before a restart either: the newest file's name.
+        self._stamper = TimeStamper(clock, self.journal.last_commit_ms)
         self.max_future_ms = max_future_ms
         self.max_backlog_rows = max_backlog_rows
         self.max_body_bytes = max_body_bytes

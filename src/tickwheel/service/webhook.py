@@ -62,6 +62,9 @@ class WebhookStats:
     congested: int
     transient: int
     dead_letters: int
+    #: At the last delivery, how long after its oldest outcome was resolved (wall ms
+    #: less ``resolved_ms``; on the event clock, what the rows' times make of it).
+    lag_ms: int | None = None
 
 
 class WebhookProcessor:
@@ -78,6 +81,7 @@ class WebhookProcessor:
         self._clients: list[httpx.Client] = []
         self._lock = threading.Lock()
         self._counts = {"delivered": 0, "congested": 0, "transient": 0, "dead_letters": 0}
+        self._lag_ms: int | None = None
 
     def _client(self) -> httpx.Client:
         client: httpx.Client | None = getattr(self._local, "client", None)
@@ -108,6 +112,7 @@ class WebhookProcessor:
             return self._count("transient", ProcessingResult.TRANSIENT_ERROR)
         status = answer.status_code
         if 200 <= status < 300:
+            self._lag_ms = time.time_ns() // 1_000_000 - min(row.resolved_ms for row in tasks)
             return self._count("delivered", ProcessingResult.SUCCESS, len(tasks))
         if status in _CONGESTED:
             return self._count("congested", ProcessingResult.CONGESTION)
@@ -133,7 +138,7 @@ class WebhookProcessor:
 
     def stats(self) -> WebhookStats:
         with self._lock:
-            return WebhookStats(**self._counts)
+            return WebhookStats(**self._counts, lag_ms=self._lag_ms)
 
     def close(self) -> None:
         with self._lock:
