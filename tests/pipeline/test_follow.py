@@ -980,6 +980,29 @@ def test_a_file_that_changes_after_it_was_read_is_warned_of_and_counted(
     assert follower.counts().files_changed == 1
 
 
+def test_a_listing_checks_a_bounded_number_of_read_files_in_turn(
+        tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow, "_CHECKS_PER_LISTING", 2)
+    for n in range(6):
+        land(inbox, f"f{n}.jsonl", [watch(1_000 + n, f"op{n}", 10**9)])
+    follower = engine(tmp_path, None)
+    follower.step()
+    checked: list[str] = []
+    stat_of = follow._stat_of
+    monkeypatch.setattr(follow, "_stat_of", lambda path: checked.append(path.name)
+                        or stat_of(path))
+    with open(inbox / "f5.jsonl", "a") as late_writer:  # the last one read
+        late_writer.write(watch(1_100, "late", 10**9) + "\n")
+    changed = []
+    for n in range(3):
+        land(inbox, f"g{n}.jsonl", [watch(2_000 + n, f"g{n}", 10**9)])
+        before = len(checked)
+        follower.step()
+        changed.append(follower.counts().files_changed)
+        assert len([c for c in checked[before:] if c.startswith("f")]) <= 2
+    assert changed == [0, 0, 1]  # its turn came at the third listing
+
+
 def test_each_batch_output_names_the_epoch_of_the_owner_that_wrote_it(
         tmp_path: Path, inbox: Path) -> None:
     from tickwheel.pipeline.outputs import owner_epoch

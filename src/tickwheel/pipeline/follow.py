@@ -52,6 +52,7 @@ from tickwheel.pipeline.files import write_bytes_atomically
 from tickwheel.pipeline.input_dir import (
     input_dir_problem,
     input_files,
+    input_names,
     is_plain_name,
     same_input,
 )
@@ -103,6 +104,8 @@ LOCAL_CHECKPOINT_FORMAT = 5
 _STATE_VERSION = 4
 #: Entries a partition's log may hold beyond twice those held before it is rewritten.
 _REWRITE_SLACK = 4_096
+# Input files read earlier that a listing checks for changes, in turn (a stat each).
+_CHECKS_PER_LISTING = 256
 #: Batches that deadlines call for come no closer together than this.
 MIN_STEP_MS = 100
 
@@ -501,7 +504,7 @@ class LocalFollowEngine:
         remount, a move): what was seen is kept, so that the files coming back with it
         are not read again, and deadlines still fire on the wall clock meanwhile."""
         try:
-            listed = input_files(self.input_dir, skipped=self._skipped)
+            listed = input_names(self.input_dir, skipped=self._skipped)
         except FileNotFoundError as exc:
             if not self._input_gone:
                 log.warning("%s: waiting for it to come back", exc)
@@ -510,18 +513,22 @@ class LocalFollowEngine:
         if self._input_gone:
             log.warning("input directory %s is back", self.input_dir)
             self._input_gone = False
-        return {path.name for path in listed}
+        return set(listed)
 
     def _check_read_files(self, listed: set[str]) -> None:
-        """Warn of (and count) each file read in this run that changed since."""
-        for name in list(self._read_stats):
+        """Warn of (and count) each file read in this run that changed since: at most
+        :data:`_CHECKS_PER_LISTING` of them a listing, in turn, so that a batch's cost
+        does not grow with the files a long-running service has read."""
+        stats = self._read_stats
+        for _ in range(min(len(stats), _CHECKS_PER_LISTING)):
+            name = next(iter(stats))
+            before = stats.pop(name)
             if name not in listed:
-                del self._read_stats[name]
-                continue
+                continue  # gone: nothing more to watch
             now = _stat_of(self.input_dir / name)
-            if now is not None and now != self._read_stats[name]:
+            if now is not None and now != before:
                 self._changed(name, "after it was read")
-                self._read_stats[name] = now  # warned once per change
+            stats[name] = before if now is None else now  # to the back: warned once per change
 
     def _changed(self, name: str, when: str) -> None:
         self._files_changed += 1

@@ -15,7 +15,8 @@ from pathlib import Path
 from tickwheel.pipeline.events import is_utf8
 
 __all__ = ["GZIP_SUFFIX", "HADOOP_GLOB_CHARS", "INPUT_NAMES", "SUFFIXES", "InputError",
-           "check_spark_paths", "input_dir_problem", "input_files", "is_input_name",
+           "check_spark_paths", "input_dir_problem", "input_files", "input_names",
+           "is_input_name",
            "is_plain_name", "same_input", "within"]
 
 log = logging.getLogger(__name__)
@@ -71,47 +72,62 @@ def input_files(directory: Path, *, skipped: dict[str, str] | None = None,
     stopping, and logs each name it skips once while the name stays: ``skipped``
     holds the names skipped at the last listing, each with the reason. ``warn=False``
     logs none: a check before the listing that reads, which logs them."""
+    return [directory / name for name in input_names(directory, skipped=skipped, warn=warn)]
+
+
+def input_names(directory: Path, *, skipped: dict[str, str] | None = None,
+                warn: bool = True) -> list[str]:
+    """:func:`input_files`' names. A service lists its input every batch: one
+    ``scandir`` pass, whose entries know their type without a ``stat`` per file, and
+    names sorted as strings, keep a listing of 50,000 files to milliseconds."""
     problem = input_dir_problem(directory)
     if problem is not None:
         raise FileNotFoundError(problem)
-    root = directory.resolve()
-    files = []
+    root: Path | None = None  # resolved once, for the first symlink
+    names = []
     skipping: dict[str, str] = {}
-    for path in sorted(directory.iterdir()):
-        name = path.name
+    with os.scandir(directory) as scan:
+        entries = sorted(scan, key=lambda entry: entry.name)
+    for entry in entries:
+        name = entry.name
         if not is_input_name(name):
             # A hidden name is a file on its way in; any other file is said to be
             # left unread, so that a log kept as .csv or .jsonl.gz is not lost silently.
-            if not name.startswith((".", "_")) and path.is_file():
-                _skip(path, _unread_reason(name), skipped, skipping, warn)
+            if not name.startswith((".", "_")) and entry.is_file():
+                _skip(directory / name, _unread_reason(name), skipped, skipping, warn)
             continue
+        if entry.is_file(follow_symlinks=False) and is_utf8(name):
+            names.append(name)  # the common case, with no Path made
+            continue
+        path = directory / name
         if not is_utf8(name):  # undecodable bytes come as lone surrogates
             if skipped is None:
                 raise InputError(f"input file name {name!r} in {directory} is not valid "
                                  "UTF-8: rename it")
             _skip(path, "its name is not valid UTF-8: rename it", skipped, skipping, warn)
             continue
-        if path.is_symlink():
+        if entry.is_symlink():
             try:
                 target = path.resolve(strict=True)
             except (OSError, RuntimeError):  # RuntimeError: a loop, before Python 3.13
                 _skip(path, "a symlink that leads to no file", skipped, skipping, warn)
                 continue
+            root = directory.resolve() if root is None else root
             if not within(target, root):
                 _skip(path, f"a symlink to {str(target)!r}, outside the input directory", skipped,
                       skipping, warn)
                 continue
-        if not path.is_file():
+        if not entry.is_file():
             # Spark writes a "file" as a directory of parts: say they are not read.
-            _skip(path, "a directory, not a file: files in it are not read" if path.is_dir()
+            _skip(path, "a directory, not a file: files in it are not read" if entry.is_dir()
                   else "not a regular file (a pipe, socket or device)", skipped, skipping,
                   warn)
             continue
-        files.append(path)
+        names.append(name)
     if skipped is not None:
         skipped.clear()
         skipped.update(skipping)
-    return files
+    return names
 
 
 def _unread_reason(name: str) -> str:
