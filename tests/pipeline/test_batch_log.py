@@ -68,3 +68,16 @@ def test_an_atomic_write_leaves_no_hidden_file_behind(tmp_path: Path) -> None:
     write_bytes_atomically(b"two", target)
     assert target.read_bytes() == b"two"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]
+
+
+def test_a_rewrite_of_many_records_reads_back_whole_across_its_lines(tmp_path: Path) -> None:
+    from tickwheel.pipeline.batch_log import REWRITE_LINE_RECORDS
+
+    records = [[n, f"id-{n}"] for n in range(2 * REWRITE_LINE_RECORDS + 5)]
+    log = BatchLog(tmp_path / "published.log")
+    log.rewrite(9, records)
+    log.append(10, [[-1, "later"]])
+    assert len(log.path.read_text().splitlines()) == 4  # three of the rewrite, one append
+    restarted = BatchLog(log.path)
+    assert restarted.read(committed=9) == records
+    assert (restarted.last_committed, restarted.last_batch) == (9, 10)

@@ -373,6 +373,42 @@ def test_run_fires_a_deadline_on_the_real_clock_and_stops_when_told(
     assert batches[0].outcomes == 1
 
 
+def test_what_outlives_a_batch_is_out_of_the_collectors_walk_until_run_returns(
+        tmp_path: Path, inbox: Path) -> None:
+    follower = engine(tmp_path, WallClock(1_000))
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_500)])
+    stop = threading.Event()
+    frozen: list[int] = []
+
+    def on_batch(batch: Any) -> None:
+        frozen.append(gc.get_freeze_count())
+        stop.set()
+
+    gc.unfreeze()
+    try:
+        follower.run(stop, trigger_ms=1, on_batch=on_batch)
+    finally:
+        gc.unfreeze()
+    assert frozen and frozen[0] > 0
+    assert gc.get_freeze_count() == 0  # all back once it returns
+
+
+def test_a_following_engine_thaws_its_objects_every_so_often(
+        tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow, "FOLLOW_THAW_EVERY_S", 0.0)  # a thaw after every batch
+    follower = engine(tmp_path, WallClock(1_000))
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_500)])
+    stop = threading.Event()
+    frozen: list[int] = []
+
+    def on_batch(batch: Any) -> None:
+        frozen.append(gc.get_freeze_count())
+        stop.set()
+
+    follower.run(stop, trigger_ms=1, on_batch=on_batch)
+    assert frozen == [0]
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_batch_runs_with_the_collector_paused_and_run_leaves_it_as_it_was(
         tmp_path: Path, inbox: Path, enabled: bool) -> None:

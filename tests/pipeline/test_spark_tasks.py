@@ -112,10 +112,10 @@ class _Handle:
 @pytest.fixture(autouse=True)
 def _nothing_kept() -> Iterator[None]:
     _tasks._kept.clear()
-    _tasks._thawed_at = None
+    _tasks._freezer.thawed_at = None
     yield
     _tasks._kept.clear()
-    _tasks._thawed_at = None
+    _tasks._freezer.thawed_at = None
     gc.unfreeze()  # the rest of the test session's objects go back to the collector
 
 

@@ -139,11 +139,21 @@ def _schedules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _phases(text: str) -> tuple[str, ...]:
+    from tickwheel.bench._service import PHASES
+
+    chosen = tuple(part for part in text.split(",") if part)
+    unknown = [part for part in chosen if part not in PHASES]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"phases are {', '.join(PHASES)}; got {text!r}")
+    return chosen
+
+
 def _service(args: argparse.Namespace) -> int:
     from tickwheel.bench._service import run_service, service_table
 
     results = run_service(args.engines, args.seconds, args.batch_rate, args.single_rate,
-                          args.fire_rate, args.master)
+                          args.fire_rate, args.master, args.phases)
     print(f"\nservice benchmark: {args.seconds} s a phase, open loop over loopback; ack "
           "latency from when each request was due; ratio to the bare aiohttp server's p99 "
           "in parentheses; fire delay from each deadline to the webhook's receipt\n")
@@ -242,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--engines", type=_engines, default=["local"],
                     help="comma-separated: local, spark (default: local)")
     sv.add_argument("--master", default="local[2]")
+    sv.add_argument("--phases", type=_phases, default=("batch", "single", "fire"),
+                    help="comma-separated: batch, single, fire (default: all)")
     args = parser.parse_args(argv)
 
     import tickwheel

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PhaseResult", "run_service", "service_table"]
+__all__ = ["PHASES", "PhaseResult", "run_service", "service_table"]
 
 _FIRE_IN_MS = 2_000
 _MAX_IN_FLIGHT = 512
@@ -268,16 +268,22 @@ def _wait_for(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+PHASES = ("batch", "single", "fire")
+
+
 def run_service(engines: list[str], seconds: float, batch_rate: int, single_rate: int,
-                fire_rate: int, master: str = "local[2]") -> list[PhaseResult]:
-    results = [
-        _phase("", "batch", 100, batch_rate, seconds, master, bare=True),
-        _phase("", "single", 1, single_rate, seconds, master, bare=True),
-    ]
+                fire_rate: int, master: str = "local[2]",
+                phases: tuple[str, ...] = PHASES) -> list[PhaseResult]:
+    results = [_phase("", phase, per_request, rate, seconds, master, bare=True)
+               for phase, per_request, rate in (("batch", 100, batch_rate),
+                                                ("single", 1, single_rate))
+               if phase in phases]
     for engine in engines:
         for phase, per_request, rate in (("batch", 100, batch_rate),
                                          ("single", 1, single_rate),
                                          ("fire", 100, fire_rate)):
+            if phase not in phases:
+                continue
             print(f"{engine}: {phase} at {rate:,} rows/s for {seconds:.0f} s", flush=True)
             results.append(_phase(engine, phase, per_request, rate, seconds, master))
     return results

@@ -2,8 +2,9 @@
 besides its state (the input files read, the op ids seen, the input files numbered).
 
 One JSON line per batch, ``[batch_id, [record, ...]]``, fsync'd per append. A line per
-batch, not per record, so that the standard library's encoder writes a whole batch, or
-a rewrite of the whole log, in one call. A line torn by a crash is cut off on reading:
+batch, not per record, so that the standard library's encoder writes a whole batch in
+one call; a rewrite of the whole log writes lines of a few thousand records, all with
+its batch id. A line torn by a crash is cut off on reading:
 its batch never committed, and runs again.
 """
 
@@ -16,7 +17,10 @@ from typing import Any
 
 from tickwheel.pipeline.files import write_bytes_atomically
 
-__all__ = ["BatchLog"]
+__all__ = ["REWRITE_LINE_RECORDS", "BatchLog"]
+
+#: The most records in one line of a rewritten log (a batch's own line may hold more).
+REWRITE_LINE_RECORDS = 8_192
 
 
 class BatchLog:
@@ -79,8 +83,12 @@ class BatchLog:
         self.last_batch = max(self.last_batch, batch_id)
 
     def rewrite(self, batch_id: int, records: list[Any]) -> None:
-        """The log as ``records`` alone (what the appended ones add up to)."""
-        write_bytes_atomically((json.dumps([batch_id, records]) + "\n").encode("ascii"),
-                               self.path)
+        """The log as ``records`` alone (what the appended ones add up to), in lines of
+        at most :data:`REWRITE_LINE_RECORDS` records: one encoder call over a million
+        holds the interpreter for a second, and a thread beside the engine (a submit
+        server) would wait that long; between lines it gets its turn."""
+        lines = [json.dumps([batch_id, records[i:i + REWRITE_LINE_RECORDS]]) + "\n"
+                 for i in range(0, max(len(records), 1), REWRITE_LINE_RECORDS)]
+        write_bytes_atomically("".join(lines).encode("ascii"), self.path)
         self.records = len(records)
         self.last_batch = max(self.last_batch, batch_id)

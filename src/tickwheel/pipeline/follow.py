@@ -24,6 +24,7 @@ deadline is not held back by the trigger interval.
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import logging
 import marshal
@@ -37,7 +38,7 @@ from typing import Any, TypeVar
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.batch_log import BatchLog
-from tickwheel.pipeline.collector import collector_paused
+from tickwheel.pipeline.collector import CollectorFreezer, collector_paused
 from tickwheel.pipeline.compaction import compact, settled_batch
 from tickwheel.pipeline.delivery import BatchDelivery
 from tickwheel.pipeline.events import (
@@ -104,6 +105,10 @@ LOCAL_CHECKPOINT_FORMAT = 5
 _STATE_VERSION = 4
 #: Entries a partition's log may hold beyond twice those held before it is rewritten.
 _REWRITE_SLACK = 4_096
+#: A following engine's objects stay out of the collector's walk this long at most
+#: (:class:`~tickwheel.pipeline.collector.CollectorFreezer`): a full walk of a large
+#: state stops the process, submit server included, for up to a second.
+FOLLOW_THAW_EVERY_S = 600.0
 # Input files read earlier that a listing checks for changes, in turn (a stat each).
 _CHECKS_PER_LISTING = 256
 #: Batches that deadlines call for come no closer together than this.
@@ -676,11 +681,13 @@ class LocalFollowEngine:
         if self.sink is not None:
             self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
                                            self.checkpoint_dir / "delivered", stopping=stop)
+        freezer = CollectorFreezer(FOLLOW_THAW_EVERY_S)
         try:
             while not stop.is_set():
                 began = time.monotonic()
                 with collector_paused():
                     batch = self.step()
+                freezer.after_batch(time.monotonic())
                 if batch is not None:
                     result.batches += 1
                     result.rows_in += batch.rows
@@ -701,6 +708,8 @@ class LocalFollowEngine:
         except BaseException:
             self._close_delivery(raise_failure=False, timeout_s=stop_timeout_ms / 1000)
             raise
+        finally:
+            gc.unfreeze()  # the process's objects go back to the collector
         result.undelivered = self._close_delivery(timeout_s=stop_timeout_ms / 1000)
         counts = self._counts
         result.pending = counts.pending

@@ -25,7 +25,6 @@ kept, if the segment it last read is still stored as it read it.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import time
@@ -34,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tickwheel.pipeline.collector import collector_paused
+from tickwheel.pipeline.collector import CollectorFreezer, collector_paused
 from tickwheel.pipeline.events import Quarantined, Reason, compact_wire, to_wire, wire_line
 from tickwheel.pipeline.log_reader import json_lines, json_stream, open_input, parquet_events
 from tickwheel.pipeline.outputs import (
@@ -318,29 +317,20 @@ def _discard(objects: Any) -> None:
 #: At most how long a worker's objects stay out of the collector's walk: garbage in
 #: reference cycles among them waits that long to be collected.
 THAW_EVERY_S = 60.0
-_thawed_at: float | None = None
+_freezer = CollectorFreezer(THAW_EVERY_S)
 
 
 def _freeze_worker(now: float) -> None:
-    """Take every object the worker holds out of the collector's walk (``gc.freeze``),
-    at the end of each task, except once every :data:`THAW_EVERY_S`, when they all go
-    back (``gc.unfreeze``).
+    """Take every object the worker holds out of the collector's walk at the end of
+    each task, thawing once every :data:`THAW_EVERY_S` (:class:`CollectorFreezer`).
 
     PySpark's daemon runs a full collection after every task a reused worker finishes.
     The partitions kept in memory hold millions of entries, and a packer's modules
     (pandas, pyarrow) tens of thousands of objects: in follow mode at 5,000 events a second,
     the workers spent more CPU in those collections than in their tasks
-    (docs/follow.md). Frozen objects are still freed when their last reference goes;
-    only garbage in reference cycles among them waits for the next thaw, after which
-    the collection that follows the task walks everything once."""
-    global _thawed_at
-    if _thawed_at is None:
-        _thawed_at = now
-    if now - _thawed_at >= THAW_EVERY_S:
-        gc.unfreeze()
-        _thawed_at = now
-    else:
-        gc.freeze()
+    (docs/follow.md). A partition let go of is closed (:func:`_discard`), so its
+    reference cycles do not wait for the thaw."""
+    _freezer.after_batch(now)
 
 
 def _seen_log(handle: StatefulProcessorHandle) -> Any:
