@@ -159,6 +159,16 @@ def test_a_body_that_is_not_json_is_refused_with_the_line(server: SubmitServer) 
     assert post(server, b"  ").status_code == 400
 
 
+def test_hostile_bodies_are_refused_not_crashed_on(server: SubmitServer) -> None:
+    deep = post(server, b"[" * 200_000 + b"]" * 200_000)
+    assert deep.status_code == 400 and "nested too deep" in deep.json()["error"]
+    deep_row = post(server, b'{"a":' * 100_000 + b"1" + b"}" * 100_000)
+    assert deep_row.json()["refused"][0]["reason"] == "unparseable"
+    huge = post(server, '{"ts_ms": 1180591620717411303424, "type": "tick"}')
+    assert huge.json()["refused"][0]["reason"] == "bad_type"
+    assert landed_rows(server.input_dir) == []
+
+
 def test_a_row_ahead_of_the_future_bound_is_refused(tmp_path: Path,
                                                     clock: ManualClock) -> None:
     with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,

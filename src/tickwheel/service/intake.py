@@ -114,6 +114,8 @@ def _array_lines(text: str, now_ms: int) -> list[str | RefusedRow]:
         rows = _loads(text)
     except ValueError as exc:
         raise IntakeError(f"the body is not a JSON array: {exc}") from None
+    except RecursionError:  # nested deeper than the parser goes
+        raise IntakeError("the body is not a JSON array of rows: nested too deep") from None
     out: list[str | RefusedRow] = []
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
