@@ -997,11 +997,11 @@ def submit(
         except RowsRefused as exc:
             for row in exc.refused[:20]:
                 _error(f"request {batches}, row {row.index}: {row.reason}: {row.row}")
-            _error(f"request {batches} refused ({exc}); {sent:,} rows were taken before "
-                   f"it; run again with --idempotency-key {run_key} once fixed")
+            _error(f"request {batches} refused ({exc}); the requests before it took "
+                   f"{sent:,} rows; run again with --idempotency-key {run_key} once fixed")
             raise typer.Exit(1) from exc
         except (SubmitError, OSError, ValueError) as exc:
-            _error(f"request {batches}: {exc}; {sent:,} rows were taken before it; run "
+            _error(f"request {batches}: {exc}; the requests before it took {sent:,} rows; run "
                    f"again with --idempotency-key {run_key}")
             raise typer.Exit(1) from exc
     console.print(f"{sent:,} rows taken in {_plural(batches, 'request')} "

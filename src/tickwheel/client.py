@@ -54,7 +54,7 @@ class RefusedRow:
 
 
 class RowsRefused(SubmitError):
-    """Rows no engine would apply (400): none of the request was written."""
+    """Rows no engine would apply (400): nothing of the request is written."""
 
     def __init__(self, message: str, refused: tuple[RefusedRow, ...]) -> None:
         super().__init__(message, 400)
@@ -88,25 +88,16 @@ def _epoch_ms(when: int | datetime) -> int:
     return when
 
 
-def _watch(op_id: str, when: int | datetime, keys: Iterable[str], condition: str,
-           targets: Mapping[str, int] | None, min_total: int | None,
-           ts_ms: int | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"type": "watch", "op_id": op_id, "deadline_ms": _epoch_ms(when),
-                           "condition": condition, "keys": list(keys)}
-    if targets is not None:
-        row["targets"] = dict(targets)
-    if min_total is not None:
-        row["min_total"] = min_total
-    if ts_ms is not None:
-        row["ts_ms"] = ts_ms
-    return row
-
-
-def _body(rows: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> bytes:
+def _request(rows: Mapping[str, Any] | Iterable[Mapping[str, Any]],
+             idempotency_key: str | None) -> tuple[bytes, str, dict[str, str]]:
+    """A submission's body (JSON Lines), its key (a fresh UUID unless given) and
+    headers: the same for every attempt."""
     listed = [dict(rows)] if isinstance(rows, Mapping) else [dict(r) for r in rows]
     if not listed:
         raise ValueError("no rows to submit")
-    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in listed).encode()
+    body = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in listed).encode()
+    key = idempotency_key or str(uuid.uuid4())
+    return body, key, {"Idempotency-Key": key, "Content-Type": "application/x-ndjson"}
 
 
 class _Attempts:
@@ -163,7 +154,23 @@ class _Rows:
     def watch_row(op_id: str, when: int | datetime, *, keys: Iterable[str] = (),
                   condition: str = "none", targets: Mapping[str, int] | None = None,
                   min_total: int | None = None, ts_ms: int | None = None) -> dict[str, Any]:
-        return _watch(op_id, when, keys, condition, targets, min_total, ts_ms)
+        row: dict[str, Any] = {"type": "watch", "op_id": op_id,
+                               "deadline_ms": _epoch_ms(when), "condition": condition,
+                               "keys": list(keys)}
+        if targets is not None:
+            row["targets"] = dict(targets)
+        if min_total is not None:
+            row["min_total"] = min_total
+        if ts_ms is not None:
+            row["ts_ms"] = ts_ms
+        return row
+
+    @staticmethod
+    def cancel_row(op_id: str, ts_ms: int | None = None) -> dict[str, Any]:
+        row: dict[str, Any] = {"type": "cancel", "op_id": op_id}
+        if ts_ms is not None:
+            row["ts_ms"] = ts_ms
+        return row
 
 
 class Client(_Rows):
@@ -184,15 +191,13 @@ class Client(_Rows):
         """Rows of the event log (watch, update, cancel, tick), durably taken."""
         import httpx
 
-        body = _body(rows)
-        key = idempotency_key or str(uuid.uuid4())
+        body, key, headers = _request(rows, idempotency_key)
         attempts = _Attempts(*self._retry)
         while True:
             retry_after = None
             try:
-                response = self._http.post(
-                    f"{self.url}/v1/events", content=body,
-                    headers={"Idempotency-Key": key, "Content-Type": "application/x-ndjson"})
+                response = self._http.post(f"{self.url}/v1/events", content=body,
+                                           headers=headers)
             except httpx.TransportError as exc:  # refused, reset, timed out
                 attempts.last = f"{type(exc).__name__}: {exc}"
             else:
@@ -217,10 +222,7 @@ class Client(_Rows):
 
     def cancel(self, op_id: str, *, ts_ms: int | None = None,
                idempotency_key: str | None = None) -> Accepted:
-        row: dict[str, Any] = {"type": "cancel", "op_id": op_id}
-        if ts_ms is not None:
-            row["ts_ms"] = ts_ms
-        return self.submit(row, idempotency_key=idempotency_key)
+        return self.submit(self.cancel_row(op_id, ts_ms), idempotency_key=idempotency_key)
 
     def status(self) -> dict[str, Any]:
         response = self._http.get(f"{self.url}/v1/status")
@@ -255,15 +257,13 @@ class AsyncClient(_Rows):
                      idempotency_key: str | None = None) -> Accepted:
         import httpx
 
-        body = _body(rows)
-        key = idempotency_key or str(uuid.uuid4())
+        body, key, headers = _request(rows, idempotency_key)
         attempts = _Attempts(*self._retry)
         while True:
             retry_after = None
             try:
-                response = await self._http.post(
-                    f"{self.url}/v1/events", content=body,
-                    headers={"Idempotency-Key": key, "Content-Type": "application/x-ndjson"})
+                response = await self._http.post(f"{self.url}/v1/events", content=body,
+                                                 headers=headers)
             except httpx.TransportError as exc:
                 attempts.last = f"{type(exc).__name__}: {exc}"
             else:
@@ -287,10 +287,8 @@ class AsyncClient(_Rows):
 
     async def cancel(self, op_id: str, *, ts_ms: int | None = None,
                      idempotency_key: str | None = None) -> Accepted:
-        row: dict[str, Any] = {"type": "cancel", "op_id": op_id}
-        if ts_ms is not None:
-            row["ts_ms"] = ts_ms
-        return await self.submit(row, idempotency_key=idempotency_key)
+        return await self.submit(self.cancel_row(op_id, ts_ms),
+                                 idempotency_key=idempotency_key)
 
     async def status(self) -> dict[str, Any]:
         response = await self._http.get(f"{self.url}/v1/status")

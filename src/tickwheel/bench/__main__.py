@@ -155,7 +155,7 @@ def _service(args: argparse.Namespace) -> int:
     results = run_service(args.engines, args.seconds, args.batch_rate, args.single_rate,
                           args.fire_rate, args.master, args.phases)
     print(f"\nservice benchmark: {args.seconds} s a phase, open loop over loopback; ack "
-          "latency from when each request was due; ratio to the bare aiohttp server's p99 "
+          "latency from when each request is due; ratio to the bare aiohttp server's p99 "
           "in parentheses; fire delay from each deadline to the webhook's receipt\n")
     print(service_table(results))
     return 0

@@ -3,7 +3,7 @@ loopback by an open-loop load generator in this one, delivering to a webhook rec
 in this one too.
 
 Each phase starts a fresh service (input, output, checkpoint) and sends requests at a
-fixed rate for ``seconds``; a request's latency runs from when it was due to be sent to
+fixed rate for ``seconds``; a request's latency runs from when it is due to be sent to
 its answer, so a server that falls behind is charged for the wait (no coordinated
 omission). Phases:
 
@@ -169,7 +169,7 @@ def _stop_service(child: subprocess.Popen[str]) -> None:
 
 
 async def _load(url: str, result: PhaseResult, seconds: float, fire: bool) -> None:
-    """Requests at a fixed rate for ``seconds``; each one's latency from when it was due."""
+    """Requests at a fixed rate for ``seconds``; each one's latency from when it is due."""
     import aiohttp
 
     per_request = result.rows_per_request

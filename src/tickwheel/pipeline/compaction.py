@@ -15,12 +15,12 @@ files first. Rows and their order within each batch are kept.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tickwheel.pipeline._arrow import open_parquet
+from tickwheel.pipeline.files import fsync_directory
 from tickwheel.pipeline.outputs import covered_batches, write_tables_atomically
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
             schema = head.schema_arrow
         write_tables_atomically(schema, _tables([path for _, path in group]), target)
         # The rename is on disk before any file it covers is deleted.
-        _fsync_directory(directory)
+        fsync_directory(directory)
         for _, path in group:
             path.unlink(missing_ok=True)
         log.info("compacted %d files of %s into %s", len(group), directory, target.name)
@@ -105,14 +105,6 @@ def _tables(paths: list[Path]) -> Iterator[pa.Table]:
         with open_parquet(path) as file:
             for batch in file.iter_batches(use_threads=False):
                 yield pa.Table.from_batches([batch])
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _first_run(files: list[tuple[tuple[int, int], Path]], settled: int, fan_in: int,

@@ -14,7 +14,7 @@ import secrets
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["is_temporary_of", "open_temporary", "write_bytes_atomically"]
+__all__ = ["fsync_directory", "is_temporary_of", "open_temporary", "write_bytes_atomically"]
 
 _FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
           | getattr(os, "O_CLOEXEC", 0))
@@ -54,3 +54,14 @@ def write_bytes_atomically(data: bytes, path: Path) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def fsync_directory(directory: Path) -> None:
+    """The directory's entries on disk: a rename into it survives a crash of the
+    machine only once this returns."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+

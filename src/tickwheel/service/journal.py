@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tickwheel.pipeline.files import write_bytes_atomically
+from tickwheel.pipeline.files import fsync_directory, write_bytes_atomically
 
 __all__ = [
     "DEFAULT_KEY_TTL_MS",
@@ -78,14 +78,6 @@ class JournalStats:
     files: int
     rows: int
     keys: int
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SubmitJournal:
@@ -214,7 +206,7 @@ class SubmitJournal:
         try:
             data = "".join(f"{line}\n" for s in batch for line in s.lines).encode()
             write_bytes_atomically(data, self.input_dir / name)
-            _sync_directory(self.input_dir)
+            fsync_directory(self.input_dir)
         except BaseException:
             if mark is not None:
                 self._take_back(mark)
