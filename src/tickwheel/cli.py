@@ -168,6 +168,9 @@ def generate(
     file_ms: Annotated[int, typer.Option(
         min=1, max=3_600_000, help="--follow: a file per this much time; keep it within "
                                    "the engines' lateness bound")] = 1_000,
+    schedules: Annotated[int, typer.Option(
+        min=0, max=10_000_000, help="recurring schedules in the log (intervals, and cron "
+                                    "in several zones), some paused and resumed")] = 0,
 ) -> None:
     """Generate a workload from the broker models and write it as JSON Lines files."""
     if output.exists() and not output.is_dir():
@@ -186,11 +189,13 @@ def generate(
             raise typer.Exit(2)
     if follow:
         _generate_live(GeneratorConfig(seed=seed, malformed_fraction=malformed,
-                                       disorder_ms=disorder_ms), output, rate, file_ms, gzip)
+                                       disorder_ms=disorder_ms, schedules=schedules),
+                       output, rate, file_ms, gzip)
         return
     started = time.monotonic()
     config = GeneratorConfig(events=events, seed=seed, malformed_fraction=malformed,
-                             disorder_ms=disorder_ms, rows_per_file=rows_per_file)
+                             disorder_ms=disorder_ms, rows_per_file=rows_per_file,
+                             schedules=schedules)
     total = events + int(events * malformed)
     with _progress(MofNCompleteColumn()) as progress:
         task = progress.add_task("generating", total=total)
@@ -426,7 +431,8 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
     result = reference.result
     _print_run("local engine", time.monotonic() - started, result.rows_in,
                result.rows_applied, dict(reasons), outcomes.rows, result.pending,
-               result.ignored_cancels, held=0)
+               result.ignored_cancels, held=0, schedules=result.schedules,
+               skipped=result.skipped)
     if not files:
         _warn_no_input(input)
     if user_processor is not None:
@@ -779,7 +785,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                f"{_plural(result.batches, 'micro-batch')})",
                result.seconds, result.rows_in,
                result.rows_applied, reasons, outcomes, result.pending,
-               result.ignored_cancels, held=result.held)
+               result.ignored_cancels, held=result.held, schedules=result.schedules,
+               skipped=result.skipped)
     if sink is not None:
         _finish_delivery(sink.close(), "the next run on this checkpoint delivers them")
 
@@ -887,7 +894,7 @@ class _SparkCounts:
 
 def _print_run(title: str, elapsed: float, rows_in: int, applied: int,
                quarantined: dict[str, int], outcomes: int, pending: int, ignored: int,
-               held: int) -> None:
+               held: int, schedules: int = 0, skipped: int = 0) -> None:
     table = Table(title=f"{title}: {rows_in:,} rows in {elapsed:.1f} s "
                         f"({rows_in / max(elapsed, 1e-9):,.0f} events/s)")
     table.add_column("")
@@ -901,6 +908,9 @@ def _print_run(title: str, elapsed: float, rows_in: int, applied: int,
     table.add_row("outcomes", f"{outcomes:,}")
     table.add_row("still pending at the end", f"{pending:,}")
     table.add_row("cancels of unknown or resolved operations", f"{ignored:,}")
+    if schedules or skipped:
+        table.add_row("recurring schedules held at the end", f"{schedules:,}")
+        table.add_row("  occurrences skipped by misfire policies", f"{skipped:,}")
     console.print(table)
     if rows_in != applied + sum(quarantined.values()) + held:
         _error("rows were lost: in != applied + quarantined + held")
@@ -932,15 +942,18 @@ def report(
             print(f"plot: {plot(output, plot_path)}", file=sys.stderr)
         return
     kinds = Table(title=f"{summary.total_outcomes:,} outcomes")
-    for column in ("kind", "completed", "expired", "cancelled", "error", "p50 ms", "p90 ms",
-                   "p99 ms", "max ms"):
+    shown = ["completed", "expired", "cancelled", "error"]
+    if any("fired" in counts for counts in summary.outcomes.values()):
+        shown.append("fired")  # occurrences of recurring schedules
+    for column in ("kind", *shown, "p50 ms", "p90 ms", "p99 ms", "max ms"):
         kinds.add_column(column, justify="left" if column == "kind" else "right")
     for kind, counts in summary.outcomes.items():
         p50, p90, p99, top = summary.latency[kind]
-        kinds.add_row(kind, *(f"{counts.get(o, 0):,}" for o in
-                              ("completed", "expired", "cancelled", "error")),
+        kinds.add_row(kind, *(f"{counts.get(o, 0):,}" for o in shown),
                       *(f"{v:,}" for v in (p50, p90, p99, top)))
     console.print(kinds)
+    if "fired" in shown:
+        console.print(f"occurrences skipped by misfire policies: {summary.skipped:,}")
     if summary.quarantine:
         quarantine = Table(title="quarantined rows")
         quarantine.add_column("reason")

@@ -154,7 +154,7 @@ def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
         out = output
     print(f"\npipeline: generating {events:,} events from the broker models ...", flush=True)
     stats = write_event_log(GeneratorConfig(events=events, malformed_fraction=0.002,
-                                            disorder_ms=2_000), out / "events")
+                                            disorder_ms=2_000, schedules=24), out / "events")
     print(f"wrote {stats['rows']:,} rows ({stats['malformed']:,} malformed) in "
           f"{stats['files']} files to {out / 'events'}", flush=True)
 
@@ -175,9 +175,9 @@ def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
         f"  spark micro-batch {batch}: {outcomes:,} outcomes, {quarantined:,} quarantined",
         flush=True), notifier)
     local_rows = sorted((o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, list(o.keys),
-                         o.error) for o in result.outcomes)
+                         o.error, o.skipped) for o in result.outcomes)
     spark_rows = sorted((r["op_id"], r["outcome"], r["resolved_ms"], r["latency_ms"],
-                         r["keys"], r["error"])
+                         r["keys"], r["error"], r["skipped"])
                         for r in read_parquet_rows(out / "spark" / "outcomes"))
     local_q = sorted((q.reason.value, q.raw) for q in result.quarantine)
     spark_q = sorted((r["reason"], r["raw"])
@@ -189,13 +189,16 @@ def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
           f"{result.rows_in / spark_s:>10,.0f}")
     print(f"{'local (reference)':<32}{result.rows_in:>10,}{local_s:>9.1f}"
           f"{result.rows_in / local_s:>10,.0f}")
-    header = f"{'kind':<16}{'completed':>11}{'expired':>9}{'cancelled':>11}{'error':>7}"
+    header = (f"{'kind':<16}{'completed':>11}{'expired':>9}{'cancelled':>11}{'error':>7}"
+              f"{'fired':>7}")
     print("\n" + header + f"{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}")
     for kind, counts in summary.outcomes.items():
         p50, p90, p99, _ = summary.latency[kind]
         print(f"{kind:<16}" + "".join(f"{counts.get(o, 0):>{w},}" for o, w in (
-            ("completed", 11), ("expired", 9), ("cancelled", 11), ("error", 7)))
-              + f"{p50:>9,}{p90:>9,}{p99:>9,}")
+            ("completed", 11), ("expired", 9), ("cancelled", 11), ("error", 7),
+            ("fired", 7))) + f"{p50:>9,}{p90:>9,}{p99:>9,}")
+    print(f"recurring schedules ('job' above): {result.schedules} held at the end, "
+          f"{summary.skipped:,} occurrences skipped by their misfire policies")
     print(f"\nquarantined by reason: {summary.quarantine}")
     print(f"still pending at the end: {result.pending:,}; Spark micro-batches: "
           f"{spark_batches}")

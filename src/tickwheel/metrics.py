@@ -297,9 +297,12 @@ class TickwheelCollector(Collector):
         rows = _Families(
             "tickwheel_pipeline", "pipeline",
             [("rows_in", "Rows read"), ("rows_applied", "Rows applied"),
-             ("ignored_cancels", "Cancels of unknown or resolved operations")],
+             ("ignored_cancels", "Cancels of unknown or resolved operations"),
+             ("skipped", "Occurrences of recurring schedules passed over by their "
+                         "misfire policy")],
             [("pending", "Operations still pending (at the end of the input, for a batch "
                           "run)"),
+             ("schedules", "Recurring schedules held"),
              ("held", "Rows read but not applied yet (time has not passed them)"),
              ("batches", "Batches run (follow mode)"),
              ("lag_ms", "How far time stands behind the wall clock (follow mode)"),
@@ -319,10 +322,10 @@ class TickwheelCollector(Collector):
             held: int = getattr(r, "held", 0)  # the Spark engine's; the reference holds none
             values = {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
                       "ignored_cancels": r.ignored_cancels, "pending": r.pending,
-                      "held": held}
+                      "held": held, "skipped": getattr(r, "skipped", 0)}
             # Where the result has them.
             for gauge in ("batches", "lag_ms", "state_bytes", "files_skipped",
-                          "files_changed"):
+                          "files_changed", "schedules"):
                 value = getattr(r, gauge, None)
                 if value is not None:
                     values[gauge] = value

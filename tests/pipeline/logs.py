@@ -59,6 +59,62 @@ def random_log(seed: int, rows: int = 1_500) -> list[str]:
         # compact_wire), and the rest as json.dumps writes them, which keeps it.
         compact = len(lines) % 4 != 0
         lines.append((ts, json.dumps(row, separators=(",", ":")) if compact else json.dumps(row)))
+    lines += schedule_rows(random.Random(seed + 7_919), 10_000, ts)
     # Disorder within the bound: each row moves back by less than the lateness.
     jittered = sorted(lines, key=lambda item: item[0] - rng.randrange(LATENESS_MS // 2))
     return [line for _, line in jittered]
+
+
+_SPECS: list[dict[str, Any]] = [
+    {"every_ms": 50, "grace_ms": 1_200},
+    {"every_ms": 170, "anchor_ms": 3, "jitter_ms": 60},
+    {"every_ms": 400, "max_runs": 4},
+    {"every_ms": 90, "start_ms": 11_000, "end_ms": 12_500, "misfire": "all",
+     "grace_ms": 1_000, "catchup_ms": 1_500},
+    {"cron": "* * * * * *", "tz": "America/New_York", "jitter_ms": 700},
+    {"cron": "*/2 * * * * *", "tz": "Australia/Lord_Howe", "misfire": "skip",
+     "grace_ms": 1_000},
+]
+
+
+def schedule_rows(rng: random.Random, start: int, end: int) -> list[tuple[int, str]]:
+    """Recurring schedules over [start, end]: specs replaced, paused and resumed
+    (in every misfire policy), unscheduled, rows for unknown ids, ties at one
+    ``ts_ms``, and malformed schedule rows. Each grace is longer than the tests'
+    steps of a wall clock, so a follow engine on one notices every occurrence on
+    time, as event time does; pauses outlast some of them."""
+    rows: list[tuple[int, dict[str, Any] | str]] = []
+    for n in range(rng.randint(3, 6)):
+        sid = f"sched-{n}"
+        at = rng.randint(start, start + (end - start) // 3)
+        rows.append((at, {"type": "schedule", "schedule_id": sid, **rng.choice(_SPECS)}))
+        if rng.random() < 0.8:
+            paused = rng.randint(at, end)
+            rows.append((paused, {"type": "pause", "schedule_id": sid}))
+            rows.append((paused + rng.randint(50, 3_000),
+                         {"type": "resume", "schedule_id": sid}))
+        for _ in range(rng.randint(0, 3)):
+            at = rng.randint(at, end)
+            kind = rng.choice(("pause", "resume", "resume", "schedule", "unschedule"))
+            row: dict[str, Any] = {"type": kind, "schedule_id": sid}
+            if kind == "schedule":
+                row.update(rng.choice(_SPECS))
+            rows.append((at, row))
+    at = rng.randint(start, end)
+    rows.append((at, {"type": "pause", "schedule_id": "nobody"}))
+    rows.append((at, {"type": "schedule", "schedule_id": "tie", "every_ms": 70}))
+    rows.append((at, {"type": "schedule", "schedule_id": "tie", "every_ms": 30}))
+    rows.append((at, {"type": "pause", "schedule_id": "tie"}))
+    rows.append((at + rng.randint(0, 900), {"type": "resume", "schedule_id": "tie"}))
+    rows.append((rng.randint(start, end), '{"ts_ms":10001,"type":"schedule",'
+                                          '"schedule_id":"never","cron":"0 0 30 2 *"}'))
+    rows.append((rng.randint(start, end), '{"ts_ms":10002,"type":"schedule",'
+                                          '"schedule_id":"zone","cron":"* * * * *",'
+                                          '"tz":"Mars/Olympus"}'))
+    out: list[tuple[int, str]] = []
+    for at, row in rows:
+        if isinstance(row, str):
+            out.append((at, row))
+        else:
+            out.append((at, json.dumps({"ts_ms": at, **row}, separators=(",", ":"))))
+    return out

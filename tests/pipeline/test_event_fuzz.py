@@ -21,9 +21,13 @@ from tickwheel.pipeline.outputs import (
 from tickwheel.pipeline.reference import ReferenceEngine
 
 _FIELDS = ["ts_ms", "type", "op_id", "keys", "deadline_ms", "condition", "targets",
-           "min_total", "key", "value", "error"]
+           "min_total", "key", "value", "error", "schedule_id", "every_ms", "anchor_ms",
+           "cron", "tz", "start_ms", "end_ms", "max_runs", "jitter_ms", "misfire",
+           "grace_ms", "catchup_ms"]
 _NAMES = ["watch", "update", "cancel", "tick", "all_at_least", "sum_at_least", "any_update",
-          "none", "k", "j"]
+          "none", "k", "j", "schedule", "unschedule", "pause", "resume", "* * * * *",
+          "*/5 1-3 * jan mon", "0 0 30 2 *", "Europe/London", "UTC", "latest", "all",
+          "skip"]
 # Any JSON value, lone surrogates and huge numbers included, and the contract's own
 # words so that some rows get far into the parser.
 _SCALARS = st.one_of(

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, TypeGuard
 
+from tickwheel.schedules import Schedule, ScheduleError
+
 
 def _orjson_loads() -> Callable[[str], Any] | None:
     """orjson's ``loads`` if installed (the spark and cli extras; json decodes the same
@@ -31,6 +33,7 @@ _fast_loads = _orjson_loads()
 
 __all__ = [
     "MAX_ROW_CHARS",
+    "SCHEDULE_FIELDS",
     "TOO_LONG_KEPT_CHARS",
     "Condition",
     "Event",
@@ -59,6 +62,12 @@ class EventType(enum.Enum):
     UPDATE = "update"
     CANCEL = "cancel"
     TICK = "tick"
+    # Recurring schedules, by ``schedule_id`` (held in ``op_id``; a ``schedule`` row's
+    # spec in ``targets``).
+    SCHEDULE = "schedule"
+    UNSCHEDULE = "unschedule"
+    PAUSE = "pause"
+    RESUME = "resume"
 
 
 class Condition(enum.Enum):
@@ -90,10 +99,19 @@ class Reason(enum.Enum):
     DUPLICATE_FIELD = "duplicate_field"
     # A row longer than MAX_ROW_CHARS, not parsed.
     TOO_LONG = "too_long"
+    # A schedule row whose spec is malformed or can never fire.
+    BAD_SCHEDULE = "bad_schedule"
     # Follow mode on the wall clock: ts_ms further ahead of the clock than the bound.
     # Taken, it would move time so far that everything pending expired at once.
     FUTURE = "future"
 
+
+#: A ``schedule`` row's spec fields (those of :class:`~tickwheel.Schedule`), in the
+#: contract's order.
+SCHEDULE_FIELDS: Final = ("every_ms", "anchor_ms", "cron", "tz", "start_ms", "end_ms",
+                          "max_runs", "jitter_ms", "misfire", "grace_ms", "catchup_ms")
+#: The row types that name a schedule by its ``schedule_id``.
+_SCHEDULE_TYPES: Final = frozenset({"schedule", "unschedule", "pause", "resume"})
 
 #: The longest row read, in characters. A longer one is quarantined as ``too_long``
 #: unparsed, keeping its first TOO_LONG_KEPT_CHARS: one huge row would otherwise be
@@ -112,6 +130,7 @@ class OutcomeKind(enum.Enum):
     EXPIRED = "expired"
     CANCELLED = "cancelled"
     ERROR = "error"
+    FIRED = "fired"  # an occurrence of a recurring schedule
 
 
 class Event(NamedTuple):
@@ -121,11 +140,12 @@ class Event(NamedTuple):
     ts_ms: int
     type: EventType
     raw: str | None  # None: the row is its canonical_line() (see compact_wire)
-    op_id: str | None = None
+    op_id: str | None = None  # a schedule row's schedule_id
     keys: tuple[str, ...] = ()
     deadline_ms: int = 0
     condition: Condition | None = None
-    targets: Mapping[str, int] = {}  # read-only, so one shared empty default is safe
+    # Read-only, so one shared empty default is safe. A ``schedule`` row's spec fields.
+    targets: Mapping[str, int] = {}
     min_total: int = 0
     key: str | None = None
     value: int | None = None
@@ -378,6 +398,14 @@ def canonical_line(fields: Wire) -> str:
         return line + "}"
     if kind == "cancel":
         return f'{{"ts_ms":{ts},"type":"cancel","op_id":"{fields[3]}"}}'
+    if kind in _SCHEDULE_TYPES:
+        line = f'{{"ts_ms":{ts},"type":"{kind}","schedule_id":"{fields[3]}"'
+        spec: Mapping[str, Any] = fields[7]
+        for name in SCHEDULE_FIELDS:
+            value = spec.get(name)
+            if value is not None:
+                line += f',"{name}":"{value}"' if isinstance(value, str) else f',"{name}":{value}'
+        return line + "}"
     return f'{{"ts_ms":{ts},"type":"tick"}}'
 
 
@@ -453,14 +481,42 @@ def _wire(row: dict[str, Any], raw: str | None) -> Wire:
                 return (ts, "update", raw, None, (), 0, None, _EMPTY, 0, key, None,
                         _string(row, "error", ts))
             raise _Bad(Reason.MISSING_FIELD, ts)
-        if kind == "cancel":
-            return (ts, "cancel", raw, _string(row, "op_id", ts), (), 0, None, _EMPTY, 0, None,
-                    None, None)
-        if kind == "tick":
-            return (ts, "tick", raw, None, (), 0, None, _EMPTY, 0, None, None, None)
-        raise _Bad(Reason.UNKNOWN_TYPE, ts)
+        return _unkeyed(row, raw, ts, kind)
     except _Bad as bad:
         return (raw, bad.reason.value, bad.ts_ms)
+
+
+def _unkeyed(row: dict[str, Any], raw: str | None, ts: int, kind: str) -> Wire:
+    """A row of a type that names no key: a cancel, a tick or a schedule row."""
+    if kind == "cancel":
+        return (ts, "cancel", raw, _string(row, "op_id", ts), (), 0, None, _EMPTY, 0, None,
+                None, None)
+    if kind == "tick":
+        return (ts, "tick", raw, None, (), 0, None, _EMPTY, 0, None, None, None)
+    if kind in _SCHEDULE_TYPES:
+        schedule_id = _string(row, "schedule_id", ts)
+        spec = _schedule_spec(row, ts) if kind == "schedule" else _EMPTY
+        return (ts, _SCHEDULE_NAMES[kind], raw, schedule_id, (), 0, None, spec, 0, None,
+                None, None)
+    raise _Bad(Reason.UNKNOWN_TYPE, ts)
+
+
+_SCHEDULE_NAMES: dict[str, str] = {name: name for name in _SCHEDULE_TYPES}
+
+
+def _schedule_spec(row: dict[str, Any], ts: int) -> dict[str, Any]:
+    """A ``schedule`` row's spec fields (the ones given, in the contract's order), once
+    :class:`~tickwheel.Schedule` took them: malformed, or never firing, is
+    ``bad_schedule``. Other fields are ignored, as in every row."""
+    spec = {name: row[name] for name in SCHEDULE_FIELDS if row.get(name) is not None}
+    for value in spec.values():
+        if isinstance(value, str) and not is_utf8(value):
+            raise _Bad(Reason.BAD_STRING, ts)
+    try:
+        Schedule.from_fields(spec)
+    except (ScheduleError, TypeError):
+        raise _Bad(Reason.BAD_SCHEDULE, ts) from None
+    return spec
 
 
 def _watch(row: dict[str, Any], raw: str | None, ts: int) -> Wire:

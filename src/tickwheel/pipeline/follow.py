@@ -181,6 +181,8 @@ class FollowCounts:
     pending: int = 0  # operations
     registrations: int = 0  # of operations on keys (stage 1)
     ignored_cancels: int = 0
+    schedules: int = 0  # recurring schedules held
+    skipped: int = 0  # their occurrences passed over by misfire policies
     release_ms: int | None = None
     clock_ms: int | None = None
     state_bytes: int = 0  # the state file and its logs, as last saved
@@ -322,6 +324,8 @@ class LocalFollowEngine:
         self.batch_id = -1  # the last batch committed
         self.keys = KeyPartition(0, 1, lateness_ms)
         self.ops = OpPartition(0, lateness_ms, dedupe_retention_ms)
+        # On the wall clock, schedules notice their occurrences at its readings.
+        self.ops.stage.schedules.clock_notices = clock is not None
         self._seen: set[str] = set()  # names of the input files read
         self._files_log = BatchLog(self.checkpoint_dir / "files.log")
         # The op ids seen, with their first watch's ts_ms: the op stage's snapshot
@@ -405,6 +409,7 @@ class LocalFollowEngine:
         self._state_bytes = len(blob) + self._logs_bytes()
         op_entries, self._logged["ops"] = self._read_log(self._op_log, _held)
         self.ops = OpPartition.from_state(ops, op_entries, seen_ids)
+        self.ops.stage.schedules.clock_notices = self.clock is not None
         self._check_whole(relied_on)
         self.ops.stage.track_seen_changes()
         self.keys.track_changes()
@@ -736,7 +741,8 @@ class LocalFollowEngine:
             rows_applied=keys.rows_applied + ops.rows_applied,
             quarantined=keys.quarantined + ops.quarantined, held=keys.held + ops.held,
             pending=ops.pending, registrations=keys.pending,
-            ignored_cancels=ops.ignored_cancels, release_ms=ops.release_ms,
+            ignored_cancels=ops.ignored_cancels, schedules=ops.schedules,
+            skipped=ops.skipped, release_ms=ops.release_ms,
             state_bytes=self._state_bytes, by_reason=dict(sorted(by_reason.items())),
             by_outcome=dict(sorted(ops.outcomes_by_outcome.items())))
 

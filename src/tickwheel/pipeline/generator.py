@@ -18,6 +18,9 @@ DelayedHeartbeat      any_update      ``<group>/<member>`` (a liveness signal)
 scheduled task        none            (none)
 ====================  ==============  ==========================================
 
+With ``schedules``, the log also holds that many recurring schedules, written at its
+start (intervals, and cron specs in several zones), some paused and resumed later.
+
 A leader change or a deleted partition becomes an ``update`` with an ``error`` on the
 partition and its byte keys. Seeded: the same arguments give the same log.
 """
@@ -59,6 +62,40 @@ class GeneratorConfig:
     #: Simulated time per step of the models: shorter steps make more events per second
     #: of ``ts_ms`` (each step produces and fetches; per-second work stays per second).
     step_us: int = 10_000
+    #: Recurring schedules in the log (``schedule`` rows at its start).
+    schedules: int = 0
+
+
+#: The specs the generator's schedules take, in turn: intervals, and cron in zones
+#: with and without daylight saving, a 30-minute shift and seconds.
+_SCHEDULE_SPECS: list[dict[str, Any]] = [
+    {"every_ms": 1_000},
+    {"every_ms": 15_000, "jitter_ms": 2_000},
+    {"cron": "* * * * *", "tz": "America/New_York"},
+    {"every_ms": 5_000, "anchor_ms": 1_250, "misfire": "all"},
+    {"cron": "*/10 * * * * *", "tz": "Asia/Kolkata", "jitter_ms": 500},
+    {"cron": "*/30 * * * * *", "tz": "Australia/Lord_Howe", "misfire": "skip"},
+    {"every_ms": 60_000, "max_runs": 3},
+    {"cron": "0 * * * *", "tz": "Europe/London"},
+]
+
+
+def _schedule_rows(config: GeneratorConfig, rng: random.Random,
+                   ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(second, row): the schedules at second 0, and now and then a pause or a resume
+    of one of them (a seeded stream of its own, so the models' rows do not change)."""
+    if config.schedules < 1:
+        return
+    for n in range(config.schedules):
+        yield 0, {"type": "schedule", "schedule_id": f"job-{n}",
+                  **_SCHEDULE_SPECS[n % len(_SCHEDULE_SPECS)]}
+    paused: set[int] = set()
+    for second in itertools.count(1):
+        if rng.random() < 0.2:
+            n = rng.randrange(config.schedules)
+            kind = "resume" if n in paused else "pause"
+            paused.symmetric_difference_update({n})
+            yield second, {"type": kind, "schedule_id": f"job-{n}"}
 
 
 class _LogWriter(BrokerListener):
@@ -162,6 +199,8 @@ def iter_rows(config: GeneratorConfig) -> Iterator[dict[str, Any]]:
             members[coordinator.join_group(name, None, session_timeout_ms=6_000)] = name
         coordinator.sync_group(name, next(m for m, gg in members.items() if gg == name))
     alive = set(members)
+    schedules = _schedule_rows(config, random.Random(config.seed + 2))
+    next_schedule = next(schedules, None)
     tasks: list[str] = []
     moved: dict[str, int] = {}  # partition -> ms until its leader comes back
     step = 0
@@ -236,6 +275,10 @@ def iter_rows(config: GeneratorConfig) -> Iterator[dict[str, Any]]:
             manager.delete_partition(victim)
         if step % per_second == per_second // 2:
             writer._row(type="tick")
+        if step % per_second == 1 % per_second:  # the schedules' rows, a second at a time
+            while next_schedule is not None and next_schedule[0] <= step // per_second:
+                writer._row(**next_schedule[1])
+                next_schedule = next(schedules, None)
         manager.advance_clock(0)
         coordinator.advance_clock(0)
         rows, writer.rows = writer.rows[:config.events - emitted], []

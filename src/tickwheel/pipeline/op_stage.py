@@ -16,20 +16,22 @@ from typing import Any
 
 from tickwheel.pipeline.events import Condition, Event, Wire, event_from_wire
 from tickwheel.pipeline.key_stage import ERROR_PROGRESS, INIT, Progress
-from tickwheel.pipeline.resolver import CANCEL, TICK, Resolver, _LogOperation
+from tickwheel.pipeline.resolver import CANCEL, SCHEDULE, TICK, Resolver, _LogOperation
 
 __all__ = ["OpStage", "op_order"]
 
 def op_order(fields: Wire | Progress) -> int:
     """Sort key of an op stage's rows, as one int: ``ts_ms`` times 8 plus watch and
-    ``init`` 0, ``value`` 1, ``error`` 2, cancel 3, tick 4."""
+    ``init`` 0, ``value`` 1, ``error`` 2, cancel 3, tick 4, schedule rows 5."""
     ts: int = fields[0]
     kind = fields[1]
     if len(fields) == 6:
         return ts * 8 + (0 if kind == INIT else 1 if kind != ERROR_PROGRESS else 2)
     if kind == "watch":
         return ts * 8
-    return ts * 8 + (CANCEL if kind == "cancel" else TICK)
+    if kind == "cancel":
+        return ts * 8 + CANCEL
+    return ts * 8 + (TICK if kind == "tick" else SCHEDULE)
 
 
 class _StagedOperation(_LogOperation):
@@ -127,10 +129,21 @@ class OpStage(Resolver):
                 if op is not None:
                     op.error = error
                     op.force_complete()
+        schedule_rows: list[Event] | None = None
         while i < n:
             ev = event_from_wire(rows[i])
-            self._apply_other(ev, CANCEL if ev.op_id is not None else TICK, ts)
+            kind = rows[i][1]
             i += 1
+            if kind == "cancel":
+                self._apply_other(ev, CANCEL, ts)
+            elif kind == "tick":
+                self._apply_other(ev, TICK, ts)
+            elif schedule_rows is None:
+                schedule_rows = [ev]
+            else:
+                schedule_rows.append(ev)
+        if schedule_rows is not None:
+            self._apply_schedule_rows(schedule_rows, ts)
 
     def _new_operation(self, ev: Event, delay_ms: int,
                        seen_updates: dict[str, int] | None) -> _LogOperation:

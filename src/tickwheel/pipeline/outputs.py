@@ -55,7 +55,8 @@ _OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}(-\d{5})?|batches-\d{9}-\d{9}
 # A batch's file of outputs (a partition's file of it), and a merged run's.
 _BATCH = re.compile(r"batch-(\d{9})(?:-\d{5})?\.parquet")
 _MERGED = re.compile(r"batches-(\d{9})-(\d{9})\.parquet")
-_OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error")
+_OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error",
+                    "skipped")
 _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
 # A dict lookup: OutcomeKind(value) goes through the enum's Python-level lookup.
 _OUTCOMES = {o.value: o for o in OutcomeKind}
@@ -80,6 +81,7 @@ def outcomes_table(rows: list[OutcomeRow]) -> pa.Table:
         # The tuples as they are: pyarrow takes them, and a list of each is a copy.
         "keys": pa.array([r.keys for r in rows], pa.list_(pa.string())),
         "error": pa.array([r.error for r in rows], pa.string()),
+        "skipped": pa.array([r.skipped for r in rows], pa.int64()),
     })
 
 
@@ -96,10 +98,12 @@ def quarantine_table(rows: list[Quarantined]) -> pa.Table:
 def outcome_rows(table: pa.Table) -> list[OutcomeRow]:
     """The rows of an outcomes table (the contract's columns)."""
     c = table.to_pydict()
-    return [OutcomeRow(op_id, _OUTCOMES[outcome], resolved, latency, tuple(keys), error)
-            for op_id, outcome, resolved, latency, keys, error in zip(
+    skipped = c.get("skipped") or [0] * len(c["op_id"])
+    return [OutcomeRow(op_id, _OUTCOMES[outcome], resolved, latency, tuple(keys), error,
+                       skips)
+            for op_id, outcome, resolved, latency, keys, error, skips in zip(
                 c["op_id"], c["outcome"], c["resolved_ms"], c["latency_ms"], c["keys"],
-                c["error"], strict=True)]
+                c["error"], skipped, strict=True)]
 
 
 def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:
@@ -383,10 +387,16 @@ def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Pa
         try:
             with open_parquet(path) as file:
                 names = file.schema_arrow.names
-                missing = [c for c in columns if c not in names]
+                missing = [c for c in columns if c not in names and c not in _ADDED]
                 if missing:
                     raise OutputDirError(f"{path} lacks the columns {', '.join(missing)}")
-                table = file.read(columns=list(columns), use_threads=False)
+                table = file.read(columns=[c for c in columns if c in names],
+                                  use_threads=False)
+                for name in columns:
+                    if name not in names:  # written before the column was
+                        table = table.append_column(name, pa.array(
+                            [_ADDED[name]] * table.num_rows, pa.int64()))
+                table = table.select(list(columns))
         except FileNotFoundError:
             raise _Vanished(path) from None
         except (pa.ArrowException, OSError) as exc:
@@ -397,8 +407,12 @@ def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Pa
         yield path, table
 
 
+#: Columns added to the contract since its first version, with the value a file
+#: written before them holds.
+_ADDED: dict[str, int] = {"skipped": 0}
 #: Columns an engine never leaves empty.
-_NOT_NULL = frozenset({"op_id", "outcome", "resolved_ms", "latency_ms", "raw", "reason"})
+_NOT_NULL = frozenset({"op_id", "outcome", "resolved_ms", "latency_ms", "raw", "reason",
+                       "skipped"})
 
 
 def _check_columns(path: Path, table: pa.Table) -> None:

@@ -29,6 +29,7 @@ from tickwheel.pipeline.events import Quarantined, Reason, Wire, wire_line
 from tickwheel.pipeline.key_stage import KeyStage, Progress, key_order
 from tickwheel.pipeline.op_stage import OpStage, op_order
 from tickwheel.pipeline.resolver import OutcomeRow
+from tickwheel.pipeline.schedule_book import SCHEDULE_ENTRY
 
 __all__ = ["KeyPartition", "OpPartition", "PartitionStatus"]
 
@@ -65,6 +66,10 @@ class PartitionStatus:
     #: Bytes of the state saved after the call (an op partition's with the log of its
     #: seen op ids), where the engine keeps it in a store; 0 where it does not say.
     state_bytes: int = 0
+    #: Recurring schedules held (op stage), and their occurrences skipped by misfire
+    #: policies, in all.
+    schedules: int = 0
+    skipped: int = 0
 
 
 class _Partition:
@@ -139,13 +144,15 @@ class _Partition:
         """About how many bytes ``(id, entry)`` takes saved."""
         raise NotImplementedError
 
-    def _status(self, pending: int, ignored_cancels: int, held: int) -> PartitionStatus:
+    def _status(self, pending: int, ignored_cancels: int, held: int, schedules: int = 0,
+                skipped: int = 0) -> PartitionStatus:
         self.seq += 1
         return PartitionStatus(self.stage_name, self.partition, self.seq, self.release_ms,
                                self.top_ms, self.rows_in, self.rows_applied, self.quarantined,
                                held, pending, ignored_cancels,
                                dict(self.quarantined_by_reason),
-                               dict(self.outcomes_by_outcome))
+                               dict(self.outcomes_by_outcome), schedules=schedules,
+                               skipped=skipped)
 
 
 class KeyPartition(_Partition):
@@ -320,7 +327,9 @@ class OpPartition(_Partition):
 
     def status(self) -> PartitionStatus:
         held = sum(1 for fields in self.held if len(fields) != 6)
-        return self._status(len(self.stage.pending), self.stage.ignored_cancels, held)
+        book = self.stage.schedules
+        return self._status(len(self.stage.pending), self.stage.ignored_cancels, held,
+                            len(book), book.skipped)
 
     def track_changes(self) -> None:
         self.stage.track_op_changes()
@@ -331,16 +340,18 @@ class OpPartition(_Partition):
     def entries(self, ids: list[str] | None = None) -> list[tuple[str, Any]]:
         stage = self.stage
         return [(op_id, stage.op_entry(op_id))
-                for op_id in (list(stage.pending) if ids is None else ids)]
+                for op_id in (stage.entry_ids() if ids is None else ids)]
 
     def live_entries(self) -> int:
-        return len(self.stage.pending)
+        return len(self.stage.pending) + len(self.stage.schedules)
 
     @staticmethod
     def entry_bytes(item: tuple[str, Any]) -> int:
         op_id, entry = item
         if entry is None:
             return 32 + len(op_id)
+        if entry[0] == SCHEDULE_ENTRY:
+            return 160 + 2 * len(op_id) + sum(48 + len(str(v)) for v in entry[2].values())
         fields = entry[0]  # the watch's: ts_ms, raw, op_id, keys, ...
         return 160 + len(op_id) + len(fields[1] or "") + sum(64 + len(k) for k in fields[3])
 

@@ -72,6 +72,8 @@ class RunResult:
     rows_applied: int = 0
     pending: int = 0
     ignored_cancels: int = 0
+    schedules: int = 0  # recurring schedules still held at the end
+    skipped: int = 0  # their occurrences passed over by misfire policies
 
     def quarantined_by_reason(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -222,6 +224,8 @@ class ReferenceEngine:
             result.rows_applied = resolver.applied
             result.pending = len(resolver.pending)
             result.ignored_cancels = resolver.ignored_cancels
+            result.schedules = len(resolver.schedules)
+            result.skipped = resolver.schedules.skipped
         finally:
             resolver.close()
             if self._runs is not None:

@@ -23,16 +23,22 @@ __all__ = ["MAX_KINDS", "OTHER_KINDS", "Summary", "kind_of", "plot", "summarize"
 #: without a numeric suffix, such as UUIDs, are each a kind of their own).
 MAX_KINDS = 12
 OTHER_KINDS = "(other kinds)"
-# kind_of's rule for an Arrow column (RE2): the part before a last dash followed by
-# ASCII digits only.
+# kind_of's rule for an Arrow column (RE2): an occurrence's schedule id, then the
+# part before a last dash followed by ASCII digits only.
+_OCCURRENCE_PATTERN = r"(?s)^(.+)@[0-9]+$"
 _KIND_PATTERN = r"(?s)^(.+)-[0-9]+$"
+
+
+def _strip_number(op_id: str, mark: str) -> str:
+    head, _, tail = op_id.rpartition(mark)
+    return head if head and tail.isascii() and tail.isdigit() else op_id
 
 
 def kind_of(op_id: str) -> str:
     """The operation kind of an id such as ``produce-17``: its part before the last
-    dash when what follows is a number (ASCII digits), or else the whole id."""
-    head, _, tail = op_id.rpartition("-")
-    return head if head and tail.isascii() and tail.isdigit() else op_id
+    dash when what follows is a number (ASCII digits), or else the whole id. An
+    occurrence of a schedule (``job-3@1767225600000``) is of its schedule's kind."""
+    return _strip_number(_strip_number(op_id, "@"), "-")
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,9 @@ class Summary:
     outcomes: dict[str, dict[str, int]]  # kind -> outcome -> count
     latency: dict[str, tuple[int, int, int, int]]  # kind -> p50, p90, p99, max (ms)
     quarantine: dict[str, int]  # reason -> count
+    #: Occurrences of recurring schedules skipped by misfire policies (the fired rows'
+    #: ``skipped``).
+    skipped: int = 0
 
     @property
     def total_outcomes(self) -> int:
@@ -54,6 +63,7 @@ class Summary:
                                                     self.latency[kind], strict=True))}
                       for kind, counts in self.outcomes.items()},
             "quarantine": self.quarantine,
+            "skipped": self.skipped,
         }
 
 
@@ -69,8 +79,10 @@ def _by_kind(output: Path, columns: list[str]) -> tuple[pa.Table, list[tuple[str
     import pyarrow.compute as pc
 
     table = read_output_table(output / "outcomes", ["op_id", *columns])
-    kinds = pc.replace_substring_regex(table.column("op_id"), pattern=_KIND_PATTERN,
-                                       replacement=r"\1")
+    kinds = pc.replace_substring_regex(
+        pc.replace_substring_regex(table.column("op_id"), pattern=_OCCURRENCE_PATTERN,
+                                   replacement=r"\1"),
+        pattern=_KIND_PATTERN, replacement=r"\1")
     counts = pc.value_counts(kinds)
     if len(counts) > MAX_KINDS:
         ranked = pa.table({"kind": counts.field("values"), "rows": counts.field("counts")}
@@ -93,7 +105,9 @@ def _by_kind(output: Path, columns: list[str]) -> tuple[pa.Table, list[tuple[str
 
 
 def summarize(output: Path) -> Summary:
-    table, groups = _by_kind(output, ["outcome", "latency_ms"])
+    import pyarrow.compute as pc
+
+    table, groups = _by_kind(output, ["outcome", "latency_ms", "skipped"])
     latency = table.column("latency_ms")
     outcomes: dict[str, dict[str, int]] = {}
     percentiles: dict[str, tuple[int, int, int, int]] = {}
@@ -105,11 +119,13 @@ def summarize(output: Path) -> Summary:
         p50, p90, p99 = (latency[first + _nearest_rank(rows, q)].as_py()
                          for q in (0.5, 0.9, 0.99))
         percentiles[kind] = (p50, p90, p99, latency[first + rows - 1].as_py())
-    return Summary(outcomes, percentiles, count_outputs(output / "quarantine", "reason"))
+    skipped = pc.sum(table.column("skipped")).as_py() or 0
+    return Summary(outcomes, percentiles, count_outputs(output / "quarantine", "reason"),
+                   skipped)
 
 
 OUTCOME_COLOURS = {"completed": "#2a9d8f", "expired": "#e76f51", "cancelled": "#8d99ae",
-                   "error": "#9b2226"}
+                   "error": "#9b2226", "fired": "#e9c46a"}
 _TIME_BARS = 60
 
 

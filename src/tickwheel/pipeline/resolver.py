@@ -48,13 +48,26 @@ from tickwheel.pipeline.events import (
     line_of,
     new_event,
 )
+from tickwheel.pipeline.schedule_book import (
+    SCHEDULE_ENTRY,
+    SCHEDULE_KEY,
+    Fire,
+    ScheduleBook,
+    occurrence_id,
+)
 from tickwheel.purgatory import DelayedOperation, Outcome, Purgatory
 from tickwheel.timers import TimingWheelTimer
 
 __all__ = ["OutcomeRow", "Resolver", "first_order_at", "order_key", "wire_order"]
 
-# Within one ts_ms: watches, updates with a value, updates with an error, cancels.
-WATCH, VALUE, ERROR, CANCEL, TICK = range(5)
+# Within one ts_ms: watches, updates with a value, updates with an error, cancels,
+# ticks, and the schedule rows (schedule, unschedule, pause, resume).
+WATCH, VALUE, ERROR, CANCEL, TICK, SCHEDULE = range(6)
+_SCHEDULE_TYPES = frozenset({EventType.SCHEDULE, EventType.UNSCHEDULE, EventType.PAUSE,
+                             EventType.RESUME})
+_SCHEDULE_NAMES = frozenset(t.value for t in _SCHEDULE_TYPES)
+# At one ts_ms, one schedule's rows apply in this order.
+_SCHEDULE_RANK = {"schedule": 0, "pause": 1, "resume": 2, "unschedule": 3}
 
 
 class OutcomeRow(NamedTuple):
@@ -68,6 +81,8 @@ class OutcomeRow(NamedTuple):
     latency_ms: int
     keys: tuple[str, ...]
     error: str | None
+    #: A ``fired`` row's: the occurrences of its schedule skipped since the last fire.
+    skipped: int = 0
 
 
 def kind_of(ev: Event) -> int:
@@ -77,6 +92,8 @@ def kind_of(ev: Event) -> int:
         return VALUE if ev.error is None else ERROR
     if ev.type is EventType.CANCEL:
         return CANCEL
+    if ev.type in _SCHEDULE_TYPES:
+        return SCHEDULE
     return TICK
 
 
@@ -100,6 +117,8 @@ def wire_order(fields: Wire) -> int:
         order = VALUE if fields[11] is None else ERROR
     elif kind == _CANCEL:
         order = CANCEL
+    elif kind in _SCHEDULE_NAMES:
+        order = SCHEDULE
     else:
         order = TICK
     ts: int = fields[0]
@@ -221,6 +240,8 @@ class Resolver:
         self.quarantine: list[Quarantined] = []
         self.applied = 0
         self.ignored_cancels = 0
+        #: The recurring schedules (see :mod:`tickwheel.pipeline.schedule_book`).
+        self.schedules = ScheduleBook()
         self.now = now_ms
         # One lock for all its operations, as Kafka shares a group's lock: a resolver
         # is used by one thread, and a lock of their own cost every operation an
@@ -239,6 +260,7 @@ class Resolver:
             batch = list(group)
             self._watch_all([ev for ev in batch if ev.type is EventType.WATCH])
             purgatory = self._the_purgatory()
+            schedule_rows: list[Event] = []
             for ev in batch:
                 kind = kind_of(ev)
                 if kind == WATCH:
@@ -246,9 +268,13 @@ class Resolver:
                 if kind == VALUE:
                     assert ev.key is not None and ev.value is not None
                     self._apply_value(ev.key, ev.value, purgatory)
+                elif kind == SCHEDULE:
+                    schedule_rows.append(ev)
                 else:
                     self._apply_other(ev, kind, ts)
             self._flush_errors()
+            if schedule_rows:
+                self._apply_schedule_rows(schedule_rows, ts)
 
     def apply_wire(self, rows: list[Wire]) -> None:
         """:meth:`apply` for well-formed rows in their wire form, sorted by
@@ -267,14 +293,23 @@ class Resolver:
                 first_other += 1
             self._watch_all([event_from_wire(rows[m]) for m in range(i, first_other)])
             purgatory = self._the_purgatory()
+            schedule_rows: list[Event] | None = None
             for m in range(first_other, end):
                 fields = rows[m]
                 if fields[1] == _UPDATE and fields[11] is None:
                     self._apply_value(fields[9], fields[10], purgatory)
                 else:
                     ev = event_from_wire(fields)
-                    self._apply_other(ev, kind_of(ev), ts)
+                    kind = kind_of(ev)
+                    if kind != SCHEDULE:
+                        self._apply_other(ev, kind, ts)
+                    elif schedule_rows is None:
+                        schedule_rows = [ev]
+                    else:
+                        schedule_rows.append(ev)
             self._flush_errors()
+            if schedule_rows is not None:
+                self._apply_schedule_rows(schedule_rows, ts)
             i = end
 
     def _apply_value(self, key: str, value: int, purgatory: Purgatory) -> None:
@@ -303,8 +338,32 @@ class Resolver:
             else:
                 self.ignored_cancels += 1
 
+    def _apply_schedule_rows(self, rows: list[Event], ts: int) -> None:
+        """The schedule rows at one ``ts_ms``, each schedule's in a fixed order
+        (schedule, pause, resume, unschedule; rows of one type by their line), so no
+        outcome depends on the order they arrived in."""
+        self._flush_errors()
+        if len(rows) > 1:
+            rows.sort(key=lambda ev: (ev.op_id, _SCHEDULE_RANK[ev.type._value_],
+                                      line_of(ev)))
+        book = self.schedules
+        fires: list[Fire] = []
+        for ev in rows:
+            assert ev.op_id is not None
+            self.applied += 1
+            book.apply(ev.type._value_, ev.op_id, ev.targets, ts, fires)
+        self._record_fires(fires)
+
+    def _record_fires(self, fires: list[Fire]) -> None:
+        outcomes = self.outcomes
+        for fire in fires:
+            outcomes.append(tuple.__new__(OutcomeRow, (
+                occurrence_id(fire.schedule_id, fire.occurrence_ms), OutcomeKind.FIRED,
+                fire.fire_ms, fire.fire_ms - fire.occurrence_ms, (), None, fire.skipped)))
+
     def advance_to(self, t: int) -> None:
-        """Time is now ``t``: operations with a deadline at or before it expire."""
+        """Time is now ``t``: operations with a deadline at or before it expire, and
+        schedules' occurrences that fire at or before it fire."""
         if self.now is not None and t < self.now:
             raise ValueError(f"t must not go back in time: {t} < now {self.now}")
         self.now = t
@@ -313,6 +372,11 @@ class Resolver:
         else:
             self._clock.ms = t
         self._the_purgatory().advance_clock(0)
+        due = self.schedules.due
+        if due and due[0][0] <= t:
+            fires: list[Fire] = []
+            self.schedules.advance(t, fires)
+            self._record_fires(fires)
 
     def record(self, ev: Event, outcome: OutcomeKind, resolved_ms: int, error: str | None) -> None:
         assert ev.op_id is not None
@@ -325,7 +389,7 @@ class Resolver:
         # tuple.__new__: the named tuple's own __new__ is a Python function.
         self.outcomes.append(tuple.__new__(OutcomeRow, (ev.op_id, outcome, resolved_ms,
                                                         resolved_ms - ev.ts_ms, ev.keys,
-                                                        error)))
+                                                        error, 0)))
 
     def drain(self) -> tuple[list[OutcomeRow], list[Quarantined]]:
         """What was resolved and quarantined since the last drain."""
@@ -337,9 +401,13 @@ class Resolver:
         """The earliest deadline of a pending operation, in event time, or None: from
         the purgatory's timing wheel, which holds each at its deadline and looks into
         its first buckets only."""
+        fire = self.schedules.next_fire_ms()
         if self._timer is None or not self.pending:
-            return None
-        return self._timer.next_expiration_ms()
+            return fire
+        deadline = self._timer.next_expiration_ms()
+        if fire is None or (deadline is not None and deadline < fire):
+            return deadline
+        return fire
 
     def close(self) -> None:
         if self._purgatory is not None:
@@ -372,7 +440,11 @@ class Resolver:
         Without ``with_seen``, the seen ids (which a retention bounds by the rate, not
         by what is pending) are left out: the caller keeps them another way, as the
         log of :meth:`take_seen_changes`, and gives them back to :meth:`restore`."""
-        ops = [(_event_fields(op.event), op.seen_updates) for op in self.pending.values()]
+        ops: list[tuple[Any, ...]] = [(_event_fields(op.event), op.seen_updates)
+                                      for op in self.pending.values()]
+        book = self.schedules
+        ops += [entry for schedule_id in book.ids()
+                if (entry := book.entry(schedule_id)) is not None]
         seen: list[str] | None = None
         seen_at: list[tuple[int, str]] | None = None
         if with_seen:
@@ -381,7 +453,7 @@ class Resolver:
                        else [(ts, op_id) for op_id, ts in self._seen.items()])
         return (2, self.now, self.values, self.update_counts, seen, ops,
                 self.applied, self.ignored_cancels, self.dedupe_retention_ms,
-                seen_at, list(self._lingering))
+                seen_at, list(self._lingering), self._schedule_counts())
 
     @classmethod
     def restore(cls, snapshot: tuple[Any, ...], seen: dict[str, int] | None = None,
@@ -393,8 +465,9 @@ class Resolver:
         if version != 2:
             raise ValueError(f"snapshot version {version} is not supported")
         (_, now, values, counts, seen_ids, ops, applied, ignored, retention, seen_at,
-         lingering) = snapshot
+         lingering) = snapshot[:11]
         resolver = cls(now, retention)
+        resolver._set_schedule_counts(snapshot[11:])
         resolver.values = values
         resolver.update_counts = counts
         if seen_ids is not None:
@@ -417,9 +490,12 @@ class Resolver:
         resolver.ignored_cancels = ignored
         if now is not None:
             resolver.advance_to(now)
-            for fields, seen_updates in ops:
-                ev = _event_from_fields(fields)
-                resolver._register(ev, seen_updates)
+            for entry in ops:
+                if entry[0] == SCHEDULE_ENTRY:
+                    resolver.schedules.restore(entry)
+                else:
+                    fields, seen_updates = entry
+                    resolver._register(_event_from_fields(fields), seen_updates)
         resolver._linger_unseen()
         return resolver
 
@@ -427,6 +503,7 @@ class Resolver:
         """Keep the ids of the operations that change for :meth:`take_op_changes`."""
         if self._op_changes is None:
             self._op_changes = {}
+            self.schedules.changed = set()
 
     def take_op_changes(self) -> list[str]:
         """The ids of the operations added, changed or resolved since the last call or
@@ -438,7 +515,19 @@ class Resolver:
             raise RuntimeError("call track_op_changes() first")
         self._op_changes = {}
         pending = self.pending
-        return [op_id for op_id, born in changes.items() if not born or op_id in pending]
+        ids = [op_id for op_id, born in changes.items() if not born or op_id in pending]
+        changed = self.schedules.changed
+        if changed:
+            ids += [SCHEDULE_KEY + schedule_id for schedule_id in changed]
+            changed.clear()
+        return ids
+
+    def entry_ids(self) -> list[str]:
+        """The ids of every entry :meth:`op_entry` gives: the pending operations', and
+        each schedule's (:data:`~tickwheel.pipeline.schedule_book.SCHEDULE_KEY` and its
+        id)."""
+        return [*self.pending, *(SCHEDULE_KEY + schedule_id
+                                 for schedule_id in self.schedules.ids())]
 
     def op_entry(self, op_id: str) -> tuple[Any, ...] | None:
         """The pending operation ``op_id`` as :meth:`restore_ops` takes it back (its
@@ -448,10 +537,21 @@ class Resolver:
         it holds such an id among those seen, and moves it apart again the next time
         it forgets ids, which it does before it judges any watch. So an id is not
         written again when it passes its retention."""
+        if op_id.startswith(SCHEDULE_KEY):
+            return self.schedules.entry(op_id[1:])
         op = self.pending.get(op_id)
         if op is None:
             return None
         return _event_fields(op.event), op.seen_updates
+
+    def _schedule_counts(self) -> tuple[int, int, int]:
+        book = self.schedules
+        return book.skipped, book.ignored, book.finished
+
+    def _set_schedule_counts(self, counts: tuple[Any, ...]) -> None:
+        if counts:  # a head saved before schedules holds none
+            book = self.schedules
+            book.skipped, book.ignored, book.finished = counts[0]
 
     def head(self) -> tuple[Any, ...]:
         """What :meth:`snapshot` holds besides the seen ids and the pending
@@ -460,16 +560,17 @@ class Resolver:
         applied updates (values and counts) is saved whole instead."""
         if self.values or self.update_counts:
             raise ValueError("a resolver holding values is saved whole: use snapshot()")
-        return self.now, self.applied, self.ignored_cancels, self.dedupe_retention_ms
+        return (self.now, self.applied, self.ignored_cancels, self.dedupe_retention_ms,
+                self._schedule_counts())
 
     @classmethod
     def restore_ops(cls, head: tuple[Any, ...], ops: Iterable[tuple[Any, ...]],
                     seen: dict[str, int]) -> Resolver:
         """The resolver saved as its :meth:`head`, its operations' entries (in the
         order they were first added) and its seen ids."""
-        now, applied, ignored, retention = head
+        now, applied, ignored, retention = head[:4]
         return cls.restore((2, now, {}, {}, None, list(ops), applied, ignored, retention,
-                            None, []), seen)
+                            None, [], *head[4:]), seen)
 
     def catch_up_ops(self, head: tuple[Any, ...], later: dict[str, Any],
                      seen: dict[str, int]) -> bool:
@@ -477,14 +578,23 @@ class Resolver:
         ids up to date: ``head`` and ``seen`` as saved since, ``later`` the entries
         saved since (None: no longer pending). False if the copy cannot be (it is not
         older, or time fired an operation on the way): it must then be let go of."""
-        now, applied, ignored, retention = head
+        now, applied, ignored, retention = head[:4]
         if retention != self.dedupe_retention_ms or (
                 self.now is not None and (now is None or now < self.now)):
             return False
         pending = self.pending
         lingering = self._lingering
         new = []
+        book = self.schedules
         for op_id, entry in later.items():
+            if op_id.startswith(SCHEDULE_KEY):
+                # Before time moves: a series saved since has decided its occurrences
+                # up to the saved time, so moving the copy's time fires none.
+                if entry is None:
+                    book.drop(op_id[1:])
+                else:
+                    book.restore(entry)
+                continue
             op = pending.get(op_id)
             if op is not None:
                 if entry is not None and op.event.ts_ms == entry[0][0]:  # the same watch
@@ -509,10 +619,12 @@ class Resolver:
             self._seen_order = deque(self._seen)
         self.applied = applied
         self.ignored_cancels = ignored
+        self._set_schedule_counts(head[4:])
         if self._seen_changes is not None:
             self._seen_changes = {}
         if self._op_changes is not None:
             self._op_changes = {}
+            self.schedules.changed = set()
         return not self.outcomes and not self.quarantine
 
     # -- internals ---------------------------------------------------------------

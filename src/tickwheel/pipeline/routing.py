@@ -6,7 +6,9 @@ Two stages, each split into the same number of partitions (see
 - an update goes to the partition of its ``key`` (stage 1);
 - a watch goes to the partition of its ``op_id`` (stage 2), and to the partition of
   each of its keys (stage 1; once per partition, however many of its keys are there);
-- a cancel goes to the partition of its ``op_id`` (stage 2);
+- a cancel goes to the partition of its ``op_id`` (stage 2), and a schedule row
+  (``schedule``, ``unschedule``, ``pause``, ``resume``) to the partition of its
+  ``schedule_id``;
 - a tick goes to stage 2's partition 0: it only moves time, which every partition
   learns from the largest ``ts_ms`` of each slice of input;
 - a malformed row goes to stage 2's partition of its raw text, which quarantines it.
@@ -50,8 +52,8 @@ def route(rows: Iterable[Wire], partitions: int) -> tuple[list[list[Wire]], list
             else:
                 for where in {partition_of(key, partitions) for key in keys}:
                     by_key[where].append(fields)
-        elif kind == "cancel":
-            by_op[partition_of(fields[3], partitions)].append(fields)
-        else:
+        elif kind == "tick":
             by_op[0].append(fields)
+        else:  # a cancel or a schedule row: op_id holds its id
+            by_op[partition_of(fields[3], partitions)].append(fields)
     return by_key, by_op

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel.dispatch import ProcessingResult
+from tickwheel.pipeline.events import OutcomeKind
 from tickwheel.pipeline.files import write_bytes_atomically
 from tickwheel.pipeline.outputs import DEAD_LETTERS
 
@@ -148,7 +149,11 @@ class WebhookProcessor:
 
 
 def _as_json(row: OutcomeRow) -> dict[str, Any]:
-    registered = row.resolved_ms - row.latency_ms
-    return {"id": f"{row.op_id}@{registered}", "op_id": row.op_id,
+    if row.outcome is OutcomeKind.FIRED:
+        stable = row.op_id  # already <schedule_id>@<occurrence ms>
+    else:
+        stable = f"{row.op_id}@{row.resolved_ms - row.latency_ms}"
+    return {"id": stable, "op_id": row.op_id,
             "outcome": row.outcome.value, "resolved_ms": row.resolved_ms,
-            "latency_ms": row.latency_ms, "keys": list(row.keys), "error": row.error}
+            "latency_ms": row.latency_ms, "keys": list(row.keys), "error": row.error,
+            "skipped": row.skipped}

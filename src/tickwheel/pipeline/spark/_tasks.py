@@ -436,8 +436,10 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
 
 
 def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int | None,
-                 checkpoint: str) -> Any:
-    """Stage 2's processor, grouped by the label of an op-id partition."""
+                 checkpoint: str, wall_clock: bool = False) -> Any:
+    """Stage 2's processor, grouped by the label of an op-id partition. With
+    ``wall_clock``, schedules notice their occurrences at the clock's readings (see
+    :mod:`tickwheel.pipeline.schedule_book`)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     partition_of_label = {label: p for p, label in enumerate(labels)}
@@ -481,6 +483,7 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                     part = OpPartition(q, lateness_ms, dedupe_retention_ms)
                     part.stage.track_seen_changes()
                     part.track_changes()
+                part.stage.schedules.clock_notices = wall_clock
                 point: int | None = None
                 quarantine: list[Quarantined] = []
                 passed: list[tuple[bytes | None, str | None]] = []

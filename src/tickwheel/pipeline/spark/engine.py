@@ -132,6 +132,9 @@ class SparkRunResult:
     batches: int
     seconds: float
     partitions: list[PartitionStatus] = field(default_factory=list)
+    #: Recurring schedules held, and their occurrences passed over by misfire policies.
+    schedules: int = 0
+    skipped: int = 0
     #: Input files the last listing skipped (a name that is not UTF-8, a symlink out
     #: of the input directory or to nothing): not read until that changes.
     files_skipped: int = 0
@@ -340,7 +343,7 @@ class SparkEngine:
             PROGRESS_SCHEMA, "Append", "None")
         return progress.groupBy("grp").transformWithStateInPandas(
             op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms,
-                         self.checkpoint_id),
+                         self.checkpoint_id, self.clock == "wall"),
             OUTPUT_SCHEMA, "Append", "None")
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
@@ -659,6 +662,8 @@ class SparkEngine:
             batches=self.batches,
             seconds=0.0 if started is None else time.perf_counter() - started,
             partitions=statuses,
+            schedules=sum(s.schedules for s in statuses),
+            skipped=sum(s.skipped for s in statuses),
             files_skipped=len(skipped_files(self.checkpoint_dir)),
             files_changed=sum(changed_files(self.checkpoint_dir).values()),
         )

@@ -1,0 +1,255 @@
+"""The recurring schedules of an event log, as one resolver holds them.
+
+A ``schedule`` row starts a series (or replaces one: the new spec's occurrences are
+those after the row's ``ts_ms``); ``unschedule`` ends it; ``pause`` and ``resume`` stop
+and restart it. Only each series' next occurrence is pending, so what a schedule costs
+does not grow with its occurrences. Every occurrence becomes one ``fired`` outcome, or
+is counted as skipped.
+
+When an occurrence is noticed decides whether it misfired:
+
+- in event time (the default), time passes through every instant, as the log's rows
+  say it does: each occurrence is noticed at its own fire time, and fires. So the
+  outcomes do not depend on where an engine cuts its input into batches, nor on how it
+  partitions it;
+- with :attr:`ScheduleBook.clock_notices` (time follows a wall clock), an occurrence
+  is noticed at the first reading of the clock at or after it; one noticed more than
+  its ``grace_ms`` late (the service was down, or the clock stepped forward) is
+  decided by the schedule's ``misfire`` policy (:meth:`~tickwheel.Schedule.plan`);
+- a ``resume`` notices the occurrences of its pause at the row's ``ts_ms``, in either
+  mode, and its misfire policy decides them, as Quartz's ``resumeTrigger`` does.
+
+A row at ``ts_ms`` acts on the occurrences that fire after it: those at or before it
+fired first, as deadlines at or before a row's time expire before it applies.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, NamedTuple
+
+from tickwheel.schedules import Schedule
+
+__all__ = ["SCHEDULE_ENTRY", "SCHEDULE_KEY", "Fire", "ScheduleBook", "occurrence_id",
+           "schedule_of"]
+
+#: The first field of a saved schedule entry: an operation's entry starts with its
+#: watch's fields, a tuple.
+SCHEDULE_ENTRY: Final = "schedule"
+#: Where a resolver's entries are keyed by id, a schedule's key is its id after this
+#: lone surrogate: no op id holds one (such a row is ``bad_string``), so a schedule and
+#: an operation of one name never meet. Made at run time: a compiled string literal
+#: cannot hold a lone surrogate.
+SCHEDULE_KEY: Final = chr(0xD800)
+#: Occurrences one plan looks at; a catch-up takes as many plans as it needs.
+PLAN_BUDGET: Final = 4_096
+
+
+class Fire(NamedTuple):
+    """One occurrence that fires: ``fire_ms`` is its time plus its jitter; ``skipped``
+    counts the occurrences of the series passed over since its last fire."""
+
+    schedule_id: str
+    occurrence_ms: int
+    fire_ms: int
+    skipped: int
+
+
+def occurrence_id(schedule_id: str, occurrence_ms: int) -> str:
+    """The stable id of an occurrence: its ``fired`` outcome's ``op_id``."""
+    return f"{schedule_id}@{occurrence_ms}"
+
+
+Spec = tuple[tuple[str, Any], ...]
+# Equal specs share one spec and one Schedule: a million series of a few specs hold a
+# few of each.
+_INTERNED: dict[Spec, tuple[Spec, Schedule]] = {}
+_INTERNED_MAX = 65_536
+
+
+def _interned(spec: Mapping[str, Any]) -> tuple[Spec, Schedule]:
+    key = tuple(spec.items())
+    hit = _INTERNED.get(key)
+    if hit is None:
+        if len(_INTERNED) >= _INTERNED_MAX:
+            _INTERNED.clear()
+        hit = _INTERNED[key] = (key, Schedule.from_fields(dict(key)))
+    return hit
+
+
+def schedule_of(spec: Mapping[str, Any]) -> Schedule:
+    """The :class:`~tickwheel.Schedule` of a row's spec."""
+    return _interned(spec)[1]
+
+
+class _Series:
+    __slots__ = ("after_ms", "gen", "next_ms", "paused", "runs", "schedule", "skipped",
+                 "spec")
+
+    def __init__(self, spec: Mapping[str, Any], after_ms: int) -> None:
+        self.spec, self.schedule = _interned(spec)
+        self.after_ms = after_ms  # the last occurrence decided
+        self.next_ms = self.schedule.next_after(after_ms)
+        self.runs = 0
+        self.skipped = 0  # passed over since the last fire
+        self.paused = False
+        self.gen = -1  # set when pushed
+
+
+class ScheduleBook:
+    """The schedules of one resolver, by id; :meth:`advance` fires what time reached."""
+
+    def __init__(self) -> None:
+        self._series: dict[str, _Series] = {}
+        #: (fire_ms, schedule_id, gen), a heap: each series' pending occurrence. An
+        #: item whose gen is not its series' (replaced, paused, moved on) is stale and
+        #: dropped when reached; gens are never reused.
+        self.due: list[tuple[int, str, int]] = []
+        self._gens = itertools.count()
+        self.clock_notices = False
+        self.skipped = 0
+        self.ignored = 0  # unschedule, pause and resume rows that changed nothing
+        self.finished = 0
+        #: Schedule ids changed since the last :meth:`take_changes`.
+        self.changed: set[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._series)
+
+    def ids(self) -> Iterator[str]:
+        return iter(self._series)
+
+    # -- rows -------------------------------------------------------------------------
+
+    def apply(self, kind: str, schedule_id: str, spec: Mapping[str, Any], ts: int,
+              fires: list[Fire]) -> None:
+        """A schedule row at ``ts`` (time already advanced to it)."""
+        series = self._series.get(schedule_id)
+        if kind == "schedule":
+            fresh = _Series(spec, ts)  # its pending occurrence, if any, is stale
+            self._series[schedule_id] = fresh
+            self._push(schedule_id, fresh)
+        elif series is None:
+            self.ignored += 1
+            return
+        elif kind == "unschedule":
+            del self._series[schedule_id]
+        elif kind == "pause":
+            if series.paused:
+                self.ignored += 1
+                return
+            series.paused = True
+            series.gen = -1  # its pending occurrence is decided at resume
+        else:  # resume
+            if not series.paused:
+                self.ignored += 1
+                return
+            series.paused = False
+            self._plan(schedule_id, series, ts, fires)
+        self._changed(schedule_id)
+
+    # -- time -------------------------------------------------------------------------
+
+    def next_fire_ms(self) -> int | None:
+        """When the next pending occurrence fires, or None."""
+        due = self.due
+        while due:
+            fire_ms, schedule_id, gen = due[0]
+            series = self._series.get(schedule_id)
+            if series is not None and series.gen == gen:
+                return fire_ms
+            heapq.heappop(due)
+        return None
+
+    def advance(self, now: int, fires: list[Fire]) -> None:
+        """Time is ``now``: occurrences that fire at or before it are decided."""
+        due = self.due
+        while due and due[0][0] <= now:
+            _, schedule_id, gen = heapq.heappop(due)
+            series = self._series.get(schedule_id)
+            if series is None or series.gen != gen:
+                continue
+            occurrence = series.next_ms
+            assert occurrence is not None
+            if self.clock_notices:
+                self._plan(schedule_id, series, now, fires)
+            else:
+                self._fire(schedule_id, series, occurrence, fires)
+                series.after_ms = occurrence
+                sched = series.schedule
+                if sched.max_runs is not None and series.runs >= sched.max_runs:
+                    self._finish(schedule_id)
+                else:
+                    self._move_on(schedule_id, series)
+            self._changed(schedule_id)
+
+    def _plan(self, schedule_id: str, series: _Series, now: int, fires: list[Fire]) -> None:
+        """Decide the occurrences in (after, now] by the misfire policy, in plans of a
+        bounded number each."""
+        sched = series.schedule
+        while True:
+            plan = sched.plan(series.after_ms, now, series.runs, PLAN_BUDGET)
+            series.skipped += plan.skipped
+            self.skipped += plan.skipped
+            for occurrence in plan.fire:
+                self._fire(schedule_id, series, occurrence, fires)
+            series.after_ms = max(series.after_ms, plan.after_ms)
+            if plan.finished:
+                self._finish(schedule_id)
+                return
+            if not plan.more:
+                break
+        self._move_on(schedule_id, series)
+
+    def _fire(self, schedule_id: str, series: _Series, occurrence: int,
+              fires: list[Fire]) -> None:
+        fires.append(Fire(schedule_id, occurrence,
+                          series.schedule.fire_ms(schedule_id, occurrence), series.skipped))
+        series.runs += 1
+        series.skipped = 0
+
+    def _move_on(self, schedule_id: str, series: _Series) -> None:
+        series.next_ms = series.schedule.next_after(series.after_ms)
+        if series.next_ms is None:
+            self._finish(schedule_id)
+        else:
+            self._push(schedule_id, series)
+
+    def _finish(self, schedule_id: str) -> None:
+        del self._series[schedule_id]
+        self.finished += 1
+
+    def _push(self, schedule_id: str, series: _Series) -> None:
+        if series.next_ms is not None and not series.paused:
+            series.gen = next(self._gens)
+            fire_ms = series.schedule.fire_ms(schedule_id, series.next_ms)
+            heapq.heappush(self.due, (fire_ms, schedule_id, series.gen))
+
+    def _changed(self, schedule_id: str) -> None:
+        if self.changed is not None:
+            self.changed.add(schedule_id)
+
+    # -- keeping it ---------------------------------------------------------------------
+
+    def entry(self, schedule_id: str) -> tuple[Any, ...] | None:
+        """The series as plain values (for ``marshal``), or None if there is none."""
+        series = self._series.get(schedule_id)
+        if series is None:
+            return None
+        return (SCHEDULE_ENTRY, schedule_id, dict(series.spec), series.after_ms,
+                series.next_ms, series.runs, series.skipped, series.paused)
+
+    def restore(self, entry: tuple[Any, ...]) -> None:
+        """Take back one series saved as its :meth:`entry` (replacing any of its id)."""
+        _, schedule_id, spec, after_ms, next_ms, runs, skipped, paused = entry
+        series = _Series(spec, after_ms)
+        series.next_ms, series.runs, series.skipped, series.paused = (
+            next_ms, runs, skipped, paused)
+        self._series[schedule_id] = series
+        self._push(schedule_id, series)
+
+    def drop(self, schedule_id: str) -> None:
+        """Forget a series that a later save no longer holds."""
+        self._series.pop(schedule_id, None)

@@ -1,0 +1,344 @@
+"""Recurring schedules in the event log: ``schedule``, ``unschedule``, ``pause`` and
+``resume`` rows, each occurrence one ``fired`` outcome, misfires decided by policy, on
+both engines and across restarts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.pipeline.logs import random_log
+from tests.pipeline.test_follow import WallClock, engine, land, rows
+from tickwheel import Schedule
+from tickwheel.pipeline.events import OutcomeKind, Quarantined, compact_wire, parse_line
+from tickwheel.pipeline.generator import GeneratorConfig, generate
+from tickwheel.pipeline.op_stage import OpStage, op_order
+from tickwheel.pipeline.outputs import write_outcomes
+from tickwheel.pipeline.partition import OpPartition
+from tickwheel.pipeline.partitioned import run_partitioned
+from tickwheel.pipeline.reference import ReferenceEngine, RunResult
+from tickwheel.pipeline.report import kind_of, summarize
+from tickwheel.pipeline.resolver import OutcomeRow, Resolver
+from tickwheel.pipeline.schedule_book import SCHEDULE_KEY
+from tickwheel.service.webhook import _as_json
+
+
+def line(ts: int, kind: str, schedule_id: str = "s", **spec: Any) -> str:
+    return json.dumps({"ts_ms": ts, "type": kind, "schedule_id": schedule_id, **spec},
+                      separators=(",", ":"))
+
+
+def tick(ts: int) -> str:
+    return json.dumps({"ts_ms": ts, "type": "tick"})
+
+
+def run(lines: list[str]) -> RunResult:
+    engine = ReferenceEngine(lateness_ms=0)
+    engine.feed_lines(lines)
+    return engine.run()
+
+
+def fired(result: RunResult | list[OutcomeRow]) -> list[tuple[str, int, int]]:
+    """(op_id, resolved_ms, skipped) of the fired rows, in time order."""
+    outcomes = result.outcomes if isinstance(result, RunResult) else result
+    return sorted(((o.op_id, o.resolved_ms, o.skipped) for o in outcomes
+                   if o.outcome.value == "fired"), key=lambda row: (row[1], row[0]))
+
+
+def ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+# -- the rows ---------------------------------------------------------------------------
+
+
+def test_a_schedule_row_in_the_compact_form_travels_without_its_text() -> None:
+    compact = line(5, "schedule", cron="*/5 * * * *", tz="Asia/Kolkata", jitter_ms=300)
+    fields = compact_wire(compact)
+    assert fields[:4] == (5, "schedule", None, "s")
+    assert dict(fields[7]) == {"cron": "*/5 * * * *", "tz": "Asia/Kolkata", "jitter_ms": 300}
+    spaced = json.dumps({"ts_ms": 5, "type": "pause", "schedule_id": "s"})
+    assert compact_wire(spaced)[2] == spaced  # not the canonical form: the text is kept
+
+
+@pytest.mark.parametrize(("row", "reason"), [
+    ({"cron": "0 0 30 2 *"}, "bad_schedule"),  # never fires
+    ({"cron": "* * * * *", "tz": "Mars/Olympus"}, "bad_schedule"),
+    ({"every_ms": 1.5}, "bad_schedule"),
+    ({"every_ms": 0}, "bad_schedule"),
+    ({"every_ms": 10, "cron": "* * * * *"}, "bad_schedule"),
+    ({}, "bad_schedule"),  # neither kind
+    ({"every_ms": 10, "misfire": "sometimes"}, "bad_schedule"),
+    ({"cron": "* * * * * \ud800"}, "bad_string"),
+])
+def test_a_malformed_schedule_is_quarantined_with_a_reason_of_its_own(
+        row: dict[str, Any], reason: str) -> None:
+    parsed = parse_line(json.dumps({"ts_ms": 7, "type": "schedule", "schedule_id": "s", **row}))
+    assert isinstance(parsed, Quarantined)
+    assert (parsed.reason.value, parsed.ts_ms) == (reason, 7)
+
+
+@pytest.mark.parametrize(("row", "reason"), [
+    ({"ts_ms": 1, "type": "pause"}, "missing_field"),
+    ({"ts_ms": 1, "type": "resume", "schedule_id": 4}, "bad_type"),
+    ({"ts_ms": 1, "type": "unschedule", "schedule_id": "\ud800"}, "bad_string"),
+])
+def test_a_row_naming_no_schedule_is_quarantined(row: dict[str, Any], reason: str) -> None:
+    parsed = parse_line(json.dumps(row))
+    assert isinstance(parsed, Quarantined) and parsed.reason.value == reason
+
+
+def test_a_bad_schedule_never_stops_the_rows_around_it() -> None:
+    result = run([line(0, "schedule", "bad", cron="61 * * * *"),
+                  line(0, "schedule", "good", every_ms=100), tick(250)])
+    assert fired(result) == [("good@100", 100, 0), ("good@200", 200, 0)]
+    assert [q.reason.value for q in result.quarantine] == ["bad_schedule"]
+    assert result.rows_in == result.rows_applied + len(result.quarantine)
+
+
+# -- occurrences ------------------------------------------------------------------------
+
+
+def test_each_occurrence_fires_once_with_a_stable_id_and_its_own_time() -> None:
+    result = run([line(0, "schedule", every_ms=1_000), tick(5_500)])
+    assert fired(result) == [(f"s@{t}", t, 0) for t in range(1_000, 6_000, 1_000)]
+    assert all(o.latency_ms == 0 and o.keys == () and o.error is None
+               for o in result.outcomes)
+    assert result.schedules == 1  # still held: the series goes on
+
+
+def test_a_series_starts_after_its_row_and_a_row_acts_after_what_fired_at_its_time() -> None:
+    # Occurrences at or before a row's ts_ms fire before it applies, as deadlines expire.
+    result = run([line(1_000, "schedule", every_ms=1_000), line(3_000, "unschedule"),
+                  tick(9_000)])
+    assert fired(result) == [("s@2000", 2_000, 0), ("s@3000", 3_000, 0)]
+    assert result.schedules == 0
+
+
+def test_a_schedule_row_for_a_known_id_replaces_its_spec_from_its_time_on() -> None:
+    result = run([line(0, "schedule", every_ms=1_000), line(2_500, "schedule", every_ms=300),
+                  tick(3_200)])
+    assert [row[0] for row in fired(result)] == ["s@1000", "s@2000", "s@2700", "s@3000"]
+
+
+def test_a_cron_schedule_fires_in_its_zone_through_the_spring_forward_gap() -> None:
+    # 02:30 does not exist in New York on 2026-03-08: that day fires at 03:00 EDT.
+    start = ms("2026-03-07T00:00:00")
+    result = run([line(start, "schedule", cron="30 2 * * *", tz="America/New_York"),
+                  tick(ms("2026-03-10T00:00:00"))])
+    assert [row[1] for row in fired(result)] == [
+        ms("2026-03-07T07:30:00"), ms("2026-03-08T07:00:00"), ms("2026-03-09T06:30:00")]
+
+
+def test_a_repeated_local_hour_fires_once_at_its_first_pass() -> None:
+    start = ms("2026-11-01T00:00:00")
+    result = run([line(start, "schedule", cron="30 1 * * *", tz="America/New_York"),
+                  tick(ms("2026-11-02T00:00:00"))])
+    assert [row[1] for row in fired(result)] == [ms("2026-11-01T05:30:00")]  # 01:30 EDT
+
+
+def test_jitter_delays_each_fire_the_same_way_every_run_and_never_early() -> None:
+    lines = [line(0, "schedule", "j", every_ms=1_000, jitter_ms=400), tick(20_000)]
+    first, again = fired(run(lines)), fired(run(lines))
+    assert first == again
+    spec = Schedule(every_ms=1_000, jitter_ms=400)
+    for op_id, resolved, _ in first:
+        occurrence = int(op_id.split("@")[1])
+        assert resolved == spec.fire_ms("j", occurrence)
+        assert occurrence <= resolved < occurrence + 400
+    assert len({resolved - int(op_id.split("@")[1]) for op_id, resolved, _ in first}) > 5
+
+
+def test_max_runs_and_end_ms_end_the_series() -> None:
+    result = run([line(0, "schedule", "runs", every_ms=100, max_runs=3),
+                  line(0, "schedule", "ends", every_ms=100, end_ms=250), tick(2_000)])
+    assert [row[0] for row in fired(result)] == [
+        "ends@100", "runs@100", "ends@200", "runs@200", "runs@300"]
+    assert result.schedules == 0
+
+
+@pytest.mark.parametrize(("misfire", "expected"), [
+    # Paused from 500 to 10,500 with a grace of 1 s: 10,000 is on time, 1,000 to 9,000
+    # were missed.
+    ("latest", [("s@10000", 10_000, 9)]),
+    ("all", [("s@8000", 8_000, 7), ("s@9000", 9_000, 0), ("s@10000", 10_000, 0)]),
+    ("skip", [("s@10000", 10_000, 9)]),
+])
+def test_a_resume_decides_the_occurrences_of_the_pause_by_its_misfire_policy(
+        misfire: str, expected: list[tuple[str, int, int]]) -> None:
+    result = run([line(0, "schedule", every_ms=1_000, grace_ms=1_000, catchup_ms=3_000,
+                       misfire=misfire),
+                  line(500, "pause"), line(10_500, "resume"), tick(11_000)])
+    assert fired(result) == [*expected, ("s@11000", 11_000, 0)]
+    assert result.skipped == sum(row[2] for row in expected)
+
+
+def test_latest_fires_the_last_missed_occurrence_when_none_on_time_follows() -> None:
+    result = run([line(0, "schedule", every_ms=1_000, grace_ms=100),
+                  line(500, "pause"), line(10_500, "resume"), tick(10_600)])
+    assert fired(result) == [("s@10000", 10_000, 9)]
+
+
+def test_rows_that_change_nothing_are_counted_not_outcomes() -> None:
+    resolver = Resolver()
+    resolver.apply([parse_line(text) for text in (  # type: ignore[misc]
+        line(1, "pause", "nobody"), line(1, "schedule", every_ms=10),
+        line(2, "resume"), line(3, "pause"), line(4, "pause"), line(5, "unschedule", "x"))])
+    assert resolver.schedules.ignored == 4
+    assert resolver.drain() == ([], [])
+
+
+def test_one_schedules_rows_at_one_time_apply_in_one_order_whatever_the_file_order() -> None:
+    at_once = [line(1_000, "schedule", every_ms=100), line(1_000, "pause"),
+               line(1_000, "resume"), line(1_000, "schedule", every_ms=70)]
+    results = {tuple(fired(run([line(0, "schedule", every_ms=300), *order, tick(1_500)])))
+               for order in itertools.permutations(at_once)}
+    assert len(results) == 1
+
+
+def test_only_the_next_occurrence_of_each_schedule_is_held() -> None:
+    resolver = Resolver()
+    resolver.apply([parse_line(line(0, "schedule", f"s{n}", every_ms=1 + n % 7))  # type: ignore[misc]
+                    for n in range(1_000)])
+    resolver.advance_to(5_000)
+    outcomes, _ = resolver.drain()
+    assert len(outcomes) > 1_000_000 // 1_000
+    assert len(resolver.schedules) == 1_000
+    assert len(resolver.schedules.due) == 1_000  # one pending occurrence each
+
+
+# -- engines ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 8])
+def test_the_partitioned_engine_fires_what_the_reference_engine_fires(partitions: int) -> None:
+    for seed in range(4):
+        lines = random_log(seed)
+        expected = ReferenceEngine(lateness_ms=1_000)
+        expected.feed_lines(lines)
+        reference = expected.run()
+        got = run_partitioned(lines, partitions)
+        assert fired(got.outcomes) == fired(reference)
+        assert fired(reference)
+
+
+def test_a_restored_op_partition_fires_as_one_that_never_stopped() -> None:
+    lines = [line(0, "schedule", "a", every_ms=300, jitter_ms=200),
+             line(0, "schedule", "b", cron="* * * * * *", tz="Asia/Kolkata"),
+             line(1_500, "pause", "b"), line(4_000, "resume", "b"), tick(7_000)]
+    rows_in = sorted((compact_wire(text) for text in lines), key=op_order)
+
+    def uninterrupted() -> list[OutcomeRow]:
+        part = OpPartition(0, 0)
+        part.take(rows_in, [])
+        return part.release(7_001)[0]
+
+    part = OpPartition(0, 0)
+    part.track_changes()
+    part.take(rows_in, [])
+    first, _ = part.release(2_000)
+    changed = part.entries(part.take_changes())
+    assert {op_id for op_id, _ in changed} == {SCHEDULE_KEY + "a", SCHEDULE_KEY + "b"}
+    restored = OpPartition.from_state(part.head(), changed, {})
+    assert isinstance(restored.stage, OpStage)
+    second, _ = restored.release(7_001)
+    assert fired([*first, *second]) == fired(uninterrupted())
+    # An older copy caught up with what was saved since fires nothing twice.
+    copy = OpPartition.from_state(part.head(), changed, {})
+    later, _ = part.release(5_000)
+    assert later
+    assert copy.catch_up(part.head(), dict(part.entries(part.take_changes())), {})
+    assert fired(copy.release(7_001)[0]) == fired(part.release(7_001)[0])
+
+
+# -- follow mode on a wall clock --------------------------------------------------------
+
+
+def test_on_the_wall_clock_an_outage_is_decided_by_the_misfire_policy(
+        tmp_path: Path) -> None:
+    clock = WallClock(1_000)
+    land(tmp_path / "in", "a.jsonl", [line(1_000, "schedule", every_ms=1_000, grace_ms=1_000)])
+    follower = engine(tmp_path, clock)
+    for now in (1_200, 2_200, 3_200):
+        clock.ms = now
+        follower.step()
+    clock.ms = 13_200  # ten seconds without a reading, as after a restart
+    follower.step()
+    assert fired(outcome_rows(tmp_path)) == [
+        ("s@2000", 2_000, 0), ("s@3000", 3_000, 0), ("s@13000", 13_000, 9)]
+    assert follower.counts().skipped == 9 and follower.counts().schedules == 1
+    clock.ms = 5_000  # the clock steps back: time holds, nothing fires again
+    follower.step()
+    clock.ms = 14_200
+    follower.step()
+    assert [row[0] for row in fired(outcome_rows(tmp_path))][-2:] == ["s@13000", "s@14000"]
+    assert len(fired(outcome_rows(tmp_path))) == 4
+
+
+def test_a_restart_on_the_wall_clock_fires_each_occurrence_once(tmp_path: Path) -> None:
+    clock = WallClock(1_000)
+    land(tmp_path / "in", "a.jsonl", [line(1_000, "schedule", every_ms=500, misfire="all")])
+    follower = engine(tmp_path, clock)
+    for now in range(1_200, 4_000, 400):
+        clock.ms = now
+        follower.step()
+    follower.close()
+    follower = engine(tmp_path, clock)
+    for now in range(4_000, 6_000, 300):
+        clock.ms = now
+        follower.step()
+    ids = [row[0] for row in fired(outcome_rows(tmp_path))]
+    assert ids == [f"s@{t}" for t in range(1_500, 6_000, 500)]
+
+
+def outcome_rows(tmp_path: Path) -> list[OutcomeRow]:
+    return [OutcomeRow(r["op_id"], OutcomeKind(r["outcome"]), r["resolved_ms"], r["latency_ms"],
+                       tuple(r["keys"]), r["error"], r["skipped"])
+            for r in rows(tmp_path / "out" / "outcomes")]
+
+
+# -- the workload and the report --------------------------------------------------------
+
+
+def test_the_generator_mixes_schedules_into_the_log_the_same_way_every_time() -> None:
+    config = GeneratorConfig(events=30_000, schedules=10, seed=3)
+    log = generate(config)
+    assert log == generate(config)
+    kinds = [row["type"] for row in log]
+    assert kinds.count("schedule") == 10
+    assert kinds.count("pause") >= 1 and kinds.count("resume") >= 1
+    zones = {row.get("tz") for row in log if row["type"] == "schedule"}
+    assert {"America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"} <= zones
+    plain = generate(GeneratorConfig(events=30_000, seed=3))
+    assert [row for row in log if row["type"] not in _SCHEDULE_KINDS][:1_000] == [
+        row for row in plain if row["type"] not in _SCHEDULE_KINDS][:1_000]
+    engine = ReferenceEngine()
+    engine.feed_lines([json.dumps(row) for row in log])
+    result = engine.run()
+    assert len(fired(result)) > 40 and not result.quarantine
+
+
+_SCHEDULE_KINDS = {"schedule", "unschedule", "pause", "resume"}
+
+
+def test_the_report_counts_fired_and_skipped_by_schedule_kind(tmp_path: Path) -> None:
+    result = run([line(0, "schedule", "job-1", every_ms=1_000, grace_ms=100),
+                  line(0, "schedule", "job-2", every_ms=2_000),
+                  line(500, "pause", "job-1"), line(5_500, "resume", "job-1"), tick(6_000)])
+    write_outcomes(result.outcomes, tmp_path / "outcomes")
+    summary = summarize(tmp_path)
+    assert summary.outcomes == {"job": {"fired": len(fired(result))}}
+    assert summary.skipped == result.skipped == 4  # 1,000 to 4,000; 5,000 fires as latest
+    assert kind_of("job-2@1767225600000") == "job"
+    assert kind_of("nightly@x") == "nightly@x"
+
+
+def test_a_fired_row_reaches_a_webhook_with_its_occurrence_as_its_id() -> None:
+    row = OutcomeRow("job-1@5000", OutcomeKind.FIRED, 5_120, 120, (), None, 3)
+    assert _as_json(row)["id"] == "job-1@5000"
+    assert _as_json(row)["skipped"] == 3
