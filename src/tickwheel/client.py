@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from tickwheel.schedules import Schedule
+
 if TYPE_CHECKING:
     import httpx
 
@@ -172,6 +174,29 @@ class _Rows:
             row["ts_ms"] = ts_ms
         return row
 
+    @staticmethod
+    def schedule_row(schedule_id: str, schedule: Schedule | Mapping[str, Any], *,
+                     ts_ms: int | None = None) -> dict[str, Any]:
+        """A ``schedule`` row: a :class:`~tickwheel.Schedule`, or its fields (checked
+        here as the service checks them: a bad spec raises ``ScheduleError``)."""
+        spec = schedule if isinstance(schedule, Schedule) else Schedule.from_fields(
+            dict(schedule))
+        row: dict[str, Any] = {"type": "schedule", "schedule_id": schedule_id,
+                               **spec.to_fields()}
+        if ts_ms is not None:
+            row["ts_ms"] = ts_ms
+        return row
+
+    @staticmethod
+    def series_row(kind: str, schedule_id: str, ts_ms: int | None = None) -> dict[str, Any]:
+        """An ``unschedule``, ``pause`` or ``resume`` row."""
+        if kind not in ("unschedule", "pause", "resume"):
+            raise ValueError(f"kind must be unschedule, pause or resume, got {kind!r}")
+        row: dict[str, Any] = {"type": kind, "schedule_id": schedule_id}
+        if ts_ms is not None:
+            row["ts_ms"] = ts_ms
+        return row
+
 
 class Client(_Rows):
     """A blocking client of one service. Thread-safe, as its httpx client is."""
@@ -223,6 +248,28 @@ class Client(_Rows):
     def cancel(self, op_id: str, *, ts_ms: int | None = None,
                idempotency_key: str | None = None) -> Accepted:
         return self.submit(self.cancel_row(op_id, ts_ms), idempotency_key=idempotency_key)
+
+    def schedule(self, schedule_id: str, schedule: Schedule | Mapping[str, Any], *,
+                 ts_ms: int | None = None, idempotency_key: str | None = None) -> Accepted:
+        """Start (or replace) a recurring schedule: each occurrence fires once."""
+        return self.submit(self.schedule_row(schedule_id, schedule, ts_ms=ts_ms),
+                           idempotency_key=idempotency_key)
+
+    def unschedule(self, schedule_id: str, *, ts_ms: int | None = None,
+                   idempotency_key: str | None = None) -> Accepted:
+        return self.submit(self.series_row("unschedule", schedule_id, ts_ms),
+                           idempotency_key=idempotency_key)
+
+    def pause(self, schedule_id: str, *, ts_ms: int | None = None,
+              idempotency_key: str | None = None) -> Accepted:
+        return self.submit(self.series_row("pause", schedule_id, ts_ms),
+                           idempotency_key=idempotency_key)
+
+    def resume(self, schedule_id: str, *, ts_ms: int | None = None,
+               idempotency_key: str | None = None) -> Accepted:
+        """Occurrences of the pause are decided by the schedule's misfire policy."""
+        return self.submit(self.series_row("resume", schedule_id, ts_ms),
+                           idempotency_key=idempotency_key)
 
     def status(self) -> dict[str, Any]:
         response = self._http.get(f"{self.url}/v1/status")
@@ -288,6 +335,29 @@ class AsyncClient(_Rows):
     async def cancel(self, op_id: str, *, ts_ms: int | None = None,
                      idempotency_key: str | None = None) -> Accepted:
         return await self.submit(self.cancel_row(op_id, ts_ms),
+                                 idempotency_key=idempotency_key)
+
+    async def schedule(self, schedule_id: str, schedule: Schedule | Mapping[str, Any], *,
+                       ts_ms: int | None = None,
+                       idempotency_key: str | None = None) -> Accepted:
+        """Start (or replace) a recurring schedule: each occurrence fires once."""
+        return await self.submit(self.schedule_row(schedule_id, schedule, ts_ms=ts_ms),
+                                 idempotency_key=idempotency_key)
+
+    async def unschedule(self, schedule_id: str, *, ts_ms: int | None = None,
+                         idempotency_key: str | None = None) -> Accepted:
+        return await self.submit(self.series_row("unschedule", schedule_id, ts_ms),
+                                 idempotency_key=idempotency_key)
+
+    async def pause(self, schedule_id: str, *, ts_ms: int | None = None,
+                    idempotency_key: str | None = None) -> Accepted:
+        return await self.submit(self.series_row("pause", schedule_id, ts_ms),
+                                 idempotency_key=idempotency_key)
+
+    async def resume(self, schedule_id: str, *, ts_ms: int | None = None,
+                     idempotency_key: str | None = None) -> Accepted:
+        """Occurrences of the pause are decided by the schedule's misfire policy."""
+        return await self.submit(self.series_row("resume", schedule_id, ts_ms),
                                  idempotency_key=idempotency_key)
 
     async def status(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -113,6 +114,19 @@ def test_lord_howe_shifts_by_half_an_hour() -> None:
 def test_a_bad_spec_is_refused_naming_the_field(fields: dict[str, object], named: str) -> None:
     with pytest.raises(ScheduleError, match=named):
         Schedule(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("schedule", [
+    Schedule(every_ms=5),
+    Schedule(cron="*/5 * * * *", tz="Asia/Kolkata", jitter_ms=300, misfire="skip"),
+    Schedule(every_ms=60_000, anchor_ms=7, start_ms=0, end_ms=10**9, max_runs=3,
+             grace_ms=5, catchup_ms=50, misfire="all"),
+])
+def test_to_fields_gives_what_from_fields_takes_back(schedule: Schedule) -> None:
+    fields = schedule.to_fields()
+    assert json.loads(json.dumps(fields)) == fields  # JSON values only
+    assert Schedule.from_fields(fields) == schedule
+    assert "tz" not in Schedule(every_ms=5).to_fields()  # defaults are left out
 
 
 def test_from_fields_refuses_an_unknown_field() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
+from tickwheel import Schedule, ScheduleError
 from tickwheel.client import AsyncClient, Client, RowsRefused, SubmitError, SubmitUnavailable
 from tickwheel.service.server import SubmitServer
 
@@ -41,6 +42,32 @@ def test_schedule_at_and_cancel_land_a_watch_and_a_cancel(server: SubmitServer) 
          "condition": "none", "keys": []},
         {"ts_ms": 5_000, "type": "cancel", "op_id": "order-17"},
         {"ts_ms": 5_000, "type": "update", "key": "k", "value": 3}]
+
+
+def test_the_recurring_forms_land_schedule_rows(server: SubmitServer) -> None:
+    with Client(server.url) as client:
+        client.schedule("coupons", Schedule(cron="0 * * * *", tz="Asia/Shanghai"))
+        client.schedule("tags", {"every_ms": 900_000, "misfire": "skip"})
+        client.pause("tags")
+        client.resume("tags")
+        client.unschedule("coupons")
+        with pytest.raises(ScheduleError, match="tz"):
+            client.schedule("bad", {"cron": "* * * * *", "tz": "Mars/Olympus"})
+    assert landed(server) == [
+        {"ts_ms": 5_000, "type": "schedule", "schedule_id": "coupons", "cron": "0 * * * *",
+         "tz": "Asia/Shanghai"},
+        {"ts_ms": 5_000, "type": "schedule", "schedule_id": "tags", "every_ms": 900_000,
+         "misfire": "skip"},
+        {"ts_ms": 5_000, "type": "pause", "schedule_id": "tags"},
+        {"ts_ms": 5_000, "type": "resume", "schedule_id": "tags"},
+        {"ts_ms": 5_000, "type": "unschedule", "schedule_id": "coupons"}]
+
+
+def test_a_schedule_the_engines_would_refuse_is_refused_by_the_service(
+        server: SubmitServer) -> None:
+    with Client(server.url) as client, pytest.raises(RowsRefused) as refused:
+        client.submit({"type": "schedule", "schedule_id": "feb-30", "cron": "0 0 30 2 *"})
+    assert [r.reason for r in refused.value.refused] == ["bad_schedule"]
 
 
 def test_the_same_key_twice_is_written_once(server: SubmitServer) -> None:
@@ -108,13 +135,15 @@ def test_the_async_client_does_the_same(server: SubmitServer) -> None:
             first = await client.schedule_at("a", 10_000, idempotency_key="k")
             again = await client.schedule_at("a", 10_000, idempotency_key="k")
             await client.cancel("a")
+            await client.schedule("s", Schedule(every_ms=60_000))
+            await client.pause("s")
             with pytest.raises(RowsRefused):
                 await client.submit({"type": "nope"})
             assert (await client.status())["intake"]["replayed"] == 1
             return [first.replayed, again.replayed]
 
     assert asyncio.run(main()) == [False, True]
-    assert [r["type"] for r in landed(server)] == ["watch", "cancel"]
+    assert [r["type"] for r in landed(server)] == ["watch", "cancel", "schedule", "pause"]
 
 
 def test_the_async_client_retries_too() -> None:

@@ -13,6 +13,7 @@ second. An interval schedule counts exact milliseconds from its anchor and ignor
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass, field
@@ -62,6 +63,10 @@ class Catchup:
     more: bool
     #: True when the series is over (``end_ms`` passed, or ``max_runs`` reached).
     finished: bool
+
+
+_FIELD_NAMES = ("every_ms", "anchor_ms", "cron", "tz", "start_ms", "end_ms", "max_runs",
+                "jitter_ms", "misfire", "grace_ms", "catchup_ms")
 
 
 @functools.lru_cache(maxsize=4_096)
@@ -156,12 +161,20 @@ class Schedule:
     def from_fields(cls, fields: dict[str, Any]) -> Schedule:
         """A schedule from a mapping of its fields (a log row, a JSON body); an unknown
         field is refused by name."""
-        known = {"every_ms", "anchor_ms", "cron", "tz", "start_ms", "end_ms", "max_runs",
-                 "jitter_ms", "misfire", "grace_ms", "catchup_ms"}
-        unknown = sorted(set(fields) - known)
+        unknown = sorted(set(fields) - set(_FIELD_NAMES))
         if unknown:
             raise ScheduleError(f"unknown schedule field {unknown[0]!r}")
         return cls(**{k: v for k, v in fields.items() if v is not None})
+
+    def to_fields(self) -> dict[str, Any]:
+        """The fields :meth:`from_fields` takes back, those not at their defaults, as
+        JSON values: a ``schedule`` row's spec."""
+        fields: dict[str, Any] = {}
+        for name in _FIELD_NAMES:
+            value = getattr(self, name)
+            if value != _DEFAULTS[name]:
+                fields[name] = value.value if isinstance(value, Misfire) else value
+        return fields
 
     def describe(self) -> str:
         """The spec in a few words, for messages."""
@@ -281,3 +294,6 @@ class Schedule:
         if self.end_ms is not None:
             n = min(n, max(0, (self.end_ms - o) // every))
         return o + n * every, n
+
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Schedule)}
