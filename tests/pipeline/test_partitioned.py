@@ -35,7 +35,7 @@ def reference(lines: list[str], retention: int | None = None) -> RunResult:
 
 def outcomes(rows: list[Any]) -> list[tuple[Any, ...]]:
     return sorted((o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, tuple(o.keys),
-                   o.error) for o in rows)
+                   o.error, o.skipped) for o in rows)
 
 
 def quarantine(rows: list[Any]) -> list[tuple[Any, ...]]:

@@ -59,7 +59,7 @@ def reference(directory: Path, dedupe_retention_ms: int | None = None) -> RunRes
 def outcomes_of(output: Path) -> list[tuple[Any, ...]]:
     rows = read_parquet_rows(output / "outcomes")
     return sorted((r["op_id"], r["outcome"], r["resolved_ms"], r["latency_ms"],
-                   tuple(r["keys"]), r["error"]) for r in rows)
+                   tuple(r["keys"]), r["error"], r["skipped"]) for r in rows)
 
 
 def quarantine_of(output: Path) -> list[tuple[Any, ...]]:
@@ -68,8 +68,8 @@ def quarantine_of(output: Path) -> list[tuple[Any, ...]]:
 
 
 def expected_outcomes(result: RunResult) -> list[tuple[Any, ...]]:
-    return sorted((o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, o.keys, o.error)
-                  for o in result.outcomes)
+    return sorted((o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, o.keys, o.error,
+                   o.skipped) for o in result.outcomes)
 
 
 def expected_quarantine(result: RunResult) -> list[tuple[Any, ...]]:
@@ -125,7 +125,7 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     if retention is not None:  # the retention matters in this log
         assert len(expected.outcomes) > len(reference(log).outcomes)
     assert {o.outcome.value for o in expected.outcomes} == {"completed", "expired",
-                                                            "cancelled", "error"}
+                                                            "cancelled", "error", "fired"}
     assert expected.quarantined_by_reason().keys() >= {"duplicate_op_id", "unparseable"}
 
     shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")

@@ -26,7 +26,6 @@ fired first, as deadlines at or before a row's time expire before it applies.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
@@ -85,7 +84,7 @@ def schedule_of(spec: Mapping[str, Any]) -> Schedule:
 
 
 class _Series:
-    __slots__ = ("after_ms", "gen", "next_ms", "paused", "runs", "schedule", "skipped",
+    __slots__ = ("after_ms", "due_ms", "next_ms", "paused", "runs", "schedule", "skipped",
                  "spec")
 
     def __init__(self, spec: Mapping[str, Any], after_ms: int) -> None:
@@ -95,7 +94,7 @@ class _Series:
         self.runs = 0
         self.skipped = 0  # passed over since the last fire
         self.paused = False
-        self.gen = -1  # set when pushed
+        self.due_ms: int | None = None  # when its pending occurrence fires, once pushed
 
 
 class ScheduleBook:
@@ -103,11 +102,10 @@ class ScheduleBook:
 
     def __init__(self) -> None:
         self._series: dict[str, _Series] = {}
-        #: (fire_ms, schedule_id, gen), a heap: each series' pending occurrence. An
-        #: item whose gen is not its series' (replaced, paused, moved on) is stale and
-        #: dropped when reached; gens are never reused.
-        self.due: list[tuple[int, str, int]] = []
-        self._gens = itertools.count()
+        #: (fire_ms, schedule_id), a heap: each series' pending occurrence. An item
+        #: whose time is not its series' ``due_ms`` (replaced, paused, moved on) is
+        #: stale and dropped when reached.
+        self.due: list[tuple[int, str]] = []
         self.clock_notices = False
         self.skipped = 0
         self.ignored = 0  # unschedule, pause and resume rows that changed nothing
@@ -141,7 +139,7 @@ class ScheduleBook:
                 self.ignored += 1
                 return
             series.paused = True
-            series.gen = -1  # its pending occurrence is decided at resume
+            series.due_ms = None  # its pending occurrence is decided at resume
         else:  # resume
             if not series.paused:
                 self.ignored += 1
@@ -156,9 +154,9 @@ class ScheduleBook:
         """When the next pending occurrence fires, or None."""
         due = self.due
         while due:
-            fire_ms, schedule_id, gen = due[0]
+            fire_ms, schedule_id = due[0]
             series = self._series.get(schedule_id)
-            if series is not None and series.gen == gen:
+            if series is not None and series.due_ms == fire_ms:
                 return fire_ms
             heapq.heappop(due)
         return None
@@ -167,10 +165,11 @@ class ScheduleBook:
         """Time is ``now``: occurrences that fire at or before it are decided."""
         due = self.due
         while due and due[0][0] <= now:
-            _, schedule_id, gen = heapq.heappop(due)
+            fire_ms, schedule_id = heapq.heappop(due)
             series = self._series.get(schedule_id)
-            if series is None or series.gen != gen:
+            if series is None or series.due_ms != fire_ms:
                 continue
+            series.due_ms = None
             occurrence = series.next_ms
             assert occurrence is not None
             if self.clock_notices:
@@ -223,9 +222,8 @@ class ScheduleBook:
 
     def _push(self, schedule_id: str, series: _Series) -> None:
         if series.next_ms is not None and not series.paused:
-            series.gen = next(self._gens)
-            fire_ms = series.schedule.fire_ms(schedule_id, series.next_ms)
-            heapq.heappush(self.due, (fire_ms, schedule_id, series.gen))
+            series.due_ms = fire_ms = series.schedule.fire_ms(schedule_id, series.next_ms)
+            heapq.heappush(self.due, (fire_ms, schedule_id))
 
     def _changed(self, schedule_id: str) -> None:
         if self.changed is not None:

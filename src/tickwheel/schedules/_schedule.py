@@ -233,6 +233,8 @@ class Schedule:
 
     def fire_ms(self, schedule_id: str, occurrence_ms: int) -> int:
         """When the occurrence fires: its time plus its jitter, never before it."""
+        if self.jitter_ms <= 1:
+            return occurrence_ms  # the same int: a million held share it
         return occurrence_ms + self.jitter_for(schedule_id, occurrence_ms)
 
     def first_at_or_after(self, t_ms: int) -> int | None:
