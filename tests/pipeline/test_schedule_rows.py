@@ -15,6 +15,7 @@ import pytest
 from tests.pipeline.logs import random_log
 from tests.pipeline.test_follow import WallClock, engine, land, rows
 from tickwheel import Schedule
+from tickwheel.pipeline import follow
 from tickwheel.pipeline.events import OutcomeKind, Quarantined, compact_wire, parse_line
 from tickwheel.pipeline.generator import GeneratorConfig, generate
 from tickwheel.pipeline.op_stage import OpStage, op_order
@@ -342,3 +343,23 @@ def test_a_fired_row_reaches_a_webhook_with_its_occurrence_as_its_id() -> None:
     row = OutcomeRow("job-1@5000", OutcomeKind.FIRED, 5_120, 120, (), None, 3)
     assert _as_json(row)["id"] == "job-1@5000"
     assert _as_json(row)["skipped"] == 3
+
+
+def test_a_catch_up_after_an_outage_fires_in_batches_of_bounded_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 5_000)
+    clock = WallClock(1_000)
+    land(tmp_path / "in", "a.jsonl", [line(1_000, "schedule", f"s{n}", every_ms=1_000,
+                                           misfire="all") for n in range(300)])
+    follower = engine(tmp_path, clock)
+    clock.ms = 1_200
+    follower.step()
+    clock.ms = 101_200  # a hundred seconds later: 100 occurrences of each were missed
+    sizes = []
+    while (batch := follower.step()) is not None:
+        sizes.append(batch.outcomes)
+        assert len(sizes) < 20
+    assert not follower.catching_up
+    assert len(sizes) >= 6 and max(sizes) <= 5_000 + 100  # a series' plan is whole
+    ids = [row[0] for row in fired(outcome_rows(tmp_path))]
+    assert len(ids) == len(set(ids)) == 300 * 100

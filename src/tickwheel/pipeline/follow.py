@@ -63,6 +63,7 @@ from tickwheel.pipeline.limits import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_STOP_TIMEOUT_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
+    FOLLOW_FIRES_PER_BATCH,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
     MAX_RETENTION_MS,
@@ -324,8 +325,7 @@ class LocalFollowEngine:
         self.batch_id = -1  # the last batch committed
         self.keys = KeyPartition(0, 1, lateness_ms)
         self.ops = OpPartition(0, lateness_ms, dedupe_retention_ms)
-        # On the wall clock, schedules notice their occurrences at its readings.
-        self.ops.stage.schedules.clock_notices = clock is not None
+        self._follow_clock()
         self._seen: set[str] = set()  # names of the input files read
         self._files_log = BatchLog(self.checkpoint_dir / "files.log")
         # The op ids seen, with their first watch's ts_ms: the op stage's snapshot
@@ -375,6 +375,19 @@ class LocalFollowEngine:
                                            "input": str(self.input_dir.resolve()),
                                            **wanted}).encode(), meta)
 
+    def _follow_clock(self) -> None:
+        """On the wall clock, schedules notice their occurrences at its readings, and a
+        catch-up after an outage fires in batches of bounded size."""
+        if self.clock is not None:
+            self.ops.stage.schedules.clock_notices = True
+            self.ops.fire_limit = FOLLOW_FIRES_PER_BATCH
+
+    @property
+    def catching_up(self) -> bool:
+        """Whether occurrences of schedules wait for the next batches to fire."""
+        stage = self.ops.stage
+        return stage.now is not None and stage.schedules.behind(stage.now)
+
     @property
     def _state_path(self) -> Path:
         return self.checkpoint_dir / "state"
@@ -409,7 +422,7 @@ class LocalFollowEngine:
         self._state_bytes = len(blob) + self._logs_bytes()
         op_entries, self._logged["ops"] = self._read_log(self._op_log, _held)
         self.ops = OpPartition.from_state(ops, op_entries, seen_ids)
-        self.ops.stage.schedules.clock_notices = self.clock is not None
+        self._follow_clock()
         self._check_whole(relied_on)
         self.ops.stage.track_seen_changes()
         self.keys.track_changes()
@@ -489,7 +502,7 @@ class LocalFollowEngine:
             self._check_read_files(listed)
             self._compact_files_log(listed)
             names = self._within_budget(sorted(listed - self._seen))
-        if not names and not self._clock_moves(clock_ms):
+        if not names and not self._clock_moves(clock_ms) and not self.catching_up:
             return None
         write_bytes_atomically(json.dumps({"batch": batch_id, "files": names,
                                            "clock_ms": clock_ms}).encode(), self._plan_path)
@@ -701,7 +714,7 @@ class LocalFollowEngine:
                     if on_batch is not None:
                         on_batch(batch)
                 wait_s = trigger_ms / 1000 - (time.monotonic() - began)
-                if self.backlog:  # files the budget left: the next batch at once
+                if self.backlog or self.catching_up:  # the next batch at once
                     wait_s = min(wait_s, 0.0)
                 wake = self.next_wake_ms()
                 if wake is not None and self.clock is not None:

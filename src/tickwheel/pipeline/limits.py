@@ -10,7 +10,8 @@ from typing import Final
 __all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY", "DEFAULT_FOLLOW_BYTES_PER_BATCH",
            "DEFAULT_LATENESS_MS", "DEFAULT_MAX_FUTURE_MS", "DEFAULT_SPILL_BYTES",
            "DEFAULT_SPILL_EVENTS", "DEFAULT_STOP_TIMEOUT_MS", "DEFAULT_TRIGGER_MS",
-           "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
+           "FOLLOW_DEDUPE_RETENTION_MS", "FOLLOW_FIRES_PER_BATCH", "MAX_FILES_PER_TRIGGER",
+           "MAX_LATENESS_MS",
            "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "RESERVED_SPARK_SETTINGS",
            "check_driver_memory", "check_spark_setting_names", "check_spark_settings"]
 
@@ -113,3 +114,8 @@ def _check_setting_name(key: str) -> None:
         raise ValueError(f"{key!r} is not a Spark setting: their names start with 'spark.'")
     if key in RESERVED_SPARK_SETTINGS:
         raise ValueError(f"{key} cannot be set here; use {RESERVED_SPARK_SETTINGS[key]}")
+
+#: Occurrences of schedules one follow-mode batch fires as the wall clock passes them
+#: (a catch-up after an outage takes as many batches as it needs): a batch's outcomes
+#: stay within a few hundred MB, and its state is saved on time.
+FOLLOW_FIRES_PER_BATCH: Final = 262_144

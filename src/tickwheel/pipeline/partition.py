@@ -282,6 +282,10 @@ class OpPartition(_Partition):
                  dedupe_retention_ms: int | None = None) -> None:
         super().__init__(partition, lateness_ms)
         self.stage = OpStage(dedupe_retention_ms=dedupe_retention_ms)
+        #: Occurrences of schedules one release fires as time passes without rows
+        #: (None: all): a catch-up after an outage then takes several batches of
+        #: bounded size. Rows always see every occurrence before their time fired.
+        self.fire_limit: int | None = None
 
     def take(self, rows: list[Wire], progress: list[Progress]) -> list[Quarantined]:
         """Hold a slice's rows for this partition and stage 1's progress rows; return
@@ -307,14 +311,21 @@ class OpPartition(_Partition):
         """Apply the held rows below ``point``, stage 1's release point (which it
         reached with every progress row below it sent); time then stands just before
         it."""
+        stage = self.stage
         if point is None or (self.release_ms is not None and point <= self.release_ms):
-            return [], []
+            if stage.now is None or not stage.schedules.behind(stage.now):
+                return [], []
+            stage.advance_to(stage.now, self.fire_limit)  # a catch-up goes on
+            return self._released([], stage)
         self.release_ms = point
         due = self._due(point, op_order)
-        stage = self.stage
         stage.apply_staged(due)
-        if stage.now is None or point - 1 > stage.now:
-            stage.advance_to(point - 1)
+        if stage.now is None or point - 1 >= stage.now:
+            stage.advance_to(point - 1, self.fire_limit)
+        return self._released(due, stage)
+
+    def _released(self, due: list[Any], stage: OpStage,
+                  ) -> tuple[list[OutcomeRow], list[Quarantined]]:
         outcomes, duplicates = stage.drain()
         applied = sum(1 for fields in due if len(fields) != 6)
         self.rows_applied += applied - len(duplicates)

@@ -361,9 +361,11 @@ class Resolver:
                 occurrence_id(fire.schedule_id, fire.occurrence_ms), OutcomeKind.FIRED,
                 fire.fire_ms, fire.fire_ms - fire.occurrence_ms, (), None, fire.skipped)))
 
-    def advance_to(self, t: int) -> None:
+    def advance_to(self, t: int, fire_limit: int | None = None) -> None:
         """Time is now ``t``: operations with a deadline at or before it expire, and
-        schedules' occurrences that fire at or before it fire."""
+        schedules' occurrences that fire at or before it fire (with ``fire_limit``,
+        about that many at most: see :meth:`ScheduleBook.advance
+        <tickwheel.pipeline.schedule_book.ScheduleBook.advance>`)."""
         if self.now is not None and t < self.now:
             raise ValueError(f"t must not go back in time: {t} < now {self.now}")
         self.now = t
@@ -375,7 +377,7 @@ class Resolver:
         due = self.schedules.due
         if due and due[0][0] <= t:
             fires: list[Fire] = []
-            self.schedules.advance(t, fires)
+            self.schedules.advance(t, fires, fire_limit)
             self._record_fires(fires)
 
     def record(self, ev: Event, outcome: OutcomeKind, resolved_ms: int, error: str | None) -> None:

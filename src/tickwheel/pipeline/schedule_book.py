@@ -161,10 +161,18 @@ class ScheduleBook:
             heapq.heappop(due)
         return None
 
-    def advance(self, now: int, fires: list[Fire]) -> None:
-        """Time is ``now``: occurrences that fire at or before it are decided."""
+    def behind(self, now: int) -> bool:
+        """Whether occurrences that fire at or before ``now`` wait to be decided (an
+        :meth:`advance` with a ``limit`` left them)."""
+        fire = self.next_fire_ms()
+        return fire is not None and fire <= now
+
+    def advance(self, now: int, fires: list[Fire], limit: int | None = None) -> None:
+        """Time is ``now``: occurrences that fire at or before it are decided; with a
+        ``limit``, series by series until about that many fired (a catch-up of
+        millions then takes several calls, each of bounded memory)."""
         due = self.due
-        while due and due[0][0] <= now:
+        while due and due[0][0] <= now and (limit is None or len(fires) < limit):
             fire_ms, schedule_id = heapq.heappop(due)
             series = self._series.get(schedule_id)
             if series is None or series.due_ms != fire_ms:

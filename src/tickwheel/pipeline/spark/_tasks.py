@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from tickwheel.pipeline.collector import CollectorFreezer, collector_paused
 from tickwheel.pipeline.events import Quarantined, Reason, compact_wire, to_wire, wire_line
+from tickwheel.pipeline.limits import FOLLOW_FIRES_PER_BATCH
 from tickwheel.pipeline.log_reader import json_lines, json_stream, open_input, parquet_events
 from tickwheel.pipeline.outputs import (
     OutputWriter,
@@ -483,7 +484,9 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                     part = OpPartition(q, lateness_ms, dedupe_retention_ms)
                     part.stage.track_seen_changes()
                     part.track_changes()
-                part.stage.schedules.clock_notices = wall_clock
+                if wall_clock:
+                    part.stage.schedules.clock_notices = True
+                    part.fire_limit = FOLLOW_FIRES_PER_BATCH
                 point: int | None = None
                 quarantine: list[Quarantined] = []
                 passed: list[tuple[bytes | None, str | None]] = []
