@@ -131,11 +131,38 @@ def _follow(args: argparse.Namespace) -> int:
 
 
 def _schedules(args: argparse.Namespace) -> int:
+    from tickwheel.bench._schedule_engines import (
+        CatchupRun,
+        LatencyRun,
+        StateRun,
+        catchup,
+        engine_table,
+        latency,
+        state,
+    )
     from tickwheel.bench._schedules import run_schedules, table
+
+    def progress(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
 
     results = run_schedules(args.n, args.repeat, args.memory_n)
     print(f"\nschedules benchmark: median of {args.repeat}, ratio to croniter in parentheses\n")
-    print(table(results))
+    print(table(results), flush=True)
+    states: list[StateRun] = []
+    latencies: list[LatencyRun] = []
+    catchups: list[CatchupRun] = []
+    if args.state_n:
+        states.append(state(args.state_n, progress))
+    if args.latency_seconds:
+        for engine in args.engines:
+            latencies.append(latency(engine, args.rate, args.latency_seconds,
+                                     args.lateness_ms, args.master, progress))
+    if args.catchup_n:
+        for misfire in ("latest", "all"):
+            catchups.append(catchup(args.catchup_n, misfire, progress))
+    if states or latencies or catchups:
+        print("\nschedules held by the engines in follow mode\n")
+        print(engine_table(states, latencies, catchups))
     return 0
 
 
@@ -240,6 +267,21 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--memory-n", type=_non_negative, default=1_000_000,
                     help="schedules held on a timer, 0 for none (default: %(default)s)")
     sc.add_argument("--repeat", type=_positive, default=3, help="repetitions (median reported)")
+    sc.add_argument("--state-n", type=_non_negative, default=1_000_000,
+                    help="schedules held by the local follow engine, 0 for none "
+                         "(default: %(default)s)")
+    sc.add_argument("--latency-seconds", type=_non_negative, default=60,
+                    help="seconds of fires on the wall clock per engine, 0 for none "
+                         "(default: %(default)s)")
+    sc.add_argument("--rate", type=_positive, default=10_000,
+                    help="occurrences fired a second in the latency run (default: %(default)s)")
+    sc.add_argument("--lateness-ms", type=_non_negative, default=100)
+    sc.add_argument("--engines", type=_engines, default=["local", "spark"],
+                    help="comma-separated: local, spark (default: both)")
+    sc.add_argument("--master", default="local[2]")
+    sc.add_argument("--catchup-n", type=_non_negative, default=1_000_000,
+                    help="hourly schedules caught up after a 6 h outage, 0 for none "
+                         "(default: %(default)s)")
     sv = sub.add_parser("service", help="the submit API and the webhook over loopback: "
                                         "acknowledged rows/s, ack latency, fire delay")
     sv.add_argument("--seconds", type=_positive, default=60, help="each phase's length")

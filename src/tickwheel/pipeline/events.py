@@ -513,10 +513,20 @@ def _schedule_spec(row: dict[str, Any], ts: int) -> dict[str, Any]:
         if isinstance(value, str) and not is_utf8(value):
             raise _Bad(Reason.BAD_STRING, ts)
     try:
-        Schedule.from_fields(spec)
+        # Checked once per spec: a million schedules of a few specs cost a few checks.
+        # The types first, so that 1 and True (equal as keys) are not one spec.
+        key = tuple((name, type(value), value) for name, value in spec.items())
+        if key not in _SPECS_CHECKED:
+            Schedule.from_fields(spec)
+            if len(_SPECS_CHECKED) >= 65_536:
+                _SPECS_CHECKED.clear()
+            _SPECS_CHECKED.add(key)
     except (ScheduleError, TypeError):
         raise _Bad(Reason.BAD_SCHEDULE, ts) from None
     return spec
+
+
+_SPECS_CHECKED: set[tuple[tuple[str, type, Any], ...]] = set()
 
 
 def _watch(row: dict[str, Any], raw: str | None, ts: int) -> Wire:

@@ -87,14 +87,35 @@ class _Series:
     __slots__ = ("after_ms", "due_ms", "next_ms", "paused", "runs", "schedule", "skipped",
                  "spec")
 
-    def __init__(self, spec: Mapping[str, Any], after_ms: int) -> None:
+    def __init__(self, spec: Mapping[str, Any], after_ms: int, shared: _SharedInts,
+                 next_ms: int | bool | None = True) -> None:
+        """``next_ms`` as saved, or True to compute it from ``after_ms``."""
         self.spec, self.schedule = _interned(spec)
-        self.after_ms = after_ms  # the last occurrence decided
-        self.next_ms = self.schedule.next_after(after_ms)
+        self.after_ms = shared(after_ms)  # the last occurrence decided
+        self.next_ms = shared(self.schedule.next_after(after_ms) if next_ms is True
+                              else next_ms)
         self.runs = 0
         self.skipped = 0  # passed over since the last fire
         self.paused = False
         self.due_ms: int | None = None  # when its pending occurrence fires, once pushed
+
+
+class _SharedInts(dict[int, int]):
+    """Equal times as one int object: schedules fire together (on the hour, every
+    second), so a million series hold a few thousand distinct times, not two million
+    ints of 32 bytes."""
+
+    __slots__ = ()
+
+    def __call__(self, value: int | None) -> Any:
+        if value is None:
+            return None
+        shared = self.get(value)
+        if shared is None:
+            if len(self) >= 65_536:
+                self.clear()
+            shared = self[value] = value
+        return shared
 
 
 class ScheduleBook:
@@ -106,6 +127,7 @@ class ScheduleBook:
         #: whose time is not its series' ``due_ms`` (replaced, paused, moved on) is
         #: stale and dropped when reached.
         self.due: list[tuple[int, str]] = []
+        self._shared = _SharedInts()
         self.clock_notices = False
         self.skipped = 0
         self.ignored = 0  # unschedule, pause and resume rows that changed nothing
@@ -126,7 +148,7 @@ class ScheduleBook:
         """A schedule row at ``ts`` (time already advanced to it)."""
         series = self._series.get(schedule_id)
         if kind == "schedule":
-            fresh = _Series(spec, ts)  # its pending occurrence, if any, is stale
+            fresh = _Series(spec, ts, self._shared)  # its pending occurrence is stale
             self._series[schedule_id] = fresh
             self._push(schedule_id, fresh)
         elif series is None:
@@ -184,7 +206,7 @@ class ScheduleBook:
                 self._plan(schedule_id, series, now, fires)
             else:
                 self._fire(schedule_id, series, occurrence, fires)
-                series.after_ms = occurrence
+                series.after_ms = occurrence  # next_ms's object: shared already
                 sched = series.schedule
                 if sched.max_runs is not None and series.runs >= sched.max_runs:
                     self._finish(schedule_id)
@@ -202,7 +224,7 @@ class ScheduleBook:
             self.skipped += plan.skipped
             for occurrence in plan.fire:
                 self._fire(schedule_id, series, occurrence, fires)
-            series.after_ms = max(series.after_ms, plan.after_ms)
+            series.after_ms = self._shared(max(series.after_ms, plan.after_ms))
             if plan.finished:
                 self._finish(schedule_id)
                 return
@@ -218,7 +240,7 @@ class ScheduleBook:
         series.skipped = 0
 
     def _move_on(self, schedule_id: str, series: _Series) -> None:
-        series.next_ms = series.schedule.next_after(series.after_ms)
+        series.next_ms = self._shared(series.schedule.next_after(series.after_ms))
         if series.next_ms is None:
             self._finish(schedule_id)
         else:
@@ -250,9 +272,8 @@ class ScheduleBook:
     def restore(self, entry: tuple[Any, ...]) -> None:
         """Take back one series saved as its :meth:`entry` (replacing any of its id)."""
         _, schedule_id, spec, after_ms, next_ms, runs, skipped, paused = entry
-        series = _Series(spec, after_ms)
-        series.next_ms, series.runs, series.skipped, series.paused = (
-            next_ms, runs, skipped, paused)
+        series = _Series(spec, after_ms, self._shared, next_ms)
+        series.runs, series.skipped, series.paused = runs, skipped, paused
         self._series[schedule_id] = series
         self._push(schedule_id, series)
 
