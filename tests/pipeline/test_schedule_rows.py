@@ -363,3 +363,30 @@ def test_a_catch_up_after_an_outage_fires_in_batches_of_bounded_size(
     assert len(sizes) >= 6 and max(sizes) <= 5_000 + 100  # a series' plan is whole
     ids = [row[0] for row in fired(outcome_rows(tmp_path))]
     assert len(ids) == len(set(ids)) == 300 * 100
+
+
+def test_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 2_000)
+    clock = WallClock(1_000)
+    land(tmp_path / "in", "a.jsonl", [line(1_000, "schedule", f"s{n}", every_ms=1_000,
+                                           misfire="all", jitter_ms=300)
+                                      for n in range(100)])
+    follower = engine(tmp_path, clock)
+    clock.ms = 1_200
+    follower.step()
+    clock.ms = 101_200
+    follower.step()
+    follower.step()
+
+    def crash(batch_id: int, names: list[str]) -> None:
+        raise KeyboardInterrupt  # killed after the outputs, before the state
+
+    monkeypatch.setattr(follower, "_commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        follower.step()
+    again = engine(tmp_path, clock)  # the lock of a killed process is free
+    while again.step() is not None:
+        pass
+    ids = [row[0] for row in fired(outcome_rows(tmp_path))]
+    assert len(ids) == len(set(ids)) == 100 * 100

@@ -654,6 +654,51 @@ def test_follow_mode_fires_deadlines_on_the_wall_clock_and_carries_on_after_a_st
     assert expired[2] == now + 2_000  # resolved at its deadline, in event time
 
 
+def test_schedules_fire_on_the_wall_clock_once_each_across_a_stop(spark: Any,
+                                                                   tmp_path: Path) -> None:
+    import threading
+
+    from tickwheel.pipeline.follow import wall_clock_ms
+
+    inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    inbox.mkdir()
+
+    def service() -> tuple[threading.Event, threading.Thread]:
+        engine = SparkEngine(spark, inbox, out, checkpoint, lateness_ms=200, partitions=2,
+                             wall_clock=True)
+        stop = threading.Event()
+        runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=300))
+        runner.start()
+        return stop, runner
+
+    def fired() -> list[str]:
+        return [o[0] for o in outcomes_of(out) if o[1] == "fired"]
+
+    stop, runner = service()
+    try:
+        now = wall_clock_ms()
+        _land(inbox, "a.jsonl", [json.dumps(
+            {"ts_ms": now, "type": "schedule", "schedule_id": f"s{n}", "every_ms": 500,
+             "misfire": "all"}) for n in range(3)])
+        _wait_until(lambda: len(fired()) >= 9, "three fires of each schedule", runner)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert not runner.is_alive()
+    stopped = len(fired())
+    stop, runner = service()  # the occurrences of the stop fire once, by "all"
+    try:
+        _wait_until(lambda: len(fired()) >= stopped + 9, "fires after the restart", runner)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    ids = fired()
+    assert len(ids) == len(set(ids))
+    for n in range(3):  # no occurrence lost either: each series runs on without a gap
+        times = sorted(int(i.split("@")[1]) for i in ids if i.startswith(f"s{n}@"))
+        assert times == list(range(times[0], times[-1] + 1, 500))
+
+
 def test_a_wall_clock_checkpoint_runs_in_follow_mode_only(spark: Any, tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     engine = SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ck",
