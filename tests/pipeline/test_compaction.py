@@ -178,3 +178,20 @@ def test_a_merged_file_and_its_name_are_on_disk_before_the_files_it_covers_go(
                         events[0])
     assert events[1:] == ["rename batches-000000000-000000003.parquet", "fsync directory",
                       *(f"delete batch-{i:09d}.parquet" for i in range(4))]
+
+
+def test_outcome_files_written_before_the_skipped_column_merge_with_newer_ones(
+        tmp_path: Path) -> None:
+    from tickwheel.pipeline.events import OutcomeKind
+    from tickwheel.pipeline.outputs import outcomes_table
+    from tickwheel.pipeline.resolver import OutcomeRow
+
+    directory = tmp_path / "outcomes"
+    directory.mkdir()
+    new = outcomes_table([OutcomeRow("s@5", OutcomeKind.FIRED, 5, 0, (), None, 2)])
+    old = new.drop_columns(["skipped"]).set_column(0, "op_id", pa.array(["op"]))
+    pq.write_table(old, directory / "batch-000000000.parquet")
+    pq.write_table(new, directory / "batch-000000001.parquet")
+    assert compact(directory, settled=1, fan_in=2) == 1
+    assert [(r["op_id"], r["skipped"]) for r in read_parquet_rows(directory)] == [
+        ("op", 0), ("s@5", 2)]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from tickwheel.pipeline._arrow import open_parquet
 from tickwheel.pipeline.files import fsync_directory
-from tickwheel.pipeline.outputs import covered_batches, write_tables_atomically
+from tickwheel.pipeline.outputs import conform, covered_batches, write_tables_atomically
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,10 +84,12 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
         group = files[start:stop]
         first, last = group[0][0][0], group[-1][0][1]
         target = directory / f"batches-{first:09d}-{last:09d}.parquet"
-        # A row group at a time: 64 files of up to 64 MB are never held at once.
-        with open_parquet(group[0][1]) as head:
+        # A row group at a time: 64 files of up to 64 MB are never held at once. In the
+        # newest file's columns: one written before a column was added gets its value.
+        with open_parquet(group[-1][1]) as head:
             schema = head.schema_arrow
-        write_tables_atomically(schema, _tables([path for _, path in group]), target)
+        write_tables_atomically(schema, (conform(table, schema) for table in _tables(
+            [path for _, path in group])), target)
         # The rename is on disk before any file it covers is deleted.
         fsync_directory(directory)
         for _, path in group:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEAD_LETTERS", "DEFAULT_CHECKPOINT", "OUTPUT_SUBDIRS", "OWNER_EPOCH_KEY",
            "OWNER_FILE", "REPORT_FILE", "OutputDirError", "OutputWriter", "checkpoint_id",
-           "count_outputs", "covered_batches", "outcome_rows", "outcome_size",
+           "conform", "count_outputs", "covered_batches", "outcome_rows", "outcome_size",
            "outcome_writer", "outcomes_table", "output_owner", "owner_epoch",
            "owner_metadata", "prepare_output", "quarantine_table",
            "quarantine_writer", "quarantined_size", "read_outcomes", "read_output_table",
@@ -410,6 +410,21 @@ def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Pa
 #: Columns added to the contract since its first version, with the value a file
 #: written before them holds.
 _ADDED: dict[str, int] = {"skipped": 0}
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in ``schema``'s columns: a table written before a column was added
+    (:data:`_ADDED`) gets the column, with its value for such rows."""
+    pa, _ = pyarrow_modules()
+    if table.schema.names == schema.names:
+        return table
+    for name in schema.names:
+        if name not in table.schema.names:
+            if name not in _ADDED:
+                raise OutputDirError(f"an output file lacks the column {name}")
+            table = table.append_column(schema.field(name), pa.array(
+                [_ADDED[name]] * table.num_rows, schema.field(name).type))
+    return table.select(schema.names)
 #: Columns an engine never leaves empty.
 _NOT_NULL = frozenset({"op_id", "outcome", "resolved_ms", "latency_ms", "raw", "reason",
                        "skipped"})
