@@ -142,6 +142,7 @@ def test_the_json_report_is_the_summary_and_writes_no_plot_unless_asked(
                         "latency_ms": {"p50": 40, "p90": 900, "p99": 900, "max": 900}},
         },
         "quarantine": {"unparseable": 1},
+        "skipped": 0,
     }
     assert not (tmp_path / "report.png").exists()
     picture = tmp_path / "elsewhere.png"
