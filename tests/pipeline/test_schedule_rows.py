@@ -390,3 +390,31 @@ def test_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
         pass
     ids = [row[0] for row in fired(outcome_rows(tmp_path))]
     assert len(ids) == len(set(ids)) == 100 * 100
+
+
+def test_replaced_and_ended_schedules_leave_no_pending_occurrences_behind() -> None:
+    resolver = Resolver()
+    for n in range(20_000):  # one id, replaced again and again, a year out each time
+        resolver.apply([parse_line(line(n, "schedule", "s", cron="0 0 1 1 *"))])  # type: ignore[list-item]
+    for n in range(10_000):
+        resolver.apply([parse_line(line(20_000 + n, "schedule", f"t{n}", every_ms=10**9)),  # type: ignore[list-item]
+                        parse_line(line(20_000 + n, "unschedule", f"t{n}"))])
+    assert len(resolver.schedules) == 1
+    assert len(resolver.schedules.due) <= 2 + 4_096
+    assert resolver.schedules.next_fire_ms() == ms("1971-01-01T00:00:00")
+
+
+def test_one_series_catching_up_stops_at_the_limit_and_goes_on_at_the_next_advance() -> None:
+    resolver = Resolver()
+    resolver.schedules.clock_notices = True
+    resolver.apply([parse_line(line(0, "schedule", every_ms=1, misfire="all",  # type: ignore[list-item]
+                                    catchup_ms=100_000))])
+    resolver.advance_to(50_000, fire_limit=10_000)
+    first, _ = resolver.drain()
+    assert 10_000 <= len(first) < 10_000 + 4_096
+    assert resolver.schedules.behind(50_000)
+    while resolver.schedules.behind(50_000):
+        resolver.advance_to(50_000, fire_limit=10_000)
+    rest, _ = resolver.drain()
+    ids = [o.op_id for o in [*first, *rest]]
+    assert ids == [f"s@{t}" for t in range(1, 50_001)]

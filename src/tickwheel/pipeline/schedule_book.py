@@ -44,6 +44,8 @@ SCHEDULE_ENTRY: Final = "schedule"
 SCHEDULE_KEY: Final = chr(0xD800)
 #: Occurrences one plan looks at; a catch-up takes as many plans as it needs.
 PLAN_BUDGET: Final = 4_096
+#: Stale heap items allowed beyond the live ones before they are dropped.
+_STALE_SLACK: Final = 4_096
 
 
 class Fire(NamedTuple):
@@ -132,7 +134,8 @@ class ScheduleBook:
         self.skipped = 0
         self.ignored = 0  # unschedule, pause and resume rows that changed nothing
         self.finished = 0
-        #: Schedule ids changed since the last :meth:`take_changes`.
+        #: Schedule ids changed since the resolver last took its changes (None: not
+        #: tracked).
         self.changed: set[str] | None = None
 
     def __len__(self) -> int:
@@ -203,7 +206,7 @@ class ScheduleBook:
             occurrence = series.next_ms
             assert occurrence is not None
             if self.clock_notices:
-                self._plan(schedule_id, series, now, fires)
+                self._plan(schedule_id, series, now, fires, limit)
             else:
                 self._fire(schedule_id, series, occurrence, fires)
                 series.after_ms = occurrence  # next_ms's object: shared already
@@ -214,9 +217,11 @@ class ScheduleBook:
                     self._move_on(schedule_id, series)
             self._changed(schedule_id)
 
-    def _plan(self, schedule_id: str, series: _Series, now: int, fires: list[Fire]) -> None:
+    def _plan(self, schedule_id: str, series: _Series, now: int, fires: list[Fire],
+              limit: int | None = None) -> None:
         """Decide the occurrences in (after, now] by the misfire policy, in plans of a
-        bounded number each."""
+        bounded number each; past ``limit`` fires, the rest wait for the next advance
+        (the series stays due)."""
         sched = series.schedule
         while True:
             plan = sched.plan(series.after_ms, now, series.runs, PLAN_BUDGET)
@@ -228,7 +233,7 @@ class ScheduleBook:
             if plan.finished:
                 self._finish(schedule_id)
                 return
-            if not plan.more:
+            if not plan.more or (limit is not None and len(fires) >= limit):
                 break
         self._move_on(schedule_id, series)
 
@@ -254,6 +259,18 @@ class ScheduleBook:
         if series.next_ms is not None and not series.paused:
             series.due_ms = fire_ms = series.schedule.fire_ms(schedule_id, series.next_ms)
             heapq.heappush(self.due, (fire_ms, schedule_id))
+            if len(self.due) > 2 * len(self._series) + _STALE_SLACK:
+                self._drop_stale()
+
+    def _drop_stale(self) -> None:
+        """Keep only the live items: series replaced, paused or ended leave theirs
+        behind, and a long-lived book must not hold them until their time comes."""
+        series = self._series
+        # A series replaced by one due at the same time left an equal item: one stays.
+        live = {item for item in self.due
+                if (s := series.get(item[1])) is not None and s.due_ms == item[0]}
+        self.due[:] = live  # in place: advance() holds the list while it pushes
+        heapq.heapify(self.due)
 
     def _changed(self, schedule_id: str) -> None:
         if self.changed is not None:
