@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["FollowRun", "follow_table", "run_follow"]
+__all__ = ["BatchFileReader", "FollowRun", "follow_table", "run_follow"]
 
 
 @dataclass
@@ -132,18 +132,19 @@ def _scrape(port: int) -> dict[str, float]:
     return values
 
 
-class _Delays(threading.Thread):
+class BatchFileReader(threading.Thread):
     """Reads each batch file of outcomes once, soon after it is written and before a
-    compaction merges it (which would lose its modification time)."""
+    compaction merges it (which would lose its modification time), and hands each
+    outcome to :meth:`take` with the time its file was written."""
 
-    def __init__(self, outcomes: Path, run: FollowRun) -> None:
-        super().__init__(name="bench-delays", daemon=True)
-        self.outcomes, self.run_ = outcomes, run
+    def __init__(self, outcomes: Path, every_s: float = 0.5) -> None:
+        super().__init__(name="bench-batch-files", daemon=True)
+        self.outcomes, self.every_s = outcomes, every_s
         self.stop = threading.Event()
         self.read: set[str] = set()
 
     def run(self) -> None:
-        while not self.stop.wait(0.5):
+        while not self.stop.wait(self.every_s):
             self.poll()
         self.poll()
 
@@ -160,11 +161,23 @@ class _Delays(threading.Thread):
                 continue  # merged away meanwhile
             self.read.add(path.name)
             for outcome, resolved in zip(table["outcome"], table["resolved_ms"], strict=True):
-                if outcome == "expired":
-                    self.run_.expiry_ms.append(written_ms - resolved)
-                    self.run_.expiry_written_ms.append(written_ms)
-                else:
-                    self.run_.completion_ms.append(written_ms - resolved)
+                self.take(written_ms, outcome, resolved)
+
+    def take(self, written_ms: int, outcome: str, resolved_ms: int) -> None:
+        raise NotImplementedError
+
+
+class _Delays(BatchFileReader):
+    def __init__(self, outcomes: Path, run: FollowRun) -> None:
+        super().__init__(outcomes)
+        self.run_ = run
+
+    def take(self, written_ms: int, outcome: str, resolved_ms: int) -> None:
+        if outcome == "expired":
+            self.run_.expiry_ms.append(written_ms - resolved_ms)
+            self.run_.expiry_written_ms.append(written_ms)
+        else:
+            self.run_.completion_ms.append(written_ms - resolved_ms)
 
 
 def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger_ms: int,

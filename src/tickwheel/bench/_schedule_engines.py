@@ -6,8 +6,8 @@
   schedule, and the checkpoint's bytes per schedule.
 - **Latency**: ``tickwheel run --follow --clock wall`` in a process of its own, with
   schedules that fire ``rate`` occurrences a second (each every second, their anchors
-  spread over the second); each fired row's delay is the wall time its batch file was
-  written (its mtime) less the occurrence's fire time.
+  spread over the second); a fired row's delay is its batch file's modification time
+  less the occurrence's fire time.
 - **Catch-up**: N hourly schedules (``every_ms`` one hour) on the local follow engine
   and a wall clock that jumps six hours, as a service restarted after an outage; the
   time from the jump until the catch-up's last batch, and the fired and skipped counts,
@@ -23,13 +23,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tickwheel.bench._follow import BatchFileReader
 from tickwheel.bench._schedules import CRON_SPECS, ZONES
 
 __all__ = ["CatchupRun", "LatencyRun", "StateRun", "catchup", "engine_table", "latency",
@@ -126,35 +126,16 @@ def state(n: int, progress: Callable[[str], None]) -> StateRun:
     return StateRun(n, held / n, counts.state_bytes / n, seconds)
 
 
-class _Delays(threading.Thread):
-    """Reads each batch file once, before a compaction merges it away."""
+class _Delays(BatchFileReader):
+    """Each fire's delay, from ``from_ms`` on."""
 
     def __init__(self, outcomes: Path, run: LatencyRun, from_ms: int) -> None:
-        super().__init__(name="bench-schedule-delays", daemon=True)
-        self.outcomes, self.run_, self.from_ms = outcomes, run, from_ms
-        self.stop = threading.Event()
-        self.read: set[str] = set()
+        super().__init__(outcomes, every_s=0.2)
+        self.run_, self.from_ms = run, from_ms
 
-    def run(self) -> None:
-        while not self.stop.wait(0.2):
-            self.poll()
-        self.poll()
-
-    def poll(self) -> None:
-        import pyarrow.parquet as pq
-
-        for path in sorted(self.outcomes.glob("batch-*.parquet")):
-            if path.name in self.read:
-                continue
-            try:
-                written_ms = path.stat().st_mtime_ns // 1_000_000
-                table = pq.read_table(path, columns=["outcome", "resolved_ms"]).to_pydict()
-            except OSError:
-                continue
-            self.read.add(path.name)
-            self.run_.delays_ms += [written_ms - resolved for outcome, resolved in zip(
-                table["outcome"], table["resolved_ms"], strict=True)
-                if outcome == "fired" and resolved >= self.from_ms]
+    def take(self, written_ms: int, outcome: str, resolved_ms: int) -> None:
+        if outcome == "fired" and resolved_ms >= self.from_ms:
+            self.run_.delays_ms.append(written_ms - resolved_ms)
 
 
 def latency(engine: str, rate: int, seconds: float, lateness_ms: int, master: str,

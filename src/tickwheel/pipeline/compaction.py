@@ -85,7 +85,8 @@ def compact(directory: Path, settled: int, fan_in: int = FAN_IN,
         first, last = group[0][0][0], group[-1][0][1]
         target = directory / f"batches-{first:09d}-{last:09d}.parquet"
         # A row group at a time: 64 files of up to 64 MB are never held at once. In the
-        # newest file's columns: one written before a column was added gets its value.
+        # newest file's columns: a file lacking a column the contract added gets its
+        # value.
         with open_parquet(group[-1][1]) as head:
             schema = head.schema_arrow
         write_tables_atomically(schema, (conform(table, schema) for table in _tables(

@@ -393,7 +393,7 @@ def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Pa
                 table = file.read(columns=[c for c in columns if c in names],
                                   use_threads=False)
                 for name in columns:
-                    if name not in names:  # written before the column was
+                    if name not in names:  # a column the contract added since
                         table = table.append_column(name, pa.array(
                             [_ADDED[name]] * table.num_rows, pa.int64()))
                 table = table.select(list(columns))
@@ -413,8 +413,8 @@ _ADDED: dict[str, int] = {"skipped": 0}
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` in ``schema``'s columns: a table written before a column was added
-    (:data:`_ADDED`) gets the column, with its value for such rows."""
+    """``table`` in ``schema``'s columns: a table lacking a column the contract added
+    (:data:`_ADDED`) gets it, with that column's value for such rows."""
     pa, _ = pyarrow_modules()
     if table.schema.names == schema.names:
         return table

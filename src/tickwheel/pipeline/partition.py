@@ -320,7 +320,7 @@ class OpPartition(_Partition):
         self.release_ms = point
         due = self._due(point, op_order)
         stage.apply_staged(due)
-        if stage.now is None or point - 1 >= stage.now:
+        if stage.now is None or point - 1 > stage.now:
             stage.advance_to(point - 1, self.fire_limit)
         return self._released(due, stage)
 
