@@ -395,3 +395,36 @@ def test_outputs_leave_a_worker_in_blobs_and_frames_of_bounded_size(
     assert _wire.from_ipc([b for f in out for b in f["outcomes"]], outcomes_table([])
                           )["op_id"].to_pylist() == ["op-0", "op-1", "op-2"]
     assert [s for f in out for s in f["status"] if s is not None][-1] == "{}"
+
+
+def test_statuses_read_while_a_batch_forgets_a_listed_file_are_the_newer_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tickwheel.pipeline.spark.engine import latest_statuses
+
+    def write(batch: int, seq: int) -> None:
+        texts = [json.dumps(dataclasses.asdict(
+            PartitionStatus(stage, 0, seq, None, None, seq, seq, 0, 0, 0, 0)))
+            for stage in ("key", "op")]
+        pq.write_table(pa.table({"status": pa.array(texts, pa.string())}),
+                       tmp_path / f"batch-{batch:09d}.parquet")
+
+    write(4, seq=4)
+    read_table = pq.read_table
+    calls = 0
+
+    def racing(path: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # the engine commits batch 5 and forgets batch 4 meanwhile
+            write(5, seq=5)
+            (tmp_path / "batch-000000004.parquet").unlink()
+        return read_table(path, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", racing)
+    statuses = latest_statuses(tmp_path)
+    assert [(s.stage, s.seq) for s in statuses] == [("key", 5), ("op", 5)]

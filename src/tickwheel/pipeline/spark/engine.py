@@ -106,7 +106,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["CHECKPOINT_FORMAT", "SparkEngine", "SparkRunResult"]
+__all__ = ["CHECKPOINT_FORMAT", "SparkEngine", "SparkRunResult", "latest_statuses"]
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +163,27 @@ def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
             total[name] = total.get(name, 0) + n
     return dict(sorted(total.items()))
 
+
+
+def latest_statuses(status_dir: Path) -> list[PartitionStatus]:
+    """The latest counters of each partition of each stage in a checkpoint's status
+    files, read while a running engine may write and forget them."""
+    import pyarrow.parquet as pq
+
+    while True:
+        latest: dict[tuple[str, int], PartitionStatus] = {}
+        try:
+            for path in sorted(status_dir.glob("*.parquet")):
+                for text in pq.read_table(path)["status"].to_pylist():
+                    status = PartitionStatus(**json.loads(text))
+                    known = latest.get((status.stage, status.partition))
+                    if known is None or status.seq >= known.seq:  # in batch order
+                        latest[status.stage, status.partition] = status
+        except FileNotFoundError:
+            # A batch forgot a file this listing named, which it does only once a
+            # newer file holds every partition: the next listing sees that one.
+            continue
+        return [latest[k] for k in sorted(latest)]
 
 class SparkEngine:
     """Runs the query over ``input_dir`` until the input read so far is processed.
@@ -589,16 +610,7 @@ class SparkEngine:
 
     def statuses(self) -> list[PartitionStatus]:
         """The latest counters of each partition of each stage."""
-        import pyarrow.parquet as pq
-
-        latest: dict[tuple[str, int], PartitionStatus] = {}
-        for path in sorted((self.checkpoint_dir / "status").glob("*.parquet")):
-            for text in pq.read_table(path)["status"].to_pylist():
-                status = PartitionStatus(**json.loads(text))
-                known = latest.get((status.stage, status.partition))
-                if known is None or status.seq >= known.seq:  # files in batch order
-                    latest[status.stage, status.partition] = status
-        return [latest[k] for k in sorted(latest)]
+        return latest_statuses(self.checkpoint_dir / "status")
 
     def _latest_row(self) -> int | None:
         tops = [s.top_ms for s in self.statuses() if s.stage == "key" and s.top_ms is not None]
