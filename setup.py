@@ -35,11 +35,11 @@ CORE = [
     "src/tickwheel/purgatory/_purgatory.py",
     "src/tickwheel/aio/_handle.py",
     "src/tickwheel/aio/_scheduler.py",
-    "src/tickwheel/pipeline/events.py",
-    "src/tickwheel/pipeline/resolver.py",
-    "src/tickwheel/pipeline/routing.py",
-    "src/tickwheel/pipeline/key_stage.py",
-    "src/tickwheel/pipeline/op_stage.py",
+    "src/tickwheel/pipeline/contract/events.py",
+    "src/tickwheel/pipeline/semantics/resolver.py",
+    "src/tickwheel/pipeline/contract/routing.py",
+    "src/tickwheel/pipeline/semantics/key_stage.py",
+    "src/tickwheel/pipeline/semantics/op_stage.py",
 ]
 
 

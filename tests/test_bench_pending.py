@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tickwheel.bench._pending import write_logs
-from tickwheel.pipeline.reference import ReferenceEngine
+from tickwheel.pipeline.engines.reference import ReferenceEngine
 
 
 def test_the_busy_log_is_the_quiet_one_with_operations_pending_throughout(

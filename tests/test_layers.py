@@ -62,7 +62,52 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     assert upward == []
 
 
+# Inside the pipeline, lowest first: the contract, what decides outcomes, files, what is
+# kept between batches, delivery, the Spark-free engines, the Spark engine, the tools.
+PIPELINE_RANK = {"contract": 0, "semantics": 1, "io": 2, "state": 3, "delivery": 4,
+                 "engines": 5, "spark": 6, "tools": 7}
+
+
+def _part(module: str) -> str | None:
+    """The pipeline subpackage a module is in (None outside the pipeline or for the
+    pipeline package itself)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "pipeline" else None
+
+
+def test_every_pipeline_module_is_in_a_subpackage_with_a_place() -> None:
+    pipeline = PACKAGE / "pipeline"
+    loose = [p.name for p in pipeline.glob("*.py") if p.name != "__init__.py"]
+    assert loose == []
+    assert {p.name for p in pipeline.iterdir() if (p / "__init__.py").exists()} \
+        == PIPELINE_RANK.keys()
+
+
+def test_no_pipeline_module_imports_a_subpackage_above_its_own() -> None:
+    pairs = [(_part(a), _part(b)) for a, b in _imports()]
+    inside = [(a, b) for a, b in pairs if a is not None and b is not None]
+    assert len(inside) > 50
+    assert [(a, b) for a, b in inside if PIPELINE_RANK[b] > PIPELINE_RANK[a]] == []
+
+
+def test_the_semantics_and_the_contract_touch_no_file() -> None:
+    # They decide outcomes; reading and writing files belongs to io and state.
+    banned = {"os", "pathlib", "io", "shutil", "tempfile", "fcntl", "pyarrow"}
+    found = []
+    for sub in ("contract", "semantics"):
+        for path in (PACKAGE / "pipeline" / sub).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    found += [(path.name, a.name) for a in node.names
+                              if a.name.split(".")[0] in banned]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    if node.module.split(".")[0] in banned:
+                        found.append((path.name, node.module))
+    assert found == []
+
+
 def test_the_rule_catches_an_upward_import() -> None:
+    assert PIPELINE_RANK["engines"] > PIPELINE_RANK[_part("tickwheel.pipeline.io.files") or ""]
     assert RANK[_unit("tickwheel.pipeline")] >= RANK[_unit("tickwheel.timers._wheel")]
     assert _unit("tickwheel") == "tickwheel" and _unit("tickwheel.cli") == "cli"
 

@@ -78,7 +78,7 @@ def test_a_scrape_reads_timers_purgatories_and_dispatchers() -> None:
 
 
 def test_a_pipeline_run_is_exported() -> None:
-    from tickwheel.pipeline.reference import ReferenceEngine
+    from tickwheel.pipeline.engines.reference import ReferenceEngine
 
     engine = ReferenceEngine()
     engine.feed_lines([
@@ -98,7 +98,7 @@ def test_a_pipeline_run_is_exported() -> None:
 
 
 def test_a_spark_run_is_exported_from_its_partitions_counters() -> None:
-    from tickwheel.pipeline.partition import PartitionStatus
+    from tickwheel.pipeline.semantics.partition import PartitionStatus
     from tickwheel.pipeline.spark import SparkRunResult
 
     partitions = [

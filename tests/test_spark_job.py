@@ -49,7 +49,7 @@ def test_zip_writes_the_sources_that_executors_import_as_the_pure_python_build(
     assert target.stat().st_mode & 0o444 == 0o444 & ~_umask()
     # First on the path, as --py-files puts it on an executor's.
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import tickwheel; "
-             "from tickwheel.pipeline.events import compact_wire; "
+             "from tickwheel.pipeline.contract.events import compact_wire; "
              "print(tickwheel.__file__, tickwheel.compiled, "
              "compact_wire('{\"ts_ms\":5,\"type\":\"tick\"}'), sep='\\n')")
     ran = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True,
@@ -92,7 +92,7 @@ def test_zip_refuses_to_replace_what_is_not_a_regular_file(
 
 
 def test_run_as_a_file_it_takes_its_own_directory_off_the_module_path(tmp_path: Path) -> None:
-    # tickwheel's directory holds cli.py, metrics.py, ...: first on the path, they would
+    # tickwheel's directory holds client.py, metrics.py, ...: first on the path, they would
     # stand in for other modules of those names.
     probe = tmp_path / "probe.py"
     probe.write_text(
@@ -191,7 +191,7 @@ def test_spark_submit_follows_until_sigterm_and_stops_between_micro_batches(
         tmp_path: Path) -> None:
     import pyspark
 
-    from tickwheel.pipeline.follow import LocalFollowEngine
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
 
     lines = random_log(12, rows=900)
     inbox, out = tmp_path / "in", tmp_path / "out"

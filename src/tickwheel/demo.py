@@ -34,8 +34,8 @@ from tickwheel import (
     TimerBase,
     TimingWheelTimer,
 )
-from tickwheel.pipeline.resolver import OutcomeRow
-from tickwheel.pipeline.sink import Delivery, OutcomeSink
+from tickwheel.pipeline.delivery.sink import Delivery, OutcomeSink
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 REQUESTS = 60_000
 ARRIVAL_WINDOW_S = 1.5
@@ -140,11 +140,11 @@ def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
     import tempfile
     import time as _time
 
-    from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-    from tickwheel.pipeline.log_reader import read_wire
-    from tickwheel.pipeline.outputs import read_parquet_rows, write_outcomes, write_quarantine
-    from tickwheel.pipeline.reference import ReferenceEngine
-    from tickwheel.pipeline.report import plot, summarize
+    from tickwheel.pipeline.engines.reference import ReferenceEngine
+    from tickwheel.pipeline.io.log_reader import read_wire
+    from tickwheel.pipeline.io.outputs import read_parquet_rows, write_outcomes, write_quarantine
+    from tickwheel.pipeline.tools.generator import GeneratorConfig, write_event_log
+    from tickwheel.pipeline.tools.report import plot, summarize
 
     if output is None:
         out = Path(tempfile.mkdtemp(prefix="tickwheel-demo-"))

@@ -51,7 +51,7 @@ class StatsSource(Protocol):
 
 class PipelineCounts(Protocol):
     """What a pipeline run's result gives the metrics: the reference engine's
-    :class:`~tickwheel.pipeline.reference.RunResult` or the Spark engine's result."""
+    :class:`~tickwheel.pipeline.engines.reference.RunResult` or the Spark engine's result."""
 
     @property
     def rows_in(self) -> int: ...

@@ -37,7 +37,7 @@ if __name__ == "__main__" and sys.path and sys.path[0] and (
     del sys.path[0]
 
 from tickwheel._signals import stop_on_signals
-from tickwheel.pipeline.limits import (
+from tickwheel.pipeline.contract.limits import (
     DEFAULT_LATENESS_MS,
     DEFAULT_TRIGGER_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
@@ -139,7 +139,7 @@ def _write_sources_zip(path: Path) -> Path:
     """This tickwheel's Python sources in a zip at ``path`` (written whole, then put in
     place), as spark-submit's ``--py-files`` ships them to executors: compiled modules
     cannot be imported from a zip, and the pure-Python build behaves the same."""
-    from tickwheel.pipeline.files import write_bytes_atomically
+    from tickwheel.pipeline.io.files import write_bytes_atomically
 
     root = Path(__file__).resolve().parent
     sources = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.input is None or args.output is None:
         parser.error("--input and --output are required")
-    from tickwheel.pipeline.input_dir import InputError, check_spark_paths, input_dir_problem
-    from tickwheel.pipeline.outputs import DEFAULT_CHECKPOINT
+    from tickwheel.pipeline.io.input_dir import InputError, check_spark_paths, input_dir_problem
+    from tickwheel.pipeline.io.outputs import DEFAULT_CHECKPOINT
 
     problem = input_dir_problem(args.input)
     if problem is not None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tickwheel.pipeline.batch_log import BatchLog
-from tickwheel.pipeline.files import write_bytes_atomically
+from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.state.batch_log import BatchLog
 
 
 def test_a_restart_reads_the_records_of_committed_batches_only(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_an_atomic_write_leaves_no_hidden_file_behind(tmp_path: Path) -> None:
 
 
 def test_a_rewrite_of_many_records_reads_back_whole_across_its_lines(tmp_path: Path) -> None:
-    from tickwheel.pipeline.batch_log import REWRITE_LINE_RECORDS
+    from tickwheel.pipeline.state.batch_log import REWRITE_LINE_RECORDS
 
     records = [[n, f"id-{n}"] for n in range(2 * REWRITE_LINE_RECORDS + 5)]
     log = BatchLog(tmp_path / "published.log")

@@ -18,11 +18,16 @@ import pytest
 from typer.testing import CliRunner
 
 from tickwheel.cli import app
-from tickwheel.pipeline.events import MAX_ROW_CHARS, TOO_LONG_KEPT_CHARS, Quarantined, Reason
-from tickwheel.pipeline.input_dir import INPUT_NAMES
-from tickwheel.pipeline.log_reader import parquet_events
-from tickwheel.pipeline.outputs import read_parquet_rows
-from tickwheel.pipeline.reference import ReferenceEngine
+from tickwheel.pipeline.contract.events import (
+    MAX_ROW_CHARS,
+    TOO_LONG_KEPT_CHARS,
+    Quarantined,
+    Reason,
+)
+from tickwheel.pipeline.engines.reference import ReferenceEngine
+from tickwheel.pipeline.io.input_dir import INPUT_NAMES
+from tickwheel.pipeline.io.log_reader import parquet_events
+from tickwheel.pipeline.io.outputs import read_parquet_rows
 
 runner = CliRunner()
 
@@ -237,7 +242,7 @@ def test_an_input_that_is_not_a_directory_is_refused_saying_what_it_is(
 def test_a_service_that_cannot_write_stops_in_one_line_with_exit_1(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A full disk, or the output taken away under it: said, not a traceback.
-    from tickwheel.pipeline.follow import LocalFollowEngine
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
 
     def full(self: LocalFollowEngine) -> None:
         raise OSError(28, "No space left on device", str(tmp_path / "out" / "x"))
@@ -642,7 +647,7 @@ def test_a_stray_parquet_file_in_the_outputs_is_refused_by_run_and_report(
 @pytest.mark.parametrize("as_json", [False, True])
 def test_a_report_on_outputs_it_cannot_read_says_so_in_one_line(
         tmp_path: Path, column: str, values: pa.Array, why: str, as_json: bool) -> None:
-    from tickwheel.pipeline.outputs import outcomes_table
+    from tickwheel.pipeline.io.outputs import outcomes_table
 
     out = tmp_path / "out"
     (out / "outcomes").mkdir(parents=True)
@@ -696,7 +701,7 @@ def test_a_jvm_that_cannot_start_is_reported_with_what_it_printed(tmp_path: Path
 
 
 def test_spark_settings_are_read_as_spark_submit_reads_them() -> None:
-    from tickwheel.pipeline.limits import check_spark_settings
+    from tickwheel.pipeline.contract.limits import check_spark_settings
 
     assert check_spark_settings(["spark.executor.memory=2g", "spark.a.b=x=y", "spark.c=",
                                  "spark.executor.memory=2g"]) == {
@@ -809,7 +814,7 @@ def test_a_symlink_out_of_the_input_directory_is_skipped_with_one_warning(
     secret.write_text("root:x:0:0\n")
     (source / "zz-link.jsonl").symlink_to(secret)
     (source / "zz-inside.jsonl").symlink_to(source / "events-00001.jsonl")
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.input_dir"):
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io.input_dir"):
         result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
     assert result.exit_code == 0, result.output
     warnings = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
@@ -842,7 +847,7 @@ def test_a_directory_or_a_pipe_named_as_an_input_file_is_skipped_with_a_warning(
     (source / "zz-parts.jsonl").mkdir()
     (source / "zz-parts.jsonl" / "part-0.jsonl").write_text("{}\n")
     os.mkfifo(source / "zz-pipe.jsonl")
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.input_dir"):
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io.input_dir"):
         result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
     assert result.exit_code == 0, result.output
     warnings = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
@@ -862,7 +867,7 @@ def test_a_file_that_is_not_a_log_is_left_unread_with_a_warning(
     (source / "notes.csv").write_text("op_id,deadline\n")
     (source / ".incoming.jsonl.tmp").write_text("{}\n")  # being written: not mentioned
     (source / "_SUCCESS").write_text("")
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.input_dir"):
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io.input_dir"):
         result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out)])
     assert result.exit_code == 0, result.output
     warnings = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
@@ -941,7 +946,7 @@ def _run_local(events: Path, out: Path, spill_events: int | None,
                monkeypatch: pytest.MonkeyPatch) -> tuple[list[pa.Table], int]:
     """A local run whose engine spills every ``spill_events`` events: its outcomes and
     quarantine tables, and the runs it spilled."""
-    from tickwheel import cli
+    from tickwheel.cli import run as cli_run
 
     made: list[ReferenceEngine] = []
 
@@ -950,7 +955,7 @@ def _run_local(events: Path, out: Path, spill_events: int | None,
             super().__init__(*args, **kwargs | {"spill_events": spill_events})
             made.append(self)
 
-    monkeypatch.setattr(cli, "ReferenceEngine", Engine)
+    monkeypatch.setattr(cli_run, "ReferenceEngine", Engine)
     result = runner.invoke(app, ["run", "--input", str(events), "--output", str(out)])
     assert result.exit_code == 0, result.output
     # The runs on disk were files without a name.
@@ -976,7 +981,7 @@ def test_a_disk_that_fills_up_stops_the_local_run_with_no_outputs_and_a_message(
     import errno
     import tempfile
 
-    from tickwheel import cli
+    from tickwheel.cli import run as cli_run
 
     class Engine(ReferenceEngine):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -988,7 +993,7 @@ def test_a_disk_that_fills_up_stops_the_local_run_with_no_outputs_and_a_message(
     events, out = tmp_path / "events", tmp_path / "out"
     assert runner.invoke(app, ["generate", "--events", "2000", "--output", str(events),
                                "--malformed", "0.05"]).exit_code == 0
-    monkeypatch.setattr(cli, "ReferenceEngine", Engine)
+    monkeypatch.setattr(cli_run, "ReferenceEngine", Engine)
     monkeypatch.setattr(tempfile, "TemporaryFile", no_space)
     result = runner.invoke(app, ["run", "--input", str(events), "--output", str(out)])
     assert result.exit_code == 1

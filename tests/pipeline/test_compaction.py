@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tickwheel.pipeline.compaction import batch_files as files_of_batch
-from tickwheel.pipeline.compaction import compact, covered_batches
-from tickwheel.pipeline.outputs import read_parquet_rows
+from tickwheel.pipeline.io.compaction import batch_files as files_of_batch
+from tickwheel.pipeline.io.compaction import compact, covered_batches
+from tickwheel.pipeline.io.outputs import read_parquet_rows
 
 
 def batch_files(directory: Path, ids: range) -> None:
@@ -110,7 +110,7 @@ def test_a_reader_during_a_merge_counts_each_row_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A service merges as a report reads: the merged file is in place before the files
     # it covers go, and a file listed may be gone when it is opened.
-    from tickwheel.pipeline import outputs
+    from tickwheel.pipeline.io import outputs
 
     partition_files(tmp_path, range(4), partitions=2)
     merged = tmp_path.parent / "merged"
@@ -138,7 +138,7 @@ def test_a_reader_during_a_merge_counts_each_row_once(
 
 
 def test_batches_a_sink_has_not_settled_do_not_merge(tmp_path: Path) -> None:
-    from tickwheel.pipeline.compaction import settled_batch
+    from tickwheel.pipeline.io.compaction import settled_batch
 
     mark = tmp_path / "delivered"
     assert settled_batch(10, mark) == 10  # no sink ever: committed is settled
@@ -182,9 +182,9 @@ def test_a_merged_file_and_its_name_are_on_disk_before_the_files_it_covers_go(
 
 def test_outcome_files_written_before_the_skipped_column_merge_with_newer_ones(
         tmp_path: Path) -> None:
-    from tickwheel.pipeline.events import OutcomeKind
-    from tickwheel.pipeline.outputs import outcomes_table
-    from tickwheel.pipeline.resolver import OutcomeRow
+    from tickwheel.pipeline.contract.events import OutcomeKind
+    from tickwheel.pipeline.io.outputs import outcomes_table
+    from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
     directory = tmp_path / "outcomes"
     directory.mkdir()

@@ -13,11 +13,11 @@ import pytest
 
 from tests.pipeline.test_sink import Flaky
 from tickwheel import ProcessingResult
-from tickwheel.pipeline.delivery import BatchDelivery
-from tickwheel.pipeline.events import OutcomeKind
-from tickwheel.pipeline.outputs import outcome_rows
-from tickwheel.pipeline.reference import OutcomeRow
-from tickwheel.pipeline.sink import OutcomeSink
+from tickwheel.pipeline.contract.events import OutcomeKind
+from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
+from tickwheel.pipeline.delivery.sink import OutcomeSink
+from tickwheel.pipeline.engines.reference import OutcomeRow
+from tickwheel.pipeline.io.outputs import outcome_rows
 
 
 def batch(batch_id: int, size: int = 40) -> pa.Table:

@@ -9,16 +9,16 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tickwheel.pipeline.events import compact_wire, parse_wire
-from tickwheel.pipeline.log_reader import json_lines
-from tickwheel.pipeline.outputs import (
+from tickwheel.pipeline.contract.events import compact_wire, parse_wire
+from tickwheel.pipeline.engines.reference import ReferenceEngine
+from tickwheel.pipeline.io.log_reader import json_lines
+from tickwheel.pipeline.io.outputs import (
     outcomes_table,
     quarantine_table,
     read_parquet_rows,
     write_outcomes,
     write_quarantine,
 )
-from tickwheel.pipeline.reference import ReferenceEngine
 
 _FIELDS = ["ts_ms", "type", "op_id", "keys", "deadline_ms", "condition", "targets",
            "min_total", "key", "value", "error", "schedule_id", "every_ms", "anchor_ms",
@@ -124,7 +124,7 @@ def test_a_name_given_twice_anywhere_in_a_row_quarantines_it(
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=12))
 def test_a_checkpoint_names_nothing_outside_its_input_directory(name: str) -> None:
-    from tickwheel.pipeline.follow import _file_names
+    from tickwheel.pipeline.engines.follow import _file_names
 
     root = Path("/input/dir")
     try:
@@ -140,7 +140,7 @@ def test_a_checkpoint_names_nothing_outside_its_input_directory(name: str) -> No
 @given(st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), min_size=1, max_size=8))
 def test_no_ts_ms_moves_a_wall_clock_service_past_its_future_bound(
         tmp_path_factory: object, stamps: list[int]) -> None:
-    from tickwheel.pipeline.follow import LocalFollowEngine
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
 
     base = tmp_path_factory.mktemp("future")  # type: ignore[attr-defined]
     (base / "in").mkdir()

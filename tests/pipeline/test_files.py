@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tickwheel.pipeline import files
-from tickwheel.pipeline.files import is_temporary_of, open_temporary, write_bytes_atomically
+from tickwheel.pipeline.io import files
+from tickwheel.pipeline.io.files import is_temporary_of, open_temporary, write_bytes_atomically
 
 
 def test_a_symlink_planted_at_the_drawn_name_is_passed_over(

@@ -23,10 +23,10 @@ import pytest
 
 from tests.conftest import eventually
 from tests.pipeline.logs import LATENESS_MS, random_log
-from tickwheel.pipeline import follow
-from tickwheel.pipeline.follow import LocalFollowEngine, wall_clock_ms
-from tickwheel.pipeline.input_dir import INPUT_NAMES
-from tickwheel.pipeline.reference import ReferenceEngine
+from tickwheel.pipeline.engines import follow
+from tickwheel.pipeline.engines.follow import LocalFollowEngine, wall_clock_ms
+from tickwheel.pipeline.engines.reference import ReferenceEngine
+from tickwheel.pipeline.io.input_dir import INPUT_NAMES
 
 
 class WallClock:
@@ -143,7 +143,7 @@ def test_a_file_that_lands_unreadable_by_name_is_skipped_with_one_warning_until_
     follower.step()
     bad = inbox / os.fsdecode(name)
     bad.write_text(watch(1_200, "later", 5_000) + "\n")
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.input_dir"):
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.io.input_dir"):
         assert follower.step() is None and follower.step() is None
     assert [r.getMessage() for r in caplog.records].count(
         f"skipping input file {str(bad)!r}: {why}") == 1
@@ -176,7 +176,7 @@ def test_an_input_directory_that_goes_and_comes_back_is_waited_for_and_not_read_
     assert follower.step() is not None
     moved = tmp_path / "moved"
     inbox.rename(moved)
-    with caplog.at_level("WARNING", logger="tickwheel.pipeline.follow"):
+    with caplog.at_level("WARNING", logger="tickwheel.pipeline.engines.follow"):
         assert follower.step() is None and follower.step() is None
         clock.ms = 1_601  # the deadline passes while the input is gone
         batch = follower.step()
@@ -555,7 +555,7 @@ def test_a_long_run_leaves_few_files_and_every_outcome(tmp_path: Path, inbox: Pa
 
 
 def outcomes_all(output: Path) -> list[tuple[Any, ...]]:
-    from tickwheel.pipeline.outputs import read_parquet_rows
+    from tickwheel.pipeline.io.outputs import read_parquet_rows
 
     return [(r["op_id"], r["outcome"]) for r in read_parquet_rows(output / "outcomes")]
 
@@ -563,7 +563,7 @@ def outcomes_all(output: Path) -> list[tuple[Any, ...]]:
 def test_outcomes_reach_a_sink_as_they_resolve_and_again_after_a_crash(
         tmp_path: Path, inbox: Path) -> None:
     from tests.pipeline.test_sink import Flaky
-    from tickwheel.pipeline.sink import OutcomeSink
+    from tickwheel.pipeline.delivery.sink import OutcomeSink
 
     processor = Flaky()
     with OutcomeSink(processor, congestion_retry_delay_ms=1) as sink:
@@ -1048,7 +1048,7 @@ def test_a_listing_checks_a_bounded_number_of_read_files_in_turn(
 
 def test_each_batch_output_names_the_epoch_of_the_owner_that_wrote_it(
         tmp_path: Path, inbox: Path) -> None:
-    from tickwheel.pipeline.outputs import owner_epoch
+    from tickwheel.pipeline.io.outputs import owner_epoch
 
     land(inbox, "a.jsonl", [watch(1_000, "a", 1_000), cancel(1_000, "b"), "{bad"])
     with engine(tmp_path, WallClock(5_000)) as first:
@@ -1065,7 +1065,7 @@ def test_each_batch_output_names_the_epoch_of_the_owner_that_wrote_it(
 
 def test_an_owner_that_loses_its_checkpoint_while_writing_does_not_commit(
         tmp_path: Path, inbox: Path) -> None:
-    from tickwheel.pipeline.ownership import LOCK_FILE, OwnershipLost
+    from tickwheel.pipeline.io.ownership import LOCK_FILE, OwnershipLost
 
     land(inbox, "a.jsonl", [watch(1_000, "a", 1_000)])
     stale = engine(tmp_path, WallClock(5_000))

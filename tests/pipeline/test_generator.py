@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import eventually
-from tickwheel.pipeline.events import OutcomeKind
-from tickwheel.pipeline.generator import GeneratorConfig, generate, iter_rows, write_event_log
-from tickwheel.pipeline.reference import ReferenceEngine
+from tickwheel.pipeline.contract.events import OutcomeKind
+from tickwheel.pipeline.engines.reference import ReferenceEngine
+from tickwheel.pipeline.tools.generator import GeneratorConfig, generate, iter_rows, write_event_log
 
 
 def resolve(directory: Path) -> ReferenceEngine:
@@ -94,7 +94,7 @@ def test_the_log_does_not_depend_on_the_hash_seed() -> None:
     import subprocess
     import sys
 
-    code = ("import hashlib, json; from tickwheel.pipeline.generator import generate, "
+    code = ("import hashlib, json; from tickwheel.pipeline.tools.generator import generate, "
             "GeneratorConfig; print(hashlib.sha1(json.dumps(generate(GeneratorConfig("
             "events=4_000))).encode()).hexdigest())")
     digests = {
@@ -112,7 +112,7 @@ def test_a_live_workload_lands_whole_files_of_rows_whose_time_has_passed(
         tmp_path: Path) -> None:
     import threading
 
-    from tickwheel.pipeline.generator import _MALFORMED_SET, follow_event_log
+    from tickwheel.pipeline.tools.generator import _MALFORMED_SET, follow_event_log
 
     out = tmp_path / "live"
     stop = threading.Event()
@@ -155,7 +155,7 @@ def test_a_live_workload_lands_whole_files_of_rows_whose_time_has_passed(
 def test_a_rate_out_of_range_is_refused(tmp_path: Path, rate: int) -> None:
     import threading
 
-    from tickwheel.pipeline.generator import follow_event_log
+    from tickwheel.pipeline.tools.generator import follow_event_log
 
     with pytest.raises(ValueError, match="rate must be in"):
         follow_event_log(GeneratorConfig(), tmp_path, rate, threading.Event())

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tickwheel.pipeline.events import Quarantined, Reason
-from tickwheel.pipeline.log_reader import input_bytes, json_lines, json_stream, read_events
+from tickwheel.pipeline.contract.events import Quarantined, Reason
+from tickwheel.pipeline.io.log_reader import input_bytes, json_lines, json_stream, read_events
 
 ROWS = b"".join(b'{"ts_ms": %d, "type": "tick"}\n' % i for i in range(2_000))
 
@@ -112,7 +112,7 @@ def test_a_micro_batch_budgets_a_gzipd_file_by_its_size_decompressed(
 
 
 def test_the_engines_read_a_gzipd_log_as_the_same_log_uncompressed(tmp_path: Path) -> None:
-    from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
+    from tickwheel.pipeline.tools.generator import GeneratorConfig, write_event_log
 
     plain, packed = tmp_path / "plain", tmp_path / "packed"
     write_event_log(GeneratorConfig(events=3_000, rows_per_file=1_000, seed=5,
@@ -128,7 +128,7 @@ def test_the_engines_read_a_gzipd_log_as_the_same_log_uncompressed(tmp_path: Pat
 
 
 def test_the_generator_writes_a_gzipd_log_that_reads_as_its_plain_one(tmp_path: Path) -> None:
-    from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
+    from tickwheel.pipeline.tools.generator import GeneratorConfig, write_event_log
 
     config = GeneratorConfig(events=3_000, rows_per_file=1_000, seed=9,
                              malformed_fraction=0.05)
@@ -146,7 +146,7 @@ def test_the_generator_writes_a_gzipd_log_that_reads_as_its_plain_one(tmp_path: 
 def test_a_live_workload_can_land_gzipd_files(tmp_path: Path) -> None:
     import threading
 
-    from tickwheel.pipeline.generator import GeneratorConfig, follow_event_log
+    from tickwheel.pipeline.tools.generator import GeneratorConfig, follow_event_log
 
     stop = threading.Event()
     ticks = itertools.count(1_700_000_000_000, 250)  # a clock that never makes it wait

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tickwheel.pipeline.events import OutcomeKind, Quarantined, Reason
-from tickwheel.pipeline.outputs import (
+from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined, Reason
+from tickwheel.pipeline.io.outputs import (
     OutputDirError,
     OutputWriter,
     outcomes_table,
@@ -19,7 +19,7 @@ from tickwheel.pipeline.outputs import (
     read_outcomes,
     read_parquet_rows,
 )
-from tickwheel.pipeline.resolver import OutcomeRow
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 
 def outcome(i: int) -> OutcomeRow:

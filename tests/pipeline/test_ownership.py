@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tickwheel.pipeline.ownership import (
+from tickwheel.pipeline.io.ownership import (
     LOCK_FILE,
     OwnerLock,
     OwnershipError,
@@ -25,7 +25,7 @@ from tickwheel.pipeline.ownership import (
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tickwheel.pipeline.ownership import OwnerLock, OwnershipError
+    from tickwheel.pipeline.io.ownership import OwnerLock, OwnershipError
     try:
         lock = OwnerLock(Path(sys.argv[1]), "checkpoint")
     except OwnershipError as exc:

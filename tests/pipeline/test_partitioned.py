@@ -14,17 +14,23 @@ from hypothesis import strategies as st
 
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_seen_log import SegmentStore
-from tickwheel.pipeline.events import compact_wire
-from tickwheel.pipeline.generator import GeneratorConfig, generate
-from tickwheel.pipeline.key_stage import ERROR_PROGRESS, INIT, VALUE_PROGRESS, KeyStage, key_order
-from tickwheel.pipeline.op_stage import OpStage, op_order
-from tickwheel.pipeline.partition import KeyPartition, OpPartition, PartitionStatus
-from tickwheel.pipeline.partitioned import run_partitioned
-from tickwheel.pipeline.reference import ReferenceEngine, RunResult
-from tickwheel.pipeline.routing import partition_of, route
+from tickwheel.pipeline.contract.events import compact_wire
+from tickwheel.pipeline.contract.routing import partition_of, route
+from tickwheel.pipeline.engines.partitioned import run_partitioned
+from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
+from tickwheel.pipeline.semantics.key_stage import (
+    ERROR_PROGRESS,
+    INIT,
+    VALUE_PROGRESS,
+    KeyStage,
+    key_order,
+)
+from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
+from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition, PartitionStatus
 from tickwheel.pipeline.spark import _entry_log as entry_log
 from tickwheel.pipeline.spark._entry_log import EntryLog
 from tickwheel.pipeline.spark._seen_log import SeenLog
+from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
 
 
 def reference(lines: list[str], retention: int | None = None) -> RunResult:

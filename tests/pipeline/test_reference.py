@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.pipeline.logs import LATENESS_MS, random_log
-from tickwheel.pipeline.events import (
+from tickwheel.pipeline.contract.events import (
     MAX_ROW_CHARS,
     TOO_LONG_KEPT_CHARS,
     Condition,
@@ -27,10 +27,10 @@ from tickwheel.pipeline.events import (
     parse_row,
     parse_wire,
 )
-from tickwheel.pipeline.generator import GeneratorConfig, generate
-from tickwheel.pipeline.log_reader import json_lines, read_events
-from tickwheel.pipeline.outputs import read_parquet_rows, write_outcomes
-from tickwheel.pipeline.reference import OutcomeRow, ReferenceEngine, RunResult
+from tickwheel.pipeline.engines.reference import OutcomeRow, ReferenceEngine, RunResult
+from tickwheel.pipeline.io.log_reader import json_lines, read_events
+from tickwheel.pipeline.io.outputs import read_parquet_rows, write_outcomes
+from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
 
 ISSUE_EXAMPLE = """\
 {"ts_ms": 1000, "type": "watch", "op_id": "produce-17", "keys": ["t-0", "t-1"], "deadline_ms": 31000, "condition": "all_at_least", "targets": {"t-0": 120, "t-1": 88}}
@@ -180,8 +180,8 @@ def test_a_dedupe_retention_forgets_an_op_id_once_it_passed_and_the_operation_re
 
 
 def test_a_dedupe_retention_bounds_the_op_ids_remembered() -> None:
-    from tickwheel.pipeline.events import Event, parse_line
-    from tickwheel.pipeline.resolver import Resolver
+    from tickwheel.pipeline.contract.events import Event, parse_line
+    from tickwheel.pipeline.semantics.resolver import Resolver
 
     def watches(resolver: Resolver) -> int:
         for ts in range(5_000):
@@ -573,7 +573,7 @@ def test_reading_reports_every_byte_of_every_file_as_it_goes(tmp_path: Path) -> 
 def test_a_file_gone_between_listing_and_reading_is_passed_over_with_a_warning(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from tickwheel.pipeline import log_reader
+    from tickwheel.pipeline.io import log_reader
 
     (tmp_path / "b.jsonl").write_text('{"ts_ms": 1, "type": "tick"}\n')
     listed = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]  # a.jsonl: moved away since

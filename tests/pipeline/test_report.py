@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tickwheel.cli import app
-from tickwheel.pipeline.events import OutcomeKind, Quarantined, Reason
-from tickwheel.pipeline.outputs import (
+from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined, Reason
+from tickwheel.pipeline.engines.reference import OutcomeRow
+from tickwheel.pipeline.io.outputs import (
     OutputDirError,
     count_outputs,
     outcomes_table,
@@ -23,8 +24,7 @@ from tickwheel.pipeline.outputs import (
     write_outcomes,
     write_quarantine,
 )
-from tickwheel.pipeline.reference import OutcomeRow
-from tickwheel.pipeline.report import MAX_KINDS, OTHER_KINDS, kind_of, plot, summarize
+from tickwheel.pipeline.tools.report import MAX_KINDS, OTHER_KINDS, kind_of, plot, summarize
 
 
 def _outcome(op_id: str, outcome: str, latency_ms: int, resolved_ms: int = 0) -> OutcomeRow:
@@ -84,7 +84,7 @@ def test_the_kind_of_an_id_is_the_same_in_python_and_in_arrow(op_id: str) -> Non
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from tickwheel.pipeline.report import _KIND_PATTERN
+    from tickwheel.pipeline.tools.report import _KIND_PATTERN
 
     arrow = pc.replace_substring_regex(pa.array([op_id]), pattern=_KIND_PATTERN,
                                        replacement=r"\1")[0].as_py()

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.pipeline.logs import random_log
-from tickwheel.pipeline.events import Event, event_from_wire, parse_line, to_wire
-from tickwheel.pipeline.generator import GeneratorConfig, generate
-from tickwheel.pipeline.reference import ReferenceEngine
-from tickwheel.pipeline.resolver import OutcomeRow, Resolver, order_key, wire_order
+from tickwheel.pipeline.contract.events import Event, event_from_wire, parse_line, to_wire
+from tickwheel.pipeline.engines.reference import ReferenceEngine
+from tickwheel.pipeline.semantics.resolver import OutcomeRow, Resolver, order_key, wire_order
+from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
 
 
 def workload(seed: int) -> list[str]:

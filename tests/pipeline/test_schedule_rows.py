@@ -15,17 +15,17 @@ import pytest
 from tests.pipeline.logs import random_log
 from tests.pipeline.test_follow import WallClock, engine, land, rows
 from tickwheel import Schedule
-from tickwheel.pipeline import follow
-from tickwheel.pipeline.events import OutcomeKind, Quarantined, compact_wire, parse_line
-from tickwheel.pipeline.generator import GeneratorConfig, generate
-from tickwheel.pipeline.op_stage import OpStage, op_order
-from tickwheel.pipeline.outputs import write_outcomes
-from tickwheel.pipeline.partition import OpPartition
-from tickwheel.pipeline.partitioned import run_partitioned
-from tickwheel.pipeline.reference import ReferenceEngine, RunResult
-from tickwheel.pipeline.report import kind_of, summarize
-from tickwheel.pipeline.resolver import OutcomeRow, Resolver
-from tickwheel.pipeline.schedule_book import SCHEDULE_KEY
+from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined, compact_wire, parse_line
+from tickwheel.pipeline.engines import follow
+from tickwheel.pipeline.engines.partitioned import run_partitioned
+from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
+from tickwheel.pipeline.io.outputs import write_outcomes
+from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
+from tickwheel.pipeline.semantics.partition import OpPartition
+from tickwheel.pipeline.semantics.resolver import OutcomeRow, Resolver
+from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_KEY
+from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
+from tickwheel.pipeline.tools.report import kind_of, summarize
 from tickwheel.service.webhook import _as_json
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tickwheel.pipeline.seen_segments import MIN_SPAN_MS, SeenSegments
+from tickwheel.pipeline.state.seen_segments import MIN_SPAN_MS, SeenSegments
 
 
 def test_ids_come_back_in_the_order_first_seen_and_one_seen_again_moves_to_the_end(

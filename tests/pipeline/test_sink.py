@@ -9,9 +9,9 @@ import time
 import pytest
 
 from tickwheel import ProcessingResult
-from tickwheel.pipeline.events import OutcomeKind
-from tickwheel.pipeline.reference import OutcomeRow
-from tickwheel.pipeline.sink import OutcomeSink, deliver_outcomes
+from tickwheel.pipeline.contract.events import OutcomeKind
+from tickwheel.pipeline.delivery.sink import OutcomeSink, deliver_outcomes
+from tickwheel.pipeline.engines.reference import OutcomeRow
 
 
 class Flaky:

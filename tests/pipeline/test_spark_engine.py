@@ -23,15 +23,15 @@ import pytest
 from tests.conftest import eventually
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_sink import Flaky
-from tickwheel.pipeline.events import Event, compact_wire
-from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-from tickwheel.pipeline.log_reader import read_events
-from tickwheel.pipeline.outputs import owner_epoch, read_parquet_rows
-from tickwheel.pipeline.reference import ReferenceEngine, RunResult
-from tickwheel.pipeline.routing import partition_of
-from tickwheel.pipeline.sink import OutcomeSink
+from tickwheel.pipeline.contract.events import Event, compact_wire
+from tickwheel.pipeline.contract.routing import partition_of
+from tickwheel.pipeline.delivery.sink import OutcomeSink
+from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
+from tickwheel.pipeline.io.log_reader import read_events
+from tickwheel.pipeline.io.outputs import owner_epoch, read_parquet_rows
 from tickwheel.pipeline.spark import SparkEngine, _tasks, _wire
 from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
+from tickwheel.pipeline.tools.generator import GeneratorConfig, write_event_log
 
 pytestmark = pytest.mark.spark
 
@@ -474,9 +474,9 @@ def test_rows_come_back_as_they_were_sent_and_compressed() -> None:
 
 
 def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
-    from tickwheel.pipeline.events import OutcomeKind
-    from tickwheel.pipeline.outputs import outcomes_table
-    from tickwheel.pipeline.resolver import OutcomeRow
+    from tickwheel.pipeline.contract.events import OutcomeKind
+    from tickwheel.pipeline.io.outputs import outcomes_table
+    from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
     rows = [OutcomeRow(f"op-{n}", OutcomeKind.EXPIRED, 100 + n, 50, ("k",), None)
             for n in range(500)]
@@ -561,7 +561,7 @@ def test_a_checkpoint_in_an_earlier_format_is_refused_with_its_format(spark: Any
 
 def test_a_checkpoint_of_the_other_engine_is_refused_by_its_engine(spark: Any,
                                                                     tmp_path: Path) -> None:
-    from tickwheel.pipeline.follow import LocalFollowEngine
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
 
     log = tmp_path / "in"
     write_files(random_log(1), log, files=1)
@@ -599,7 +599,7 @@ def test_follow_mode_fires_deadlines_on_the_wall_clock_and_carries_on_after_a_st
         spark: Any, tmp_path: Path) -> None:
     import threading
 
-    from tickwheel.pipeline.follow import wall_clock_ms
+    from tickwheel.pipeline.engines.follow import wall_clock_ms
 
     inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     inbox.mkdir()
@@ -658,7 +658,7 @@ def test_schedules_fire_on_the_wall_clock_once_each_across_a_stop(spark: Any,
                                                                    tmp_path: Path) -> None:
     import threading
 
-    from tickwheel.pipeline.follow import wall_clock_ms
+    from tickwheel.pipeline.engines.follow import wall_clock_ms
 
     inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     inbox.mkdir()
@@ -713,7 +713,7 @@ def test_follow_mode_on_both_engines_gives_equal_outcomes_for_files_fed_while_ru
         spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import threading
 
-    from tickwheel.pipeline.follow import LocalFollowEngine
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
 
     lines = random_log(21, rows=2_000)
     parts = [lines[i:i + 400] for i in range(0, len(lines), 400)]
@@ -755,7 +755,7 @@ def test_a_follow_service_killed_hard_and_restarted_gives_the_outcomes_of_one_ru
     """kill -9 of the whole service (driver, JVM, workers) in the middle of its
     micro-batches, then SIGTERM after a restart: the outcomes of one uninterrupted
     pass over the same files."""
-    from tickwheel.pipeline.follow import LocalFollowEngine
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
 
     lines = random_log(31, rows=3_000)
     parts = [lines[i:i + 300] for i in range(0, len(lines), 300)]
@@ -944,7 +944,7 @@ def _following(engine: SparkEngine, trigger_ms: int) -> Any:
 @pytest.mark.spark
 def test_follow_mode_quarantines_a_row_too_far_ahead_of_the_wall_clock(
         spark: Any, tmp_path: Path) -> None:
-    from tickwheel.pipeline.follow import wall_clock_ms
+    from tickwheel.pipeline.engines.follow import wall_clock_ms
 
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()
@@ -985,7 +985,7 @@ def test_a_checkpoint_of_another_input_directory_is_refused_naming_both(
 @pytest.mark.spark
 def test_follow_mode_reads_a_file_deleted_and_written_again_under_its_name(
         spark: Any, tmp_path: Path) -> None:
-    from tickwheel.pipeline.follow import wall_clock_ms
+    from tickwheel.pipeline.engines.follow import wall_clock_ms
 
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()

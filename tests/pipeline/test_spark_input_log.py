@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
 
-from tickwheel.pipeline.log_reader import input_bytes
+from tickwheel.pipeline.io.log_reader import input_bytes
 from tickwheel.pipeline.spark import _input_log
 from tickwheel.pipeline.spark._input_log import (
     PUBLISHED_LOG,

@@ -20,11 +20,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tickwheel.pipeline import partition as partition_module
-from tickwheel.pipeline.events import OutcomeKind, Quarantined, Reason, compact_wire
-from tickwheel.pipeline.outputs import outcomes_table, quarantine_table
-from tickwheel.pipeline.partition import PartitionStatus
-from tickwheel.pipeline.resolver import OutcomeRow
+from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined, Reason, compact_wire
+from tickwheel.pipeline.io.outputs import outcomes_table, quarantine_table
+from tickwheel.pipeline.semantics import partition as partition_module
+from tickwheel.pipeline.semantics.partition import PartitionStatus
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.spark import _tasks, _wire
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tickwheel.pipeline.spilled_runs import SpilledRuns
+from tickwheel.pipeline.state.spilled_runs import SpilledRuns
 
 
 def first(row: tuple[int, int]) -> int:

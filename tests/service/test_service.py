@@ -19,7 +19,7 @@ pytest.importorskip("aiohttp")
 from tests.conftest import eventually
 from tests.service.receiver import receiving
 from tickwheel.client import Client, SubmitError
-from tickwheel.pipeline.follow import wall_clock_ms
+from tickwheel.pipeline.engines.follow import wall_clock_ms
 
 pytestmark = pytest.mark.realtime
 

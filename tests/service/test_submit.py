@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from tickwheel.pipeline.events import parse_wire
+from tickwheel.pipeline.contract.events import parse_wire
 from tickwheel.service.journal import Submission, SubmitJournal
 from tickwheel.service.server import SubmitServer, parse_listen
 

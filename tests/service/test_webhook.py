@@ -15,9 +15,9 @@ import pytest
 from tests.conftest import eventually
 from tests.service.receiver import receiving
 from tickwheel import ProcessingResult
-from tickwheel.pipeline.events import OutcomeKind
-from tickwheel.pipeline.resolver import OutcomeRow
-from tickwheel.pipeline.sink import OutcomeSink
+from tickwheel.pipeline.contract.events import OutcomeKind
+from tickwheel.pipeline.delivery.sink import OutcomeSink
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.service import WebhookProcessor, check_webhook_url
 
 ROWS = [OutcomeRow(f"op-{i}", OutcomeKind.EXPIRED, 1_000 + i, 900, ("k",), None)
@@ -120,7 +120,7 @@ def test_refused_options_exit_2_before_any_work(tmp_path: Path) -> None:
 
 
 def test_delivery_by_webhook_is_at_least_once_across_kill_9(tmp_path: Path) -> None:
-    from tickwheel.pipeline.follow import wall_clock_ms
+    from tickwheel.pipeline.engines.follow import wall_clock_ms
 
     inbox = tmp_path / "in"
     inbox.mkdir()

@@ -85,7 +85,7 @@ def _counts(text: str) -> list[int]:
 
 
 def _rate(text: str) -> int:
-    from tickwheel.pipeline.generator import MAX_RATE, MIN_RATE
+    from tickwheel.pipeline.tools.generator import MAX_RATE, MIN_RATE
 
     return _whole(text, MIN_RATE, MAX_RATE)
 
@@ -95,7 +95,7 @@ def _minutes(text: str) -> int:
 
 
 def _driver_memory(text: str) -> str:
-    from tickwheel.pipeline.limits import check_driver_memory
+    from tickwheel.pipeline.contract.limits import check_driver_memory
 
     try:
         return check_driver_memory(text)

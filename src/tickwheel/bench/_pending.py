@@ -57,7 +57,7 @@ print(json.dumps(out))
 _LOCAL_RUN = """
 import json, shutil, sys, time
 from pathlib import Path
-from tickwheel.pipeline.follow import LocalFollowEngine
+from tickwheel.pipeline.engines.follow import LocalFollowEngine
 work = Path(sys.argv[1])
 out = {}
 for name in ("quiet", "busy"):

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-from tickwheel.pipeline.log_reader import read_wire
-from tickwheel.pipeline.reference import ReferenceEngine
+from tickwheel.pipeline.engines.reference import ReferenceEngine
+from tickwheel.pipeline.io.log_reader import read_wire
+from tickwheel.pipeline.tools.generator import GeneratorConfig, write_event_log
 
 __all__ = ["PipelineResult", "run_pipeline"]
 

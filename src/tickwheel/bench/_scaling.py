@@ -1,5 +1,5 @@
 """Scaling benchmark: the pipeline's per-partition logic without Spark (see
-:mod:`tickwheel.pipeline.partitioned`) at several partition counts, on one generated
+:mod:`tickwheel.pipeline.engines.partitioned`) at several partition counts, on one generated
 log.
 
 Every partition of both stages runs in turn in this process, with the collector paused
@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tickwheel.pipeline.collector import collector_paused
-from tickwheel.pipeline.generator import GeneratorConfig, write_event_log
-from tickwheel.pipeline.partitioned import run_partitioned
+from tickwheel.pipeline.engines.partitioned import run_partitioned
+from tickwheel.pipeline.state.collector import collector_paused
+from tickwheel.pipeline.tools.generator import GeneratorConfig, write_event_log
 
 __all__ = ["ScalingRow", "run_scaling", "scaling_table"]
 

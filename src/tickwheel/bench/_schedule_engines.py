@@ -93,7 +93,7 @@ def _mixed_rows(n: int, ts: int, seed: int = 7) -> list[str]:
 
 
 def state(n: int, progress: Callable[[str], None]) -> StateRun:
-    from tickwheel.pipeline.follow import LocalFollowEngine
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
 
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-schedules-") as tmp:
         inbox = Path(tmp) / "in"
@@ -195,8 +195,8 @@ class _Clock:
 
 
 def catchup(n: int, misfire: str, progress: Callable[[str], None]) -> CatchupRun:
-    from tickwheel.pipeline.follow import LocalFollowEngine
-    from tickwheel.pipeline.outputs import count_outputs
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
+    from tickwheel.pipeline.io.outputs import count_outputs
 
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-schedules-") as tmp:
         inbox, output = Path(tmp) / "in", Path(tmp) / "out"

@@ -1,4 +1,5 @@
-"""The purgatory over event streams, Spark-free: the event-log contract and its
-semantics, the reference engine, the two partitioned stages, the local engine as a
-service, the input and output files, the generator and the reports. The Spark engine
-is the subpackage :mod:`tickwheel.pipeline.spark`."""
+"""The purgatory over event streams. Subpackages, lowest first (nothing imports one
+listed after it): :mod:`.contract` (rows, options, routing), :mod:`.semantics` (what
+decides outcomes), :mod:`.io` (input, outputs, files), :mod:`.state` (what is kept
+between batches), :mod:`.delivery` (outcomes handed on), :mod:`.engines` (the Spark-free
+engines), :mod:`.spark` (the Spark engine) and :mod:`.tools` (generator, reports)."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tickwheel.pipeline.events import MAX_ROW_CHARS, Reason, parse_wire
+from tickwheel.pipeline.contract.events import MAX_ROW_CHARS, Reason, parse_wire
 
 __all__ = [
     "MAX_BODY_BYTES",

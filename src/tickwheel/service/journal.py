@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tickwheel.pipeline.files import fsync_directory, write_bytes_atomically
+from tickwheel.pipeline.io.files import fsync_directory, write_bytes_atomically
 
 __all__ = [
     "DEFAULT_KEY_TTL_MS",

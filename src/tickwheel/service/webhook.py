@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel.dispatch import ProcessingResult
-from tickwheel.pipeline.events import OutcomeKind
-from tickwheel.pipeline.files import write_bytes_atomically
-from tickwheel.pipeline.outputs import DEAD_LETTERS
+from tickwheel.pipeline.contract.events import OutcomeKind
+from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.outputs import DEAD_LETTERS
 
 if TYPE_CHECKING:
     import httpx
 
-    from tickwheel.pipeline.resolver import OutcomeRow
+    from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 __all__ = ["DEAD_LETTER_DIR", "WebhookProcessor", "WebhookStats", "check_webhook_url"]
 

@@ -5,11 +5,11 @@ The source's offsets are these numbers: a micro-batch reads the files numbered f
 its start offset up to its end offset, and Spark's offset log holds just the two
 numbers. So what Spark keeps per micro-batch does not grow with the files read so
 far, and Spark lists no directory: the input is listed here, with
-:func:`~tickwheel.pipeline.input_dir.input_files` as the local engine lists it (Hadoop would
+:func:`~tickwheel.pipeline.io.input_dir.input_files` as the local engine lists it (Hadoop would
 take ``{}[]*?\\`` in a name as a pattern).
 
 The numbers are kept in ``CHECKPOINT/published.log``, a
-:class:`~tickwheel.pipeline.batch_log.BatchLog` whose batch id is the next number
+:class:`~tickwheel.pipeline.state.batch_log.BatchLog` whose batch id is the next number
 and whose records are ``[number, name]``, fsync'd before the offset that covers them
 is handed to Spark: a micro-batch run again after a crash reads the same files, and
 a file is numbered once. Files are named relative to the input directory, so the same
@@ -27,10 +27,10 @@ import json
 import logging
 from pathlib import Path
 
-from tickwheel.pipeline.batch_log import BatchLog
-from tickwheel.pipeline.files import write_bytes_atomically
-from tickwheel.pipeline.input_dir import input_files, is_plain_name
-from tickwheel.pipeline.log_reader import input_bytes
+from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.input_dir import input_files, is_plain_name
+from tickwheel.pipeline.io.log_reader import input_bytes
+from tickwheel.pipeline.state.batch_log import BatchLog
 
 __all__ = ["CHANGED_FILES", "INPUT_GONE", "PUBLISHED_LOG", "SKIPPED_FILES", "InputLog",
            "changed_files", "input_gone", "skipped_files"]
@@ -170,7 +170,7 @@ class InputLog:
 
     def end_within(self, start: int, end: int, max_bytes: int) -> int:
         """The end of the files from ``start`` (up to ``end``) that hold ``max_bytes``
-        of input at most (:func:`~tickwheel.pipeline.log_reader.input_bytes`), one file at
+        of input at most (:func:`~tickwheel.pipeline.io.log_reader.input_bytes`), one file at
         least."""
         total = 0
         for number, path in enumerate(self.files(start, end), start):

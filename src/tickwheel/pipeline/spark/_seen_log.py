@@ -12,7 +12,7 @@ rewrite.) Forgotten ids are not written: a reader takes the ids of the segments 
 remain, and the resolver forgets those past the retention before it judges the next
 watch; a pending operation whose id is no longer among them is past its retention and
 still pending, which the resolver restores as such (see
-:meth:`~tickwheel.pipeline.resolver.Resolver.restore_ops`).
+:meth:`~tickwheel.pipeline.semantics.resolver.Resolver.restore_ops`).
 
 Replaying the segments costs what the retention keeps, and a worker replays them
 whenever it runs a partition that another worker ran last. So each segment carries the

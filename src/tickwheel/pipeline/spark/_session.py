@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import IO, TYPE_CHECKING
 
-from tickwheel.pipeline.limits import (
+from tickwheel.pipeline.contract.limits import (
     DEFAULT_DRIVER_MEMORY,
     check_driver_memory,
     check_spark_setting_names,
@@ -52,7 +52,7 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
     ``settings`` are Spark settings of the user's (``spark.executor.memory``, say), as
     spark-submit's ``--conf`` gives them; they take the place of this function's own
     defaults, and a reserved one is refused (see
-    :func:`~tickwheel.pipeline.limits.check_spark_setting_names`). Like the JVM's memory,
+    :func:`~tickwheel.pipeline.contract.limits.check_spark_setting_names`). Like the JVM's memory,
     they apply to a session whose context starts here.
 
     ``master=None`` takes the master, the JVM's memory and any other setting from

@@ -33,18 +33,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tickwheel.pipeline.collector import CollectorFreezer, collector_paused
-from tickwheel.pipeline.events import Quarantined, Reason, compact_wire, to_wire, wire_line
-from tickwheel.pipeline.limits import FOLLOW_FIRES_PER_BATCH
-from tickwheel.pipeline.log_reader import json_lines, json_stream, open_input, parquet_events
-from tickwheel.pipeline.outputs import (
+from tickwheel.pipeline.contract.events import Quarantined, Reason, compact_wire, to_wire, wire_line
+from tickwheel.pipeline.contract.limits import FOLLOW_FIRES_PER_BATCH
+from tickwheel.pipeline.contract.routing import partition_of, route
+from tickwheel.pipeline.io.log_reader import json_lines, json_stream, open_input, parquet_events
+from tickwheel.pipeline.io.outputs import (
     OutputWriter,
     outcomes_table,
     owner_metadata,
     quarantine_table,
 )
-from tickwheel.pipeline.partition import KeyPartition, OpPartition
-from tickwheel.pipeline.routing import partition_of, route
+from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.spark._entry_log import EntryLog
 from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
 from tickwheel.pipeline.spark._wire import (
@@ -59,6 +58,7 @@ from tickwheel.pipeline.spark._wire import (
     quarantine_ipcs,
     status_json,
 )
+from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -440,7 +440,7 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                  checkpoint: str, wall_clock: bool = False) -> Any:
     """Stage 2's processor, grouped by the label of an op-id partition. With
     ``wall_clock``, schedules notice their occurrences at the clock's readings (see
-    :mod:`tickwheel.pipeline.schedule_book`)."""
+    :mod:`tickwheel.pipeline.semantics.schedule_book`)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     partition_of_label = {label: p for p, label in enumerate(labels)}

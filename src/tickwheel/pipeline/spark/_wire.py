@@ -21,15 +21,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tickwheel.pipeline.events import Quarantined
-from tickwheel.pipeline.outputs import (
+from tickwheel.pipeline.contract.events import Quarantined
+from tickwheel.pipeline.io.outputs import (
     outcome_size,
     outcomes_table,
     quarantine_table,
     quarantined_size,
 )
-from tickwheel.pipeline.partition import PartitionStatus
-from tickwheel.pipeline.resolver import OutcomeRow
+from tickwheel.pipeline.semantics.partition import PartitionStatus
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,8 +61,8 @@ OUTPUT_SCHEMA = "outcomes binary, quarantine binary, status string"
 WRITTEN_SCHEMA = "status string, outcomes long, quarantined long"
 #: A blob of outcomes or quarantined rows holds at most this many rows ...
 BLOB_ROWS = 65_536
-#: ... and about this many bytes (by :func:`~tickwheel.pipeline.outputs.outcome_size` and
-#: :func:`~tickwheel.pipeline.outputs.quarantined_size`).
+#: ... and about this many bytes (by :func:`~tickwheel.pipeline.io.outputs.outcome_size` and
+#: :func:`~tickwheel.pipeline.io.outputs.quarantined_size`).
 BLOB_BYTES = 16 << 20
 #: A frame a worker yields holds about this many bytes of blobs (one blob at least).
 FRAME_BYTES = 64 << 20

@@ -10,27 +10,27 @@ partition count.
    end-of-input markers.
 2. ``mapInArrow``: the packers read the input files (JSON Lines split
    into lines as the reference engine reads them, Parquet by its reader), parse each
-   row once and cut every slice into chunks (see :mod:`tickwheel.pipeline.routing`):
+   row once and cut every slice into chunks (see :mod:`tickwheel.pipeline.contract.routing`):
    updates and watches for the partitions of their keys, watches, cancels, ticks and
    malformed rows for the partition of their ``op_id``, and every key partition gets
    the slice's largest ``ts_ms``.
 3. ``transformWithStateInPandas`` grouped by key partition (stage 1, a
-   :class:`~tickwheel.pipeline.partition.KeyPartition` each): keys' values and the
+   :class:`~tickwheel.pipeline.semantics.partition.KeyPartition` each): keys' values and the
    registrations of the operations watching them; it turns updates into progress rows
    for the partitions of those operations, and forwards stage 2's rows.
 4. ``transformWithStateInPandas`` grouped by op-id partition (stage 2, an
-   :class:`~tickwheel.pipeline.partition.OpPartition` each): the resolver's rules over
+   :class:`~tickwheel.pipeline.semantics.partition.OpPartition` each): the resolver's rules over
    watches, cancels and progress; outcomes out.
 5. ``foreachBatch`` has the executors write the outcomes and the quarantined rows,
    each partition's to ``batch-<id>-<partition>.parquet`` (``mapInArrow``, so no output
    passes through the driver), atomically and named by batch id and partition, so a
    batch that runs again after a crash replaces its own files: exactly once. The
    driver writes the partitions' counters, then hands the batch's outcome files to an
-   optional :class:`~tickwheel.pipeline.sink.OutcomeSink`.
+   optional :class:`~tickwheel.pipeline.delivery.sink.OutcomeSink`.
 
 Time is the input's own, carried in the data: both stages release rows below the
 largest ``ts_ms`` read less the lateness bound, the same point in every partition (see
-:mod:`tickwheel.pipeline.partition`), and neither uses Spark's watermark or timers. A
+:mod:`tickwheel.pipeline.semantics.partition`), and neither uses Spark's watermark or timers. A
 run with ``final=True`` ends the input once the query has read it: a marker moves the
 release point just past the last row, so every row is applied and the outcomes are
 the reference engine's.
@@ -50,16 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.compaction import batch_files, compact, settled_batch
-from tickwheel.pipeline.delivery import BatchDelivery
-from tickwheel.pipeline.files import write_bytes_atomically
-from tickwheel.pipeline.input_dir import (
-    check_spark_paths,
-    input_dir_problem,
-    input_files,
-    same_input,
-)
-from tickwheel.pipeline.limits import (
+from tickwheel.pipeline.contract.limits import (
     DEFAULT_BYTES_PER_TRIGGER,
     DEFAULT_LATENESS_MS,
     DEFAULT_MAX_FUTURE_MS,
@@ -71,15 +62,24 @@ from tickwheel.pipeline.limits import (
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
 )
-from tickwheel.pipeline.log_reader import input_bytes
-from tickwheel.pipeline.outputs import (
+from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
+from tickwheel.pipeline.delivery.sink import OutcomeSink
+from tickwheel.pipeline.io.compaction import batch_files, compact, settled_batch
+from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.input_dir import (
+    check_spark_paths,
+    input_dir_problem,
+    input_files,
+    same_input,
+)
+from tickwheel.pipeline.io.log_reader import input_bytes
+from tickwheel.pipeline.io.outputs import (
     OWNER_FILE,
     checkpoint_id,
     take_output,
     write_atomically,
 )
-from tickwheel.pipeline.partition import PartitionStatus
-from tickwheel.pipeline.sink import OutcomeSink
+from tickwheel.pipeline.semantics.partition import PartitionStatus
 from tickwheel.pipeline.spark._input_log import (
     INPUT_GONE,
     changed_files,
@@ -210,11 +210,11 @@ class SparkEngine:
         least once: each micro-batch's once its files are written, delivered while the
         next batch runs, and at the start of a run those of batches not yet settled
         (``CHECKPOINT/delivered`` marks the last settled batch; see
-        :mod:`tickwheel.pipeline.delivery`). :meth:`run` returns once they are
+        :mod:`tickwheel.pipeline.delivery.batch_delivery`). :meth:`run` returns once they are
         settled; the caller closes the sink.
 
         ``output_dir`` must be empty, new, or hold the outputs of this checkpoint
-        (:class:`~tickwheel.pipeline.outputs.OutputDirError` otherwise); ``overwrite``
+        (:class:`~tickwheel.pipeline.io.outputs.OutputDirError` otherwise); ``overwrite``
         clears earlier outputs, and the checkpoint too when it is inside
         ``output_dir``.
 

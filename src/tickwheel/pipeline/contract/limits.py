@@ -27,7 +27,7 @@ MAX_PARTITIONS: Final = 4096
 #: Spark reads ``maxFilesPerTrigger`` as a Java int.
 MAX_FILES_PER_TRIGGER: Final = 2**31 - 1
 #: The Spark engine's micro-batch reads about this much input at most (as
-#: :func:`~tickwheel.pipeline.log_reader.input_bytes` weighs it: a Parquet file by its rows;
+#: :func:`~tickwheel.pipeline.io.log_reader.input_bytes` weighs it: a Parquet file by its rows;
 #: one file at least), unless files per trigger are asked for: a stage's task holds
 #: its partition's share of a micro-batch's rows and outputs. 1 GiB of the
 #: generator's JSON Lines is about 8M events.

@@ -43,7 +43,7 @@ from tickwheel._clock import ManualClock
 from tickwheel.broker import BrokerListener
 from tickwheel.broker.groups import DelayedHeartbeat, GroupCoordinator
 from tickwheel.broker.replication import CONSUMER, DelayedFetch, DelayedProduce, ReplicaManager
-from tickwheel.pipeline.files import write_bytes_atomically
+from tickwheel.pipeline.io.files import write_bytes_atomically
 from tickwheel.purgatory import DelayedOperation
 
 __all__ = ["GeneratorConfig", "follow_event_log", "generate", "iter_rows", "write_event_log"]

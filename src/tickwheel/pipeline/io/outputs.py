@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline._arrow import open_parquet, pyarrow_modules
-from tickwheel.pipeline.events import OutcomeKind, Quarantined
-from tickwheel.pipeline.files import is_temporary_of, open_temporary
-from tickwheel.pipeline.input_dir import within
-from tickwheel.pipeline.ownership import LOCK_FILE, RunOwner, hold_run_directories
-from tickwheel.pipeline.reference import OutcomeRow
+from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined
+from tickwheel.pipeline.io._arrow import open_parquet, pyarrow_modules
+from tickwheel.pipeline.io.files import is_temporary_of, open_temporary
+from tickwheel.pipeline.io.input_dir import within
+from tickwheel.pipeline.io.ownership import LOCK_FILE, RunOwner, hold_run_directories
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -140,7 +140,7 @@ def quarantined_size(row: Quarantined) -> int:
 
 def owner_metadata(epoch: int) -> dict[str, str]:
     """The file metadata that says which owner of the checkpoint wrote a batch's
-    output: its epoch (see :mod:`tickwheel.pipeline.ownership`)."""
+    output: its epoch (see :mod:`tickwheel.pipeline.io.ownership`)."""
     return {OWNER_EPOCH_KEY: str(epoch)}
 
 
@@ -501,7 +501,7 @@ def prepare_output(output: Path, *, overwrite: bool, checkpoint: Path | None = N
                 raise OutputDirError(
                     f"--overwrite starts afresh, but the checkpoint {checkpoint} is not "
                     f"inside {output}: delete it or give a new one")
-            # Its lock file stays: this run holds it (pipeline/ownership.py).
+            # Its lock file stays: this run holds it (pipeline/io/ownership.py).
             for path in held:
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)

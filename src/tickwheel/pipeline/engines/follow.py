@@ -3,7 +3,7 @@ land in it and fires deadlines on time, in this process.
 
 Each *batch* reads the files that landed since the last one and moves time: to the
 largest ``ts_ms`` read less the lateness bound, as the Spark engine does (see
-:mod:`tickwheel.pipeline.partition`; the engine here is its one partition of each
+:mod:`tickwheel.pipeline.semantics.partition`; the engine here is its one partition of each
 stage), and, with a wall clock, to the wall clock's time less the bound, whether or
 not a row arrived. A deadline therefore fires once the wall clock is past it plus the
 lateness bound; a row that arrives later than the bound is quarantined as late. A
@@ -37,11 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.batch_log import BatchLog
-from tickwheel.pipeline.collector import CollectorFreezer, collector_paused
-from tickwheel.pipeline.compaction import compact, settled_batch
-from tickwheel.pipeline.delivery import BatchDelivery
-from tickwheel.pipeline.events import (
+from tickwheel.pipeline.contract.events import (
     Quarantined,
     Reason,
     Wire,
@@ -49,15 +45,7 @@ from tickwheel.pipeline.events import (
     to_wire,
     wire_line,
 )
-from tickwheel.pipeline.files import write_bytes_atomically
-from tickwheel.pipeline.input_dir import (
-    input_dir_problem,
-    input_files,
-    input_names,
-    is_plain_name,
-    same_input,
-)
-from tickwheel.pipeline.limits import (
+from tickwheel.pipeline.contract.limits import (
     DEFAULT_FOLLOW_BYTES_PER_BATCH,
     DEFAULT_LATENESS_MS,
     DEFAULT_MAX_FUTURE_MS,
@@ -69,14 +57,26 @@ from tickwheel.pipeline.limits import (
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
 )
-from tickwheel.pipeline.log_reader import (
+from tickwheel.pipeline.contract.routing import route
+from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
+from tickwheel.pipeline.delivery.sink import OutcomeSink
+from tickwheel.pipeline.io.compaction import compact, settled_batch
+from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.input_dir import (
+    input_dir_problem,
+    input_files,
+    input_names,
+    is_plain_name,
+    same_input,
+)
+from tickwheel.pipeline.io.log_reader import (
     input_bytes,
     json_lines,
     json_stream,
     open_input,
     parquet_events,
 )
-from tickwheel.pipeline.outputs import (
+from tickwheel.pipeline.io.outputs import (
     DEFAULT_CHECKPOINT,
     OWNER_FILE,
     checkpoint_id,
@@ -86,11 +86,11 @@ from tickwheel.pipeline.outputs import (
     take_output,
     write_atomically,
 )
-from tickwheel.pipeline.partition import KeyPartition, OpPartition
-from tickwheel.pipeline.resolver import OutcomeRow
-from tickwheel.pipeline.routing import route
-from tickwheel.pipeline.seen_segments import SeenSegments
-from tickwheel.pipeline.sink import OutcomeSink
+from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
+from tickwheel.pipeline.state.batch_log import BatchLog
+from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
+from tickwheel.pipeline.state.seen_segments import SeenSegments
 
 __all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "wall_clock_ms"]
 
@@ -107,7 +107,7 @@ _STATE_VERSION = 4
 #: Entries a partition's log may hold beyond twice those held before it is rewritten.
 _REWRITE_SLACK = 4_096
 #: A following engine's objects stay out of the collector's walk this long at most
-#: (:class:`~tickwheel.pipeline.collector.CollectorFreezer`): a full walk of a large
+#: (:class:`~tickwheel.pipeline.state.collector.CollectorFreezer`): a full walk of a large
 #: state stops the process, submit server included, for up to a second.
 FOLLOW_THAW_EVERY_S = 600.0
 # Input files read earlier that a listing checks for changes, in turn (a stat each).
@@ -273,7 +273,7 @@ class LocalFollowEngine:
     gets ``outcomes/`` and ``quarantine/`` as ``batch-<id>.parquet`` files;
     ``checkpoint_dir`` (default ``OUTPUT/_checkpoint``) holds the state, so that a run
     on the same directories carries on where the last one stopped. ``sink`` gets every
-    outcome at least once (see :class:`~tickwheel.pipeline.delivery.BatchDelivery`).
+    outcome at least once (see :class:`~tickwheel.pipeline.delivery.batch_delivery.BatchDelivery`).
     """
 
     def __init__(self, input_dir: Path, output_dir: Path, *,

@@ -1,52 +1,30 @@
-"""The ``tickwheel`` command (``pip install 'tickwheel[cli]'``).
-
-Exit codes: 0 success, 1 the work failed, 2 bad arguments (as click does).
-"""
+"""``tickwheel run``: either engine over an event log, in one batch or as a service."""
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import io
-import json
-import os
-import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-try:
-    import typer
-    from rich.console import Console
-    from rich.progress import DownloadColumn, MofNCompleteColumn, Progress, ProgressColumn
-    from rich.table import Table
-except ImportError as exc:  # pragma: no cover - depends on the install
-    raise SystemExit("the tickwheel command needs its extra: pip install 'tickwheel[cli]'") \
-        from exc
+import typer
+from rich.progress import DownloadColumn
+from rich.table import Table
 
-from tickwheel._signals import stop_on_signals
-from tickwheel.bench import BENCHMARKS
-from tickwheel.pipeline.events import Quarantined, Reason
-from tickwheel.pipeline.generator import (
-    MAX_RATE,
-    MIN_RATE,
-    GeneratorConfig,
-    follow_event_log,
-    write_event_log,
+from tickwheel.cli._app import (
+    app,
+    console,
+    plural,
+    print_error,
+    progress_bar,
+    stopping_on_signals,
+    warn_no_input,
 )
-from tickwheel.pipeline.input_dir import (
-    INPUT_NAMES,
-    InputError,
-    check_spark_paths,
-    input_dir_problem,
-    input_files,
-    is_input_name,
-)
-from tickwheel.pipeline.limits import (
+from tickwheel.pipeline.contract.events import Quarantined, Reason
+from tickwheel.pipeline.contract.limits import (
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_LATENESS_MS,
     DEFAULT_MAX_FUTURE_MS,
@@ -61,8 +39,16 @@ from tickwheel.pipeline.limits import (
     check_driver_memory,
     check_spark_settings,
 )
-from tickwheel.pipeline.log_reader import read_wire
-from tickwheel.pipeline.outputs import (
+from tickwheel.pipeline.delivery.sink import Delivery, OutcomeSink, deliver_outcomes
+from tickwheel.pipeline.engines.reference import ReferenceEngine
+from tickwheel.pipeline.io.input_dir import (
+    InputError,
+    check_spark_paths,
+    input_dir_problem,
+    input_files,
+)
+from tickwheel.pipeline.io.log_reader import read_wire
+from tickwheel.pipeline.io.outputs import (
     DEFAULT_CHECKPOINT,
     OutputDirError,
     count_outputs,
@@ -71,11 +57,8 @@ from tickwheel.pipeline.outputs import (
     read_outcomes,
     take_output,
 )
-from tickwheel.pipeline.ownership import OwnershipError
-from tickwheel.pipeline.reference import ReferenceEngine
-from tickwheel.pipeline.report import plot, summarize
-from tickwheel.pipeline.resolver import OutcomeRow
-from tickwheel.pipeline.sink import Delivery, OutcomeSink, deliver_outcomes
+from tickwheel.pipeline.io.ownership import OwnershipError
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.service.server import SUBMIT_STATE
 
 if TYPE_CHECKING:
@@ -85,48 +68,6 @@ if TYPE_CHECKING:
     from tickwheel.service.server import SubmitServer
     from tickwheel.service.webhook import WebhookProcessor
 
-app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
-                  add_completion=False)
-# No markup: what is printed holds paths, file names and data, whose brackets rich
-# would read as its own tags ("tickwheel[spark]" printed as "tickwheel").
-# Paths are printed as they are: no markup, and no emoji for a ":name:" in one.
-console = Console(markup=False, emoji=False)
-if not console.is_terminal:  # logs and pipes get the whole table, not an 80-column cut
-    console = Console(width=120, markup=False, emoji=False, soft_wrap=True)
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        import tickwheel
-
-        for line in tickwheel._build_lines():
-            print(line)
-        raise typer.Exit()
-
-
-@app.callback()
-def _options(version: Annotated[bool, typer.Option(
-        "--version", callback=_show_version, is_eager=True,
-        help="print the version, and whether the core is compiled, and exit")] = False,
-             ) -> None:
-    pass
-
-
-def _progress(*columns: ProgressColumn) -> Progress:
-    # Shown on a terminal only: elsewhere a bar still writes a blank line, and a pipe
-    # closed early (| head) would then stop the work itself, not just its printing.
-    return Progress(*Progress.get_default_columns(), *columns, console=console,
-                    transient=True, disable=not console.is_terminal)
-
-
-def _error(message: str) -> None:
-    console.print(message, style="red", soft_wrap=True)  # one line, whatever its length
-
-
-def _warn_no_input(input: Path) -> None:
-    # An empty run is valid (a day without events), but more often a wrong directory.
-    console.print(f"no input files in {input}: the engines read {INPUT_NAMES}",
-                  style="yellow")
 
 
 class Engine(enum.Enum):
@@ -146,92 +87,6 @@ def _check_driver_memory(value: str | None) -> str | None:
         return check_driver_memory(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-
-
-@app.command()
-def generate(
-    output: Annotated[Path, typer.Option(help="directory to write the event log into")],
-    events: Annotated[int, typer.Option(min=1, help="rows to generate")] = 100_000,
-    seed: Annotated[int, typer.Option(help="same seed, same log")] = 1,
-    malformed: Annotated[float, typer.Option(min=0.0, max=1.0,
-                                             help="extra malformed rows, as a fraction")] = 0.0,
-    disorder_ms: Annotated[int, typer.Option(min=0, help="bounded disorder of rows")] = 0,
-    rows_per_file: Annotated[int, typer.Option(min=1)] = 20_000,
-    gzip: Annotated[bool, typer.Option(
-        "--gzip", help="write the files gzip'd (events-00001.jsonl.gz, ...)")] = False,
-    follow: Annotated[bool, typer.Option(
-        help="write the workload as it happens, with wall-clock ts_ms, until SIGINT or "
-             "SIGTERM (--events and --rows-per-file do not apply)")] = False,
-    rate: Annotated[int, typer.Option(
-        min=MIN_RATE, max=MAX_RATE, help="--follow: about this many events per second")
-    ] = 5_000,
-    file_ms: Annotated[int, typer.Option(
-        min=1, max=3_600_000, help="--follow: a file per this much time; keep it within "
-                                   "the engines' lateness bound")] = 1_000,
-    schedules: Annotated[int, typer.Option(
-        min=0, max=10_000_000, help="recurring schedules in the log (intervals, and cron "
-                                    "in several zones), some paused and resumed")] = 0,
-) -> None:
-    """Generate a workload from the broker models and write it as JSON Lines files."""
-    if output.exists() and not output.is_dir():
-        _error(f"--output {output} exists and is not a directory")
-        raise typer.Exit(2)
-    if not follow and output.is_dir():
-        # Files of an earlier log would be read with this one, and its own names would
-        # replace some of them: refused, as Spark's writers refuse an existing output.
-        # A live log's files are named by time, so a restarted --follow carries on.
-        held = sorted(p.name for p in output.iterdir() if is_input_name(p.name))
-        if held:
-            shown = ", ".join(repr(name) for name in held[:3])
-            _error(f"--output {output} already holds {len(held)} input files "
-                   f"({shown}{', ...' if len(held) > 3 else ''}): give an empty or "
-                   "new directory")
-            raise typer.Exit(2)
-    if follow:
-        _generate_live(GeneratorConfig(seed=seed, malformed_fraction=malformed,
-                                       disorder_ms=disorder_ms, schedules=schedules),
-                       output, rate, file_ms, gzip)
-        return
-    started = time.monotonic()
-    config = GeneratorConfig(events=events, seed=seed, malformed_fraction=malformed,
-                             disorder_ms=disorder_ms, rows_per_file=rows_per_file,
-                             schedules=schedules)
-    total = events + int(events * malformed)
-    with _progress(MofNCompleteColumn()) as progress:
-        task = progress.add_task("generating", total=total)
-        try:
-            stats = write_event_log(config, output,
-                                    on_rows=lambda n: progress.advance(task, n), gzip=gzip)
-        except KeyboardInterrupt:
-            progress.stop()
-            files = sorted(output.glob("events-*.jsonl*"))
-            console.print(f"interrupted: {output} holds {len(files)} whole files")
-            raise typer.Exit(130) from None
-    console.print(f"wrote {stats['rows']:,} rows ({stats['malformed']:,} malformed) in "
-                  f"{stats['files']} files to {output} in {time.monotonic() - started:.1f} s")
-
-
-def _generate_live(config: GeneratorConfig, output: Path, rate: int, file_ms: int,
-                   gzip: bool) -> None:
-    started = time.monotonic()
-    written = {"rows": 0, "last": 0.0}
-
-    def on_file(rows: int, behind_ms: int) -> None:
-        written["rows"] += rows
-        now = time.monotonic()
-        if now - written["last"] >= 10:
-            behind = f", {behind_ms:,} ms behind the clock" if behind_ms > file_ms else ""
-            console.print(f"{written['rows']:,} rows in {now - started:.0f} s "
-                          f"({written['rows'] / max(now - started, 1e-9):,.0f}/s){behind}")
-            written["last"] = now
-
-    with _stop_on_signals("after this file") as stop:
-        console.print(f"writing about {rate:,} events/s to {output}, a file every {file_ms} "
-                      "ms; SIGINT or SIGTERM stops")
-        counts = follow_event_log(config, output, rate, stop, file_ms=file_ms,
-                                  on_file=on_file, gzip=gzip)
-    console.print(f"stopped: {counts['rows']:,} rows ({counts['malformed']:,} malformed) in "
-                  f"{counts['files']} files")
 
 
 @app.command()
@@ -320,10 +175,10 @@ def run(
     try:
         spark_settings = check_spark_settings(conf or [])
     except ValueError as exc:
-        _error(f"--conf: {exc}")
+        print_error(f"--conf: {exc}")
         raise typer.Exit(2) from exc
     if processor is not None and deliver_to is not None:
-        _error("give --processor or --deliver-to, not both")
+        print_error("give --processor or --deliver-to, not both")
         raise typer.Exit(2)
     address = None if listen is None else _check_listen(listen, follow)
     user_processor = None if processor is None else _load_processor(processor)
@@ -332,18 +187,18 @@ def run(
         processor = deliver_to
     if not follow and (trigger_ms != DEFAULT_TRIGGER_MS or clock is not ClockKind.event
                        or metrics_port is not None):
-        _error("--trigger-ms, --clock and --metrics-port apply to --follow "
+        print_error("--trigger-ms, --clock and --metrics-port apply to --follow "
                "only")
         raise typer.Exit(2)
     if follow:
         if not final:
-            _error("--no-final does not apply to --follow: a service never "
+            print_error("--no-final does not apply to --follow: a service never "
                    "ends its input")
             raise typer.Exit(2)
         retention = (FOLLOW_DEDUPE_RETENTION_MS if dedupe_retention_ms is None
                      else dedupe_retention_ms)
         if max_future_ms is not None and clock is not ClockKind.wall:
-            _error("--max-future-ms applies to --follow --clock wall")
+            print_error("--max-future-ms applies to --follow --clock wall")
             raise typer.Exit(2)
         future = DEFAULT_MAX_FUTURE_MS if max_future_ms is None else max_future_ms
         if engine is Engine.spark:
@@ -358,7 +213,7 @@ def run(
             return
         if any(option is not None
                for option in (master, partitions, driver_memory, conf)):
-            _error("--master, --partitions, --driver-memory "
+            print_error("--master, --partitions, --driver-memory "
                    "and --conf apply to the Spark engine only")
             raise typer.Exit(2)
         _start_metrics(metrics_port, metrics_host)
@@ -374,14 +229,14 @@ def run(
         return
     spark_only = (checkpoint, master, partitions, max_files_per_trigger, driver_memory, conf)
     if any(option is not None for option in spark_only) or not final:
-        _error("--checkpoint, --master, --partitions, --max-files-per-trigger, "
+        print_error("--checkpoint, --master, --partitions, --max-files-per-trigger, "
                "--driver-memory, --conf and --no-final apply to the Spark engine only")
         raise typer.Exit(2)
     try:
         files = input_files(input, warn=False)  # the reader's listing warns
         take_output(output, overwrite=overwrite)  # held until the process exits
     except (FileNotFoundError, InputError, OwnershipError, OutputDirError) as exc:
-        _error(f"{exc}")
+        print_error(f"{exc}")
         raise typer.Exit(2) from exc
     _run_local(files, input, output, lateness_ms, dedupe_retention_ms, user_processor,
                processor)
@@ -407,7 +262,7 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
     try:
         with quarantine_writer(output / "quarantine") as quarantined, \
                 outcome_writer(output / "outcomes") as outcomes:
-            with _progress(DownloadColumn()) as progress:
+            with progress_bar(DownloadColumn()) as progress:
                 task = progress.add_task(f"reading {len(files)} files", total=total)
                 for row in read_wire(input, on_bytes=lambda n: progress.advance(task, n)):
                     reference.feed_wire(row)
@@ -416,7 +271,7 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
             quarantine(reference.take_quarantine())
             spilled = reference.spilled_runs
             events = reference.result.rows_in - sum(reasons.values())
-            with _progress() as progress:
+            with progress_bar() as progress:
                 task = progress.add_task(
                     "resolving" + (f" {spilled} runs sorted on disk" if spilled else ""),
                     total=events)
@@ -426,7 +281,7 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
                     progress.update(task, completed=reference.result.rows_applied
                                     + reasons[Reason.DUPLICATE_OP_ID.value])
     except OSError as exc:  # a full disk, an input that cannot be read
-        _error(f"the run stopped, and wrote no outputs: {exc}")
+        print_error(f"the run stopped, and wrote no outputs: {exc}")
         raise typer.Exit(1) from exc
     result = reference.result
     _print_run("local engine", time.monotonic() - started, result.rows_in,
@@ -434,7 +289,7 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
                result.ignored_cancels, held=0, schedules=result.schedules,
                skipped=result.skipped)
     if not files:
-        _warn_no_input(input)
+        warn_no_input(input)
     if user_processor is not None:
         with console.status(f"delivering {outcomes.rows:,} outcomes to {processor}"):
             delivery = deliver_outcomes(read_outcomes(outcomes.path), user_processor)
@@ -455,13 +310,13 @@ def _webhook(url: str, output: Path) -> TaskProcessor[OutcomeRow]:
     try:
         from tickwheel.service import DEAD_LETTER_DIR, WebhookProcessor
     except ImportError as exc:
-        _error("--deliver-to needs the service extra: pip install 'tickwheel[service]'")
+        print_error("--deliver-to needs the service extra: pip install 'tickwheel[service]'")
         raise typer.Exit(2) from exc
     global _dead_letters, _webhook_processor
     try:
         webhook = WebhookProcessor(url, output / DEAD_LETTER_DIR)
     except ValueError as exc:
-        _error(f"--deliver-to: {exc}")
+        print_error(f"--deliver-to: {exc}")
         raise typer.Exit(2) from exc
     _dead_letters = webhook.dead_letters
     _webhook_processor = webhook
@@ -475,24 +330,24 @@ def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        _error(f"--processor must be MODULE:NAME, got {spec!r}")
+        print_error(f"--processor must be MODULE:NAME, got {spec!r}")
         raise typer.Exit(2)
     try:
         found: object = importlib.import_module(module_name)
         for part in attr.split("."):
             found = getattr(found, part)
     except (ImportError, AttributeError) as exc:
-        _error(f"--processor {spec}: {exc}")
+        print_error(f"--processor {spec}: {exc}")
         raise typer.Exit(2) from exc
     made = found
     if isinstance(found, type) or (callable(found) and not hasattr(found, "process_batch")):
         try:
             made = found()
         except Exception as exc:
-            _error(f"--processor {spec}: making it raised {exc!r}")
+            print_error(f"--processor {spec}: making it raised {exc!r}")
             raise typer.Exit(2) from exc
     if not callable(getattr(made, "process_batch", None)):
-        _error(f"--processor {spec}: {made!r} has no process_batch(outcomes) "
+        print_error(f"--processor {spec}: {made!r} has no process_batch(outcomes) "
                "method")
         raise typer.Exit(2)
     return made  # type: ignore[return-value]
@@ -524,16 +379,9 @@ def _finish_delivery(delivery: Delivery, where: str) -> None:
     _print_delivery(delivery)
     lost = delivery.failed + delivery.undelivered
     if lost:
-        _error(f"{lost:,} outcomes were not delivered ({delivery.failed:,} to a processor "
+        print_error(f"{lost:,} outcomes were not delivered ({delivery.failed:,} to a processor "
                f"that raised): {where}")
         raise typer.Exit(1)
-
-
-def _stop_on_signals(when: str = "after this batch",
-                     ) -> contextlib.AbstractContextManager[threading.Event]:
-    """SIGINT and SIGTERM set the event (the run stops at a batch boundary); a second
-    SIGINT interrupts at once."""
-    return stop_on_signals(lambda name: console.print(f"{name}: stopping {when}"))
 
 
 def _start_metrics(port: int | None, host: str) -> None:
@@ -545,13 +393,13 @@ def _start_metrics(port: int | None, host: str) -> None:
     try:
         from prometheus_client import start_http_server
     except ImportError as exc:
-        _error("--metrics-port needs the metrics extra: "
+        print_error("--metrics-port needs the metrics extra: "
                "pip install 'tickwheel[metrics]'")
         raise typer.Exit(2) from exc
     try:
         server, _ = start_http_server(port, addr=host)
     except OSError as exc:  # in use, not this machine's address, or no such host
-        _error(f"--metrics-host {host} --metrics-port {port}: cannot serve "
+        print_error(f"--metrics-host {host} --metrics-port {port}: cannot serve "
                f"metrics there: {exc.strerror or exc}")
         raise typer.Exit(2) from exc
     shown = f"[{host}]" if ":" in host else host
@@ -584,17 +432,17 @@ def _check_listen(value: str, follow: bool) -> tuple[str, int]:
     """--listen's address, refused (exit 2) before any work if it is malformed, if the
     run is not a service, or if the service extra is missing."""
     if not follow:
-        _error("--listen applies to --follow only")
+        print_error("--listen applies to --follow only")
         raise typer.Exit(2)
     try:
         from tickwheel.service.server import parse_listen
 
         return parse_listen(value)
     except ImportError as exc:
-        _error("--listen needs the service extra: pip install 'tickwheel[service]'")
+        print_error("--listen needs the service extra: pip install 'tickwheel[service]'")
         raise typer.Exit(2) from exc
     except ValueError as exc:
-        _error(f"--listen: {exc}")
+        print_error(f"--listen: {exc}")
         raise typer.Exit(2) from exc
 
 
@@ -619,7 +467,7 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
     try:
         server.start()
     except OSError as exc:
-        _error(f"--listen {address[0]}:{address[1]}: cannot serve there: "
+        print_error(f"--listen {address[0]}:{address[1]}: cannot serve there: "
                f"{exc.strerror or exc}")
         raise typer.Exit(2) from exc
     if collector is not None:
@@ -636,7 +484,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                   max_files_per_batch: int | None = None,
                   max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
                   listen: tuple[str, int] | None = None) -> None:
-    from tickwheel.pipeline.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
+    from tickwheel.pipeline.engines.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
     sink = None if processor is None else OutcomeSink(processor)
     try:
@@ -647,7 +495,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             sink=sink, max_files_per_batch=max_files_per_batch, max_future_ms=max_future_ms)
     except (FileNotFoundError, InputError, OutputDirError, ValueError,
             OwnershipError) as exc:
-        _error(f"{exc}")
+        print_error(f"{exc}")
         raise typer.Exit(2) from exc
 
     class _Live:  # what the metrics export reads: the latest counts, live
@@ -681,14 +529,14 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                           f"{_changed_note(counts.files_changed)}")
             last_print = now
 
-    with _stop_on_signals() as stop:  # before saying so: a signal from then on stops it
+    with stopping_on_signals() as stop:  # before saying so: a signal from then on stops it
         console.print(f"following {input} (trigger {trigger_ms} ms, {clock.value} clock, "
                       f"checkpoint {follower.checkpoint_dir}); SIGINT or SIGTERM stops")
         try:
             result = follower.run(stop, trigger_ms=trigger_ms, on_batch=progress,
                                   stop_timeout_ms=stop_timeout_ms)
         except (OSError, OwnershipError) as exc:  # a full disk, the checkpoint taken away
-            _error(f"the service stopped in batch {follower.batch_id + 1}: "
+            print_error(f"the service stopped in batch {follower.batch_id + 1}: "
                    f"{exc}")
             if sink is not None:
                 _print_delivery(sink.close(timeout_s=1.0))
@@ -697,7 +545,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             if server is not None:  # what it acknowledged is on disk for the next start
                 server.stop()
     counts = follower.counts()
-    console.print(f"stopped after {_plural(result.batches, 'batch')}: {result.rows_in:,} rows, "
+    console.print(f"stopped after {plural(result.batches, 'batch')}: {result.rows_in:,} rows, "
                   f"{result.outcomes:,} outcomes, {result.quarantined:,} quarantined; "
                   f"{counts.pending:,} pending, {counts.held:,} held")
     if sink is not None:
@@ -720,28 +568,28 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
-        _error("the Spark engine needs its extra: "
+        print_error("the Spark engine needs its extra: "
                "pip install 'tickwheel[spark]'")
         raise typer.Exit(2) from exc
     problem = input_dir_problem(input)
     if problem is not None:
-        _error(f"{problem}")
+        print_error(f"{problem}")
         raise typer.Exit(2)
     try:  # before Spark starts, and its log goes into the checkpoint (checked again)
         files = check_spark_paths(input, checkpoint, output)
         # Held until the process exits; the engine's hold is the same one.
         take_output(output, overwrite=overwrite, checkpoint=checkpoint)
     except (InputError, OwnershipError, OutputDirError) as exc:
-        _error(f"{exc}")
+        print_error(f"{exc}")
         raise typer.Exit(2) from exc
     if not files and follow is None:
-        _warn_no_input(input)
+        warn_no_input(input)
     memory = driver_memory or DEFAULT_DRIVER_MEMORY
     console.print(f"starting Spark ({master}, driver memory {memory})")
     try:
         spark = spark_session(master, driver_memory=memory, settings=settings)
     except RuntimeError as exc:  # no JVM, or one that stopped at once
-        _error(f"could not start Spark: {exc}")
+        print_error(f"could not start Spark: {exc}")
         raise typer.Exit(1) from exc
     sink = None if processor is None else OutcomeSink(processor)
     try:
@@ -755,7 +603,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
             raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
                              "with --follow --clock wall")
     except ValueError as exc:
-        _error(f"{exc}")
+        print_error(f"{exc}")
         raise typer.Exit(2) from exc
     if follow is not None:
         undelivered = _follow_spark(spark_engine, *follow, listen=listen,
@@ -782,7 +630,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     reasons = count_outputs(output / "quarantine", "reason")
     outcomes = sum(count_outputs(output / "outcomes", "outcome").values())
     _print_run(f"Spark engine ({master}, {spark_engine.partitions} partitions, "
-               f"{_plural(result.batches, 'micro-batch')})",
+               f"{plural(result.batches, 'micro-batch')})",
                result.seconds, result.rows_in,
                result.rows_applied, reasons, outcomes, result.pending,
                result.ignored_cancels, held=result.held, schedules=result.schedules,
@@ -818,7 +666,7 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
             last_print = now
 
     spark_engine.on_batch = progress
-    with _stop_on_signals() as stop:
+    with stopping_on_signals() as stop:
         console.print(f"following {spark_engine.input_dir} on Spark "
                       f"({spark_engine.partitions} partitions, trigger {trigger_ms} ms, "
                       f"{clock.value} clock, checkpoint {spark_engine.checkpoint_dir}); "
@@ -830,19 +678,15 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
             if server is not None:
                 server.stop()
     outcomes = sum(result.outcomes_by_outcome().values())
-    console.print(f"stopped after {_plural(result.batches, 'micro-batch')}: "
+    console.print(f"stopped after {plural(result.batches, 'micro-batch')}: "
                   f"{result.rows_in:,} rows in all, {outcomes:,} outcomes, "
                   f"{result.quarantined:,} quarantined; {result.pending:,} pending, "
                   f"{result.held:,} held")
     return result.undelivered
 
 
-def _plural(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "es" if noun.endswith("ch") else "s")
-
-
 def _skipped_note(files: int) -> str:
-    return f"; {_plural(files, 'input file')} skipped" if files else ""
+    return f"; {plural(files, 'input file')} skipped" if files else ""
 
 
 class _SparkCounts:
@@ -913,171 +757,5 @@ def _print_run(title: str, elapsed: float, rows_in: int, applied: int,
         table.add_row("  occurrences skipped by misfire policies", f"{skipped:,}")
     console.print(table)
     if rows_in != applied + sum(quarantined.values()) + held:
-        _error("rows were lost: in != applied + quarantined + held")
+        print_error("rows were lost: in != applied + quarantined + held")
         raise typer.Exit(1)
-
-
-@app.command()
-def report(
-    output: Annotated[Path, typer.Option(help="an engine's output directory")],
-    plot_path: Annotated[Path | None, typer.Option(
-        "--plot", help="where to write the plot (default: OUTPUT/report.png)")] = None,
-    as_json: Annotated[bool, typer.Option(
-        "--json", help="print the summary as one JSON object instead of tables, and "
-                       "write a plot only if --plot is given")] = False,
-) -> None:
-    """Tables of outcomes, latencies and quarantined rows, and a plot, from an output directory."""
-    if not (output / "outcomes").is_dir():
-        _error(f"{output} has no outcomes/ directory")
-        raise typer.Exit(2)
-    try:
-        summary = summarize(output)
-    except OutputDirError as exc:  # what it cannot read, in one line
-        _error(f"{exc}")
-        raise typer.Exit(1) from exc
-    if as_json:
-        # Plain print: a console would wrap long lines and colour what a program reads.
-        print(json.dumps(summary.to_json(), indent=2, ensure_ascii=False))
-        if plot_path is not None:
-            print(f"plot: {plot(output, plot_path)}", file=sys.stderr)
-        return
-    kinds = Table(title=f"{summary.total_outcomes:,} outcomes")
-    shown = ["completed", "expired", "cancelled", "error"]
-    if any("fired" in counts for counts in summary.outcomes.values()):
-        shown.append("fired")  # occurrences of recurring schedules
-    for column in ("kind", *shown, "p50 ms", "p90 ms", "p99 ms", "max ms"):
-        kinds.add_column(column, justify="left" if column == "kind" else "right")
-    for kind, counts in summary.outcomes.items():
-        p50, p90, p99, top = summary.latency[kind]
-        kinds.add_row(kind, *(f"{counts.get(o, 0):,}" for o in shown),
-                      *(f"{v:,}" for v in (p50, p90, p99, top)))
-    console.print(kinds)
-    if "fired" in shown:
-        console.print(f"occurrences skipped by misfire policies: {summary.skipped:,}")
-    if summary.quarantine:
-        quarantine = Table(title="quarantined rows")
-        quarantine.add_column("reason")
-        quarantine.add_column("rows", justify="right")
-        for reason, n in summary.quarantine.items():
-            quarantine.add_row(reason, f"{n:,}")
-        console.print(quarantine)
-    else:
-        console.print("quarantined rows: none")
-    console.print(f"plot: {plot(output, plot_path)}")
-
-
-@app.command()
-def submit(
-    url: Annotated[str, typer.Argument(help="the service's address, as --listen printed it "
-                                            "(http://127.0.0.1:PORT)")],
-    files: Annotated[list[Path] | None, typer.Argument(
-        help="JSON Lines files of rows (watch, update, cancel, tick); - or none: standard "
-             "input")] = None,
-    batch_rows: Annotated[int, typer.Option(
-        min=1, max=100_000, help="rows per request")] = 1_000,
-    idempotency_key: Annotated[str | None, typer.Option(
-        help="a key for this submission: request N carries KEY-N, so running the same "
-             "command again writes nothing twice (default: a fresh one, printed)")] = None,
-    retries: Annotated[int, typer.Option(
-        min=0, max=100, help="attempts after congestion or no answer, with backoff")] = 8,
-) -> None:
-    """Send rows to a following service's submit API (tickwheel run --follow --listen):
-    each request is answered only once its rows are on disk."""
-    try:
-        from tickwheel.client import Client, RowsRefused, SubmitError
-        from tickwheel.service.webhook import check_webhook_url
-
-        check_webhook_url(url)
-    except ImportError as exc:
-        _error("submit needs the service extra: pip install 'tickwheel[service]'")
-        raise typer.Exit(2) from exc
-    except ValueError as exc:
-        _error(f"URL: {exc}")
-        raise typer.Exit(2) from exc
-    sources = files or [Path("-")]
-    for path in sources:
-        if str(path) != "-" and not path.is_file():
-            _error(f"{path}: no such file")
-            raise typer.Exit(2)
-    run_key = idempotency_key or f"submit-{int(time.time() * 1000)}-{os.getpid()}"
-    sent = batches = 0
-    with Client(url, retries=retries) as client:
-        try:
-            for rows in _row_batches(sources, batch_rows):
-                accepted = client.submit(rows, idempotency_key=f"{run_key}-{batches}")
-                sent += accepted.accepted
-                batches += 1
-        except RowsRefused as exc:
-            for row in exc.refused[:20]:
-                _error(f"request {batches}, row {row.index}: {row.reason}: {row.row}")
-            _error(f"request {batches} refused ({exc}); the requests before it took "
-                   f"{sent:,} rows; run again with --idempotency-key {run_key} once fixed")
-            raise typer.Exit(1) from exc
-        except (SubmitError, OSError, ValueError) as exc:
-            _error(f"request {batches}: {exc}; the requests before it took {sent:,} rows; run "
-                   f"again with --idempotency-key {run_key}")
-            raise typer.Exit(1) from exc
-    console.print(f"{sent:,} rows taken in {_plural(batches, 'request')} "
-                  f"(idempotency key {run_key})")
-
-
-def _row_batches(sources: list[Path], size: int) -> Iterator[list[dict[str, object]]]:
-    """Rows of JSON Lines files (or standard input), ``size`` at a time; ValueError
-    naming the file and line of one that is not a JSON object."""
-    batch: list[dict[str, object]] = []
-    for path in sources:
-        stream = sys.stdin if str(path) == "-" else path.open(encoding="utf-8")
-        with contextlib.nullcontext(stream) if stream is sys.stdin else stream:
-            for number, line in enumerate(stream, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    row = None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{number}: not a JSON object: {line[:200]!r}")
-                batch.append(row)
-                if len(batch) >= size:
-                    yield batch
-                    batch = []
-    if batch:
-        yield batch
-
-
-# Its own --help too goes to the benchmark (`tickwheel bench timers --help`).
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
-                               "help_option_names": []})
-def bench(
-    ctx: typer.Context,
-    what: Annotated[str | None, typer.Argument(
-        help="which benchmark: " + ", ".join(BENCHMARKS))] = None,
-) -> None:
-    """Run a benchmark; options after its name go to it (see `tickwheel bench WHAT --help`)."""
-    from tickwheel.bench.__main__ import main as bench_main
-
-    targets = BENCHMARKS
-    if what not in targets:
-        asked = what in ("--help", "-h")
-        if not asked:
-            _error(f"which benchmark? one of {', '.join(targets)}"
-                   f"{'' if what is None else f', not {what!r}'}")
-        console.print(ctx.get_help())
-        raise typer.Exit(0 if asked else 2)
-    raise typer.Exit(bench_main([what, *ctx.args]))
-
-
-
-
-def main() -> None:
-    # A path holding a byte that is not UTF-8 reaches Python as a surrogate; under a
-    # UTF-8 locale printing it would fail the command at its last line. It is written
-    # back as the byte it was, as ls does.
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="surrogateescape")
-    app()
-
-
-if __name__ == "__main__":
-    main()

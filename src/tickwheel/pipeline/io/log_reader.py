@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline._arrow import open_parquet, pyarrow_modules
-from tickwheel.pipeline.events import (
+from tickwheel.pipeline.contract.events import (
     MAX_ROW_CHARS,
     Event,
     Quarantined,
@@ -27,7 +26,8 @@ from tickwheel.pipeline.events import (
     parse_wire,
     to_wire,
 )
-from tickwheel.pipeline.input_dir import GZIP_SUFFIX, input_files
+from tickwheel.pipeline.io._arrow import open_parquet, pyarrow_modules
+from tickwheel.pipeline.io.input_dir import GZIP_SUFFIX, input_files
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,7 +54,7 @@ def read_events(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
 def read_wire(directory: Path, *, max_chars: int = MAX_ROW_CHARS,
               on_bytes: Callable[[int], object] | None = None) -> Iterator[Wire]:
     """:func:`read_events`, each row in its wire form (as
-    :func:`~tickwheel.pipeline.events.parse_wire` gives it)."""
+    :func:`~tickwheel.pipeline.contract.events.parse_wire` gives it)."""
     check_positive_int("max_chars", max_chars)
     return _rows(directory, max_chars, on_bytes, parse_wire, to_wire)
 

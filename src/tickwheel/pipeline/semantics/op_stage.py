@@ -1,8 +1,8 @@
 """Stage 2 of the partitioned engine: one partition of the op-id space.
 
-An op stage is a :class:`~tickwheel.pipeline.resolver.Resolver` whose operations learn
+An op stage is a :class:`~tickwheel.pipeline.semantics.resolver.Resolver` whose operations learn
 what their keys did from stage 1's progress rows (see
-:mod:`tickwheel.pipeline.key_stage`) instead of from the values of every key. Watches,
+:mod:`tickwheel.pipeline.semantics.key_stage`) instead of from the values of every key. Watches,
 cancels and ticks come here directly; the resolver's rules apply unchanged: deadlines,
 duplicate op ids (and their retention), cancels, and the order within one ``ts_ms``:
 watches (with their ``init`` progress), then ``value`` progress, then ``error``
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from tickwheel.pipeline.events import Condition, Event, Wire, event_from_wire
-from tickwheel.pipeline.key_stage import ERROR_PROGRESS, INIT, Progress
-from tickwheel.pipeline.resolver import CANCEL, SCHEDULE, TICK, Resolver, _LogOperation
+from tickwheel.pipeline.contract.events import Condition, Event, Wire, event_from_wire
+from tickwheel.pipeline.semantics.key_stage import ERROR_PROGRESS, INIT, Progress
+from tickwheel.pipeline.semantics.resolver import CANCEL, SCHEDULE, TICK, Resolver, _LogOperation
 
 __all__ = ["OpStage", "op_order"]
 

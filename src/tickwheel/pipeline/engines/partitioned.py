@@ -15,11 +15,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tickwheel.pipeline.events import Quarantined, Reason, Wire, compact_wire
-from tickwheel.pipeline.key_stage import KeyStage, Progress, key_order
-from tickwheel.pipeline.op_stage import OpStage, op_order
-from tickwheel.pipeline.resolver import OutcomeRow
-from tickwheel.pipeline.routing import partition_of, route
+from tickwheel.pipeline.contract.events import Quarantined, Reason, Wire, compact_wire
+from tickwheel.pipeline.contract.routing import partition_of, route
+from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, key_order
+from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 __all__ = ["PartitionedResult", "run_partitioned"]
 

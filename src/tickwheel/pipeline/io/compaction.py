@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tickwheel.pipeline._arrow import open_parquet
-from tickwheel.pipeline.files import fsync_directory
-from tickwheel.pipeline.outputs import conform, covered_batches, write_tables_atomically
+from tickwheel.pipeline.io._arrow import open_parquet
+from tickwheel.pipeline.io.files import fsync_directory
+from tickwheel.pipeline.io.outputs import conform, covered_batches, write_tables_atomically
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tickwheel.pipeline.files import write_bytes_atomically
+from tickwheel.pipeline.io.files import write_bytes_atomically
 
 __all__ = ["REWRITE_LINE_RECORDS", "BatchLog"]
 

@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-from tickwheel.pipeline.events import is_utf8
+from tickwheel.pipeline.contract.events import is_utf8
 
 __all__ = ["GZIP_SUFFIX", "HADOOP_GLOB_CHARS", "INPUT_NAMES", "SUFFIXES", "InputError",
            "check_spark_paths", "input_dir_problem", "input_files", "input_names",

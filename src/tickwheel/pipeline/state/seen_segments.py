@@ -4,8 +4,8 @@ A partition must remember every op id it has seen (with ``--dedupe-retention-ms`
 as long as the retention says) to quarantine duplicates. Rewritten whole with the
 partition's state after every batch, those ids would be most of what a running service
 writes. So each batch appends the ids it saw first
-(:meth:`~tickwheel.pipeline.resolver.Resolver.take_seen_changes`) to the open segment,
-a :class:`~tickwheel.pipeline.batch_log.BatchLog` in a directory of the checkpoint. A
+(:meth:`~tickwheel.pipeline.semantics.resolver.Resolver.take_seen_changes`) to the open segment,
+a :class:`~tickwheel.pipeline.state.batch_log.BatchLog` in a directory of the checkpoint. A
 segment spans an eighth of the retention in ``ts_ms``; once the latest ``ts_ms`` in it
 is past the retention, it is deleted whole, as Kafka deletes a log segment. The files
 hold what the retention keeps plus a segment at the edge, and no id is written twice.
@@ -16,7 +16,7 @@ Forgotten ids are not written: a reader takes the ids of the segments that remai
 the resolver forgets those past the retention before it judges the next watch; a
 pending operation whose id is no longer among them is past its retention and still
 pending, which the resolver restores as such (see
-:meth:`~tickwheel.pipeline.resolver.Resolver.restore`). The Spark engine keeps its
+:meth:`~tickwheel.pipeline.semantics.resolver.Resolver.restore`). The Spark engine keeps its
 segments the same way, in its state store (``spark/_seen_log.py``).
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tickwheel.pipeline.batch_log import BatchLog
+from tickwheel.pipeline.state.batch_log import BatchLog
 
 __all__ = ["MIN_SPAN_MS", "SEGMENTS_PER_RETENTION", "SeenSegments"]
 

@@ -1,4 +1,4 @@
-"""Micro-batch outcomes to an :class:`~tickwheel.pipeline.sink.OutcomeSink`, off the
+"""Micro-batch outcomes to an :class:`~tickwheel.pipeline.delivery.sink.OutcomeSink`, off the
 query's thread, at least once.
 
 Delivering inside ``foreachBatch`` would hold the query for as long as the processor
@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tickwheel.pipeline._arrow import open_parquet
-from tickwheel.pipeline.compaction import covered_batches
-from tickwheel.pipeline.files import write_bytes_atomically
-from tickwheel.pipeline.outputs import outcome_rows
-from tickwheel.pipeline.sink import OutcomeSink
+from tickwheel.pipeline.delivery.sink import OutcomeSink
+from tickwheel.pipeline.io._arrow import open_parquet
+from tickwheel.pipeline.io.compaction import covered_batches
+from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.outputs import outcome_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -25,11 +25,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tickwheel.pipeline.events import Quarantined, Reason, Wire, wire_line
-from tickwheel.pipeline.key_stage import KeyStage, Progress, key_order
-from tickwheel.pipeline.op_stage import OpStage, op_order
-from tickwheel.pipeline.resolver import OutcomeRow
-from tickwheel.pipeline.schedule_book import SCHEDULE_ENTRY
+from tickwheel.pipeline.contract.events import Quarantined, Reason, Wire, wire_line
+from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, key_order
+from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
+from tickwheel.pipeline.semantics.resolver import OutcomeRow
+from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY
 
 __all__ = ["KeyPartition", "OpPartition", "PartitionStatus"]
 
@@ -369,7 +369,7 @@ class OpPartition(_Partition):
     def head(self) -> bytes:
         """Without the seen op ids, which the caller keeps as a log of
         :meth:`Resolver.take_seen_changes
-        <tickwheel.pipeline.resolver.Resolver.take_seen_changes>`."""
+        <tickwheel.pipeline.semantics.resolver.Resolver.take_seen_changes>`."""
         return marshal.dumps((_HEAD_VERSION, self.partition, self.lateness_ms,
                               self.stage.head(), self.held, self.release_ms, self.top_ms,
                               self.rows_in, self.rows_applied, self.quarantined, self.seq,

@@ -1,7 +1,7 @@
 """Where each row of the event log goes in the partitioned engine.
 
 Two stages, each split into the same number of partitions (see
-:mod:`tickwheel.pipeline.key_stage` and :mod:`tickwheel.pipeline.op_stage`):
+:mod:`tickwheel.pipeline.semantics.key_stage` and :mod:`tickwheel.pipeline.semantics.op_stage`):
 
 - an update goes to the partition of its ``key`` (stage 1);
 - a watch goes to the partition of its ``op_id`` (stage 2), and to the partition of
@@ -22,7 +22,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
-from tickwheel.pipeline.events import Wire
+from tickwheel.pipeline.contract.events import Wire
 
 __all__ = ["partition_of", "route"]
 

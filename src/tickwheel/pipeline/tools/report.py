@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tickwheel.pipeline.outputs import count_outputs, read_output_table
+from tickwheel.pipeline.io.outputs import count_outputs, read_output_table
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -7,7 +7,7 @@ update is applied once, in one partition, however many partitions there are.
 
 For each registration a key stage says what its key did for the operation, as
 *progress rows* that go to the operation's partition (see
-:mod:`tickwheel.pipeline.op_stage`), each at the ``ts_ms`` of the row that caused it:
+:mod:`tickwheel.pipeline.semantics.op_stage`), each at the ``ts_ms`` of the row that caused it:
 
 - ``init``, at the watch's ``ts_ms``, from the values before that time's updates (a
   watch applies first at its time): the key meets its ``all_at_least`` target, or
@@ -34,8 +34,8 @@ import heapq
 from collections.abc import Iterable
 from typing import Any
 
-from tickwheel.pipeline.events import Wire
-from tickwheel.pipeline.routing import partition_of
+from tickwheel.pipeline.contract.events import Wire
+from tickwheel.pipeline.contract.routing import partition_of
 
 __all__ = ["ERROR_PROGRESS", "INIT", "VALUE_PROGRESS", "KeyStage", "Progress", "key_order"]
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.events import (
+from tickwheel.pipeline.contract.events import (
     Event,
     Quarantined,
     Reason,
@@ -49,15 +49,15 @@ from tickwheel.pipeline.events import (
     to_wire,
     wire_line,
 )
-from tickwheel.pipeline.limits import (
+from tickwheel.pipeline.contract.limits import (
     DEFAULT_LATENESS_MS,
     DEFAULT_SPILL_BYTES,
     DEFAULT_SPILL_EVENTS,
     MAX_LATENESS_MS,
     MAX_RETENTION_MS,
 )
-from tickwheel.pipeline.resolver import OutcomeRow, Resolver, first_order_at, wire_order
-from tickwheel.pipeline.spilled_runs import SpilledRuns
+from tickwheel.pipeline.semantics.resolver import OutcomeRow, Resolver, first_order_at, wire_order
+from tickwheel.pipeline.state.spilled_runs import SpilledRuns
 
 __all__ = ["DEFAULT_LATENESS_MS", "OutcomeRow", "ReferenceEngine", "RunResult"]
 
@@ -90,7 +90,7 @@ class RunResult:
 
 def _text_size(fields: Wire) -> int:
     """About the characters of a well-formed row's text: its raw line, or for one
-    held without it (see :func:`~tickwheel.pipeline.events.compact_wire`), its
+    held without it (see :func:`~tickwheel.pipeline.contract.events.compact_wire`), its
     strings."""
     raw: str | None = fields[2]
     if raw is not None:
@@ -146,7 +146,7 @@ class ReferenceEngine:
         self.feed_wire(to_wire(row))
 
     def feed_wire(self, fields: Wire) -> None:
-        """One row in its wire form (:func:`~tickwheel.pipeline.events.parse_wire`),
+        """One row in its wire form (:func:`~tickwheel.pipeline.contract.events.parse_wire`),
         in file order: the form the engine holds and spills, so rows read that way
         become no :class:`Event` on the way."""
         result = self._result

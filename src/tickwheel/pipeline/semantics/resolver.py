@@ -36,7 +36,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple
 
 from tickwheel._validate import check_positive_int
-from tickwheel.pipeline.events import (
+from tickwheel.pipeline.contract.events import (
     Condition,
     Event,
     EventType,
@@ -48,7 +48,7 @@ from tickwheel.pipeline.events import (
     line_of,
     new_event,
 )
-from tickwheel.pipeline.schedule_book import (
+from tickwheel.pipeline.semantics.schedule_book import (
     SCHEDULE_ENTRY,
     SCHEDULE_KEY,
     Fire,
@@ -240,7 +240,7 @@ class Resolver:
         self.quarantine: list[Quarantined] = []
         self.applied = 0
         self.ignored_cancels = 0
-        #: The recurring schedules (see :mod:`tickwheel.pipeline.schedule_book`).
+        #: The recurring schedules (see :mod:`tickwheel.pipeline.semantics.schedule_book`).
         self.schedules = ScheduleBook()
         self.now = now_ms
         # One lock for all its operations, as Kafka shares a group's lock: a resolver
@@ -365,7 +365,7 @@ class Resolver:
         """Time is now ``t``: operations with a deadline at or before it expire, and
         schedules' occurrences that fire at or before it fire (with ``fire_limit``,
         about that many at most: see :meth:`ScheduleBook.advance
-        <tickwheel.pipeline.schedule_book.ScheduleBook.advance>`)."""
+        <tickwheel.pipeline.semantics.schedule_book.ScheduleBook.advance>`)."""
         if self.now is not None and t < self.now:
             raise ValueError(f"t must not go back in time: {t} < now {self.now}")
         self.now = t
@@ -526,7 +526,7 @@ class Resolver:
 
     def entry_ids(self) -> list[str]:
         """The ids of every entry :meth:`op_entry` gives: the pending operations', and
-        each schedule's (:data:`~tickwheel.pipeline.schedule_book.SCHEDULE_KEY` and its
+        each schedule's (:data:`~tickwheel.pipeline.semantics.schedule_book.SCHEDULE_KEY` and its
         id)."""
         return [*self.pending, *(SCHEDULE_KEY + schedule_id
                                  for schedule_id in self.schedules.ids())]

@@ -1,0 +1,5 @@
+"""``python -m tickwheel.cli``."""
+
+from tickwheel.cli import main
+
+main()

@@ -1,0 +1,71 @@
+"""The ``tickwheel`` command's app and console, and what its commands share."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, ProgressColumn
+
+from tickwheel._signals import stop_on_signals
+from tickwheel.pipeline.io.input_dir import INPUT_NAMES
+
+app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
+                  add_completion=False)
+# No markup: what is printed holds paths, file names and data, whose brackets rich
+# would read as its own tags ("tickwheel[spark]" printed as "tickwheel").
+# Paths are printed as they are: no markup, and no emoji for a ":name:" in one.
+console = Console(markup=False, emoji=False)
+if not console.is_terminal:  # logs and pipes get the whole table, not an 80-column cut
+    console = Console(width=120, markup=False, emoji=False, soft_wrap=True)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        import tickwheel
+
+        for line in tickwheel._build_lines():
+            print(line)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_show_version, is_eager=True,
+        help="print the version, and whether the core is compiled, and exit")] = False,
+             ) -> None:
+    pass
+
+
+def progress_bar(*columns: ProgressColumn) -> Progress:
+    # Shown on a terminal only: elsewhere a bar still writes a blank line, and a pipe
+    # closed early (| head) would then stop the work itself, not just its printing.
+    return Progress(*Progress.get_default_columns(), *columns, console=console,
+                    transient=True, disable=not console.is_terminal)
+
+
+def print_error(message: str) -> None:
+    console.print(message, style="red", soft_wrap=True)  # one line, whatever its length
+
+
+def warn_no_input(input: Path) -> None:
+    # An empty run is valid (a day without events), but more often a wrong directory.
+    console.print(f"no input files in {input}: the engines read {INPUT_NAMES}",
+                  style="yellow")
+
+
+
+
+def stopping_on_signals(when: str = "after this batch",
+                     ) -> contextlib.AbstractContextManager[threading.Event]:
+    """SIGINT and SIGTERM set the event (the run stops at a batch boundary); a second
+    SIGINT interrupts at once."""
+    return stop_on_signals(lambda name: console.print(f"{name}: stopping {when}"))
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "es" if noun.endswith("ch") else "s")
