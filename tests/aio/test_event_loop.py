@@ -556,3 +556,76 @@ def test_the_policy_makes_asyncio_run_use_the_wheel() -> None:
         assert asyncio.run(main())
     finally:
         asyncio.set_event_loop_policy(None)
+
+
+# -- the shortcuts, each switchable ------------------------------------------------------
+
+def test_with_every_shortcut_off_the_loop_runs_the_same_callbacks_in_the_same_order(
+        ) -> None:
+    def run(shortcuts: aio.LoopShortcuts) -> list[int]:
+        loop = aio.new_event_loop(shortcuts=shortcuts)
+        ran: list[int] = []
+
+        async def main() -> None:
+            handles = [loop.call_later(d / 1000, ran.append, i)
+                       for i, d in enumerate((5, 1, 3, 1, 4, 2))]
+            handles[2].cancel()
+            await asyncio.sleep(0.02)
+
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+        return ran
+
+    off = aio.LoopShortcuts(bound_methods=False, direct_clock=False, hidden_handles=False)
+    assert run(aio.LoopShortcuts()) == run(off) == [1, 3, 5, 4, 0]
+
+
+def test_bound_methods_off_leaves_call_later_the_classs_own_method() -> None:
+    on, off = aio.new_event_loop(), aio.new_event_loop(
+        shortcuts=aio.LoopShortcuts(bound_methods=False))
+    try:
+        assert "call_later" in vars(on) and "call_at" in vars(on)
+        assert "call_later" not in vars(off) and "call_at" not in vars(off)
+        assert off.call_later(3600.0, int).when() > off.time()
+    finally:
+        on.close()
+        off.close()
+
+
+def test_direct_clock_off_reads_every_time_through_loop_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = 0
+    stock_time = asyncio.BaseEventLoop.time
+
+    def counted(self: asyncio.BaseEventLoop) -> float:
+        nonlocal reads
+        reads += 1
+        return stock_time(self)
+
+    # The class's own method, replaced before the loops exist: still "the stock method"
+    # to the shortcut, which then reads time.monotonic() without calling it.
+    monkeypatch.setattr(asyncio.BaseEventLoop, "time", counted)
+    for direct, expected in ((True, 0), (False, 100)):
+        loop = aio.new_event_loop(shortcuts=aio.LoopShortcuts(direct_clock=direct))
+        try:
+            reads = 0
+            for _ in range(100):
+                loop.call_later(3600.0, int)
+            assert reads == expected, direct
+        finally:
+            loop.close()
+
+
+@hides
+def test_hidden_handles_off_leaves_a_running_loops_handles_tracked() -> None:
+    loop = aio.new_event_loop(shortcuts=aio.LoopShortcuts(hidden_handles=False))
+
+    async def main() -> bool:
+        return gc.is_tracked(loop.call_later(3600.0, int))
+
+    try:
+        assert loop.run_until_complete(main()) is True
+    finally:
+        loop.close()

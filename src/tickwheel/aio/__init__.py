@@ -20,6 +20,7 @@ from tickwheel.aio._scheduler import (
     call_later,
     scheduler_for,
 )
+from tickwheel.aio._shortcuts import LoopShortcuts
 from tickwheel.aio._timeout import Timeout, timeout, timeout_at
 
 if sys.version_info < (3, 14):
@@ -28,6 +29,7 @@ if sys.version_info < (3, 14):
 __all__ = [
     "EventLoop",
     "EventLoopPolicy",
+    "LoopShortcuts",
     "RecurringHandle",
     "SchedulerStats",
     "Timeout",

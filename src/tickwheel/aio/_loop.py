@@ -19,6 +19,7 @@ from typing import Any
 
 from tickwheel.aio._handle import TimerHandle
 from tickwheel.aio._scheduler import SchedulerStats, WheelScheduler, register
+from tickwheel.aio._shortcuts import LoopShortcuts
 
 __all__ = ["EventLoop", "EventLoopPolicy", "new_event_loop"]
 
@@ -30,6 +31,7 @@ else:  # it also knows the marks of older coroutine functions (AsyncMock on 3.11
     from asyncio import iscoroutinefunction
 #: The stock loop's call_at, which arms the wheel's sentinel in the base loop's heap.
 _BASE_CALL_AT = asyncio.SelectorEventLoop.call_at
+_ALL_SHORTCUTS = LoopShortcuts()
 #: Frames kept per scheduling stack in debug mode (asyncio keeps as many).
 _DEBUG_STACK_DEPTH = 10
 
@@ -39,18 +41,21 @@ class EventLoop(asyncio.SelectorEventLoop):
     ``TimingWheelTimer``: O(1) to schedule and to cancel, with no cancelled handles
     left behind in a heap."""
 
-    def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
-        self._wheel = WheelScheduler(self, _BASE_CALL_AT)
+    def __init__(self, selector: selectors.BaseSelector | None = None, *,
+                 shortcuts: LoopShortcuts = _ALL_SHORTCUTS) -> None:
+        self.shortcuts = shortcuts
+        self._wheel = WheelScheduler(self, _BASE_CALL_AT, direct_clock=shortcuts.direct_clock)
         super().__init__(selector)
         register(self, self._wheel)
         cls = type(self)
-        # A Python method costs a frame on every call; the scheduler's compiled methods
-        # take the same arguments, so the instance binds them directly. A subclass that
-        # overrides either method keeps its own.
-        if cls.call_at is EventLoop.call_at:
-            self.call_at = self._wheel.loop_call_at  # type: ignore[method-assign]
-        if cls.call_later is EventLoop.call_later:
-            self.call_later = self._wheel.loop_call_later  # type: ignore[method-assign]
+        # Shortcut (LoopShortcuts.bound_methods): a Python method costs a frame on every
+        # call; the scheduler's compiled methods take the same arguments, so the
+        # instance binds them directly. A subclass that overrides either keeps its own.
+        if shortcuts.bound_methods:
+            if cls.call_at is EventLoop.call_at:
+                self.call_at = self._wheel.loop_call_at  # type: ignore[method-assign]
+            if cls.call_later is EventLoop.call_later:
+                self.call_later = self._wheel.loop_call_later  # type: ignore[method-assign]
 
     # typeshed types these as returning asyncio.TimerHandle; the handle here has its
     # API without being a subclass (see _handle.py).
@@ -76,7 +81,8 @@ class EventLoop(asyncio.SelectorEventLoop):
         if self.is_running():
             super().run_forever()  # refused with the stock loop's error
             return
-        self._wheel.start_hiding()
+        if self.shortcuts.hidden_handles:
+            self._wheel.start_hiding()
         try:
             super().run_forever()
         finally:
@@ -125,10 +131,11 @@ class EventLoop(asyncio.SelectorEventLoop):
                 f"timers={len(self._wheel)}>")
 
 
-def new_event_loop() -> EventLoop:
+def new_event_loop(*, shortcuts: LoopShortcuts = _ALL_SHORTCUTS) -> EventLoop:
     """A new :class:`EventLoop`, for ``asyncio.Runner(loop_factory=...)`` or, from
-    Python 3.12, ``asyncio.run(main(), loop_factory=...)``."""
-    return EventLoop()
+    Python 3.12, ``asyncio.run(main(), loop_factory=...)`` (``functools.partial`` it
+    to pass ``shortcuts``)."""
+    return EventLoop(shortcuts=shortcuts)
 
 
 if sys.version_info < (3, 14):

@@ -162,14 +162,18 @@ class WheelScheduler:
         self,
         loop: asyncio.AbstractEventLoop,
         arm_at: Callable[..., asyncio.TimerHandle] | None = None,
+        *,
+        direct_clock: bool = True,
     ) -> None:
         self._loop_ref = weakref.ref(loop)
         self._arm_at = arm_at
-        # loop.time() is read on every schedule. The stock method only returns
-        # time.monotonic(), through a Python frame; while it is neither overridden nor
-        # replaced on the instance, the clock is read directly.
+        # Shortcut (LoopShortcuts.direct_clock): loop.time() is read on every schedule,
+        # and the stock method only returns time.monotonic() through a Python frame;
+        # while it is neither overridden nor replaced on the instance, the clock is
+        # read directly.
         attrs = getattr(loop, "__dict__", None)
-        self._stock_time = type(loop).time is asyncio.BaseEventLoop.time and attrs is not None
+        self._stock_time = (direct_clock and type(loop).time is asyncio.BaseEventLoop.time
+                            and attrs is not None)
         self._loop_attrs: dict[str, object] = attrs if attrs is not None else {}
         self._timer = TimingWheelTimer(tick_ms=1, clock=_LoopClock(self), executor=None)
         # Held weakly, as the loop is: the sentinel holds the loop, and the loop's own
@@ -386,10 +390,11 @@ class WheelScheduler:
     # -- the collector ----------------------------------------------------------------
 
     def start_hiding(self) -> None:
-        """Hide each new handle from the cyclic collector while it waits in the wheel
-        (where the package is compiled). Only for a loop that is about to run, which
-        calls :meth:`expose_pending` as it stops: a running loop is reachable from its
-        own frame, and so is every handle in its wheel."""
+        """Shortcut (LoopShortcuts.hidden_handles): hide each new handle from the
+        cyclic collector while it waits in the wheel (where the package is compiled).
+        Only for a loop that is about to run, which calls :meth:`expose_pending` as it
+        stops: a running loop is reachable from its own frame, and so is every handle
+        in its wheel."""
         if not self.closed:
             self._hide = hide
 

@@ -209,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="concurrent tasks in A2 (default: %(default)s)")
     ai.add_argument("--workloads", default="A1,A2,A3")
     ai.add_argument("--repeat", type=_positive, default=3, help="repetitions (median reported)")
+    ai.add_argument("--shortcuts", action="store_true",
+                    help="also the tickwheel loop with each of its shortcuts off, and with "
+                         "all off (tickwheel.aio.LoopShortcuts)")
     pg = sub.add_parser("purgatory", help="1M operations on 100k keys vs a naive baseline")
     pg.add_argument("--operations", type=_operations, default=1_000_000)
     pg.add_argument("--repeat", type=_positive, default=3, help="repetitions (median reported)")
@@ -375,7 +378,7 @@ def _pure_timers(args: argparse.Namespace) -> int:
 
 def _asyncio(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import tickwheel
-    from tickwheel.bench._asyncio import available_loops, run_asyncio
+    from tickwheel.bench._asyncio import SHORTCUT_LOOPS, available_loops, run_asyncio
 
     for name in ("n", "tasks", "repeat"):
         if getattr(args, name) < 1:
@@ -385,6 +388,8 @@ def _asyncio(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if unknown:
         parser.error(f"--workloads: unknown {unknown}; choose from A1, A2, A3")
     loops = available_loops()
+    if args.shortcuts:
+        loops = [*loops, *SHORTCUT_LOOPS]
     start = time.monotonic()
     results = run_asyncio(
         args.n, args.tasks, args.repeat, loops, workloads,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import functools
 import gc
 import random
 import statistics
@@ -65,11 +66,22 @@ def available_loops() -> list[str]:
     return list(LOOPS)
 
 
+#: The tickwheel loop with one shortcut off ("tickwheel/-NAME"), or all ("tickwheel/plain").
+SHORTCUT_LOOPS = ("tickwheel/-bound_methods", "tickwheel/-direct_clock",
+                  "tickwheel/-hidden_handles", "tickwheel/plain")
+
+
 def _factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
     if name == "asyncio":
         return asyncio.SelectorEventLoop
     if name == "tickwheel":
         return aio.new_event_loop
+    if name in SHORTCUT_LOOPS:
+        every = name != "tickwheel/plain"
+        off = name.removeprefix("tickwheel/-")
+        names = ("bound_methods", "direct_clock", "hidden_handles")
+        shortcuts = aio.LoopShortcuts(**{n: every and n != off for n in names})
+        return functools.partial(aio.new_event_loop, shortcuts=shortcuts)
     import uvloop
 
     return uvloop.new_event_loop
