@@ -115,10 +115,13 @@ def test_input_over_the_byte_budget_is_read_in_several_micro_batches(
     assert (result.held, result.pending) == (0, expected.pending)
 
 
-@pytest.mark.parametrize(("seed", "retention"), [(1, None), (2, 300)])
+# The last: workers that keep nothing, reading every partition from the state.
+@pytest.mark.parametrize(("seed", "retention", "worker_cache"),
+                         [(1, None, True), (2, 300, True), (2, 300, False)])
 def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path: Path,
                                                             seed: int,
-                                                            retention: int | None) -> None:
+                                                            retention: int | None,
+                                                            worker_cache: bool) -> None:
     log = tmp_path / "in"
     write_files(random_log(seed), log, files=4)
     expected = reference(log, retention)
@@ -133,7 +136,7 @@ def test_outcomes_and_quarantine_equal_the_reference_engine(spark: Any, tmp_path
     sink = OutcomeSink(processor, max_batch_size=50, congestion_retry_delay_ms=5)
     engine = SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
                          lateness_ms=LATENESS_MS, partitions=2, max_files_per_trigger=1,
-                         dedupe_retention_ms=retention, sink=sink)
+                         dedupe_retention_ms=retention, sink=sink, worker_cache=worker_cache)
     result = engine.run()
     delivery = sink.close()
 

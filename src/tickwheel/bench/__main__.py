@@ -117,10 +117,14 @@ def _follow(args: argparse.Namespace) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     runs = []
+    caches = {"on": [True], "off": [False], "both": [True, False]}[args.worker_cache]
     for engine in args.engines:
-        progress(f"{engine} engine, {args.rate:,} events/s for {args.minutes} minutes")
-        runs.append(run_follow(engine, args.rate, args.minutes, args.lateness_ms,
-                               args.trigger_ms, args.master, progress, args.driver_memory))
+        for cache in caches if engine == "spark" else [True]:
+            progress(f"{engine} engine{'' if cache else ', no worker cache'}, "
+                     f"{args.rate:,} events/s for {args.minutes} minutes")
+            runs.append(run_follow(engine, args.rate, args.minutes, args.lateness_ms,
+                                   args.trigger_ms, args.master, progress, args.driver_memory,
+                                   worker_cache=cache))
     memory = "" if args.driver_memory is None else f" --driver-memory {args.driver_memory}"
     print(f"follow mode at {args.rate:,} events/s for {args.minutes} minutes, --lateness-ms "
           f"{args.lateness_ms} --trigger-ms {args.trigger_ms}, Spark on {args.master}{memory}: "
@@ -263,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     fo.add_argument("--master", default="local[2]")
     fo.add_argument("--driver-memory", type=_driver_memory, default=None,
                     help="the Spark engine's --driver-memory (default: its own)")
+    fo.add_argument("--worker-cache", choices=("on", "off", "both"), default="on",
+                    help="Spark: whether Python workers keep the partitions they ran last; "
+                         "both runs the engine once each way (default: %(default)s)")
     sc = sub.add_parser("schedules", help="next occurrences against cron libraries, and "
                                           "the memory of schedules on a timer")
     sc.add_argument("--n", type=_positive, default=1_000_000,

@@ -51,6 +51,9 @@ class Minute:
     engine_rss_mb: float
     jvm_rss_mb: float
     workers_rss_mb: float
+    #: CPU seconds the service's processes used in this minute (children they reaped
+    #: included): what a batch costs, where delays hide it below the trigger.
+    cpu_s: float = float("nan")
 
 
 @dataclass
@@ -82,6 +85,18 @@ def _rss_mb(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds used by these processes and the children they reaped."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = Path(f"/proc/{pid}/stat").read_text()
+            fields = text[text.rindex(")") + 2:].split()
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / ticks
 
 
 def _is_jvm(pid: int) -> bool:
@@ -182,8 +197,8 @@ class _Delays(BatchFileReader):
 
 def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger_ms: int,
                master: str, progress: Callable[[str], None],
-               driver_memory: str | None = None) -> FollowRun:
-    run = FollowRun(engine, rate)
+               driver_memory: str | None = None, worker_cache: bool = True) -> FollowRun:
+    run = FollowRun(engine if worker_cache else f"{engine}, no worker cache", rate)
     cli = [sys.executable, "-m", "tickwheel.cli"]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-follow-") as tmp:
@@ -198,6 +213,8 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
             command += ["--master", master]
             if driver_memory is not None:
                 command += ["--driver-memory", driver_memory]
+            if not worker_cache:
+                command.append("--no-worker-cache")
         log_path = Path(tmp) / "engine.log"
         with open(log_path, "w") as log_file:
             service = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
@@ -218,6 +235,7 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
             run.started_ms = time.time_ns() // 1_000_000
             delays = _Delays(output / "outcomes", run)
             delays.start()
+            cpu_before = _cpu_s([service.pid, *_descendants(service.pid)])
             try:
                 for minute in range(1, int(minutes) + 1):
                     while time.monotonic() < started + 60 * minute:
@@ -228,6 +246,7 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
                     values = _scrape(port)
                     children = _descendants(service.pid)
                     jvms = [pid for pid in children if _is_jvm(pid)]
+                    cpu_now = _cpu_s([service.pid, *children])
                     run.minutes.append(Minute(
                         minute, values.get("pending", float("nan")),
                         values.get("held", float("nan")),
@@ -235,7 +254,9 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
                         values.get("state_bytes", float("nan")) / 1e6,
                         _du_mb(output / "_checkpoint"), _rss_mb(service.pid),
                         sum(_rss_mb(pid) for pid in jvms),
-                        sum(_rss_mb(pid) for pid in children if pid not in jvms)))
+                        sum(_rss_mb(pid) for pid in children if pid not in jvms),
+                        cpu_now - cpu_before))
+                    cpu_before = cpu_now
                     m = run.minutes[-1]
                     progress(f"{engine}, minute {minute}: {m.pending:,.0f} pending, lag "
                              f"{m.lag_ms:,.0f} ms, RSS {m.engine_rss_mb:,.0f} MB, JVM "
@@ -271,8 +292,9 @@ def follow_table(runs: list[FollowRun]) -> str:
         lines.append(f"| {run.engine} | {len(run.expiry_ms):,} | {_quantiles(run.expiry_ms)} "
                      f"| {len(run.completion_ms):,} | {_quantiles(run.completion_ms)} |")
     lines += ["", "| engine | minute | expiries | their p99 ms | pending | held | lag ms "
-              "| state MB | checkpoint MB | engine RSS MB | JVM RSS MB | workers' RSS MB |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| state MB | checkpoint MB | engine RSS MB | JVM RSS MB | workers' RSS MB "
+              "| CPU s |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         for m in run.minutes:
             within = _expiries_in_minute(run, m.minute)
@@ -281,7 +303,8 @@ def follow_table(runs: list[FollowRun]) -> str:
                          f"| {m.pending:,.0f} | {m.held:,.0f} "
                          f"| {m.lag_ms:,.0f} | {m.state_mb:,.1f} | {m.checkpoint_mb:,.1f} "
                          f"| {m.engine_rss_mb:,.0f} "
-                         f"| {m.jvm_rss_mb:,.0f} | {m.workers_rss_mb:,.0f} |")
+                         f"| {m.jvm_rss_mb:,.0f} | {m.workers_rss_mb:,.0f} "
+                         f"| {m.cpu_s:,.1f} |")
     return "\n".join(lines)
 
 

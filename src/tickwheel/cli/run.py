@@ -170,6 +170,9 @@ def run(
              "dispatcher: at least once, each with a stable id; 503, 429 and timeouts "
              "back off, other 5xx retry, other answers go to OUTPUT/dead-letter/ "
              "(needs the service extra)")] = None,
+    worker_cache: Annotated[bool, typer.Option(
+        hidden=True, help="Spark: Python workers keep the partitions they ran last (off "
+                          "only to measure what that saves)")] = True,
 ) -> None:
     """Resolve an event log: every operation's outcome, and every bad row quarantined."""
     try:
@@ -209,7 +212,7 @@ def run(
                        follow=(trigger_ms, clock, metrics_port, stop_timeout_ms),
                        max_future_ms=future, listen=address,
                        processor=user_processor, driver_memory=driver_memory,
-                       settings=spark_settings)
+                       settings=spark_settings, worker_cache=worker_cache)
             return
         if any(option is not None
                for option in (master, partitions, driver_memory, conf)):
@@ -225,7 +228,8 @@ def run(
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
                    checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]", partitions,
                    max_files_per_trigger, final, overwrite, processor=user_processor,
-                   driver_memory=driver_memory, settings=spark_settings)
+                   driver_memory=driver_memory, settings=spark_settings,
+                   worker_cache=worker_cache)
         return
     spark_only = (checkpoint, master, partitions, max_files_per_trigger, driver_memory, conf)
     if any(option is not None for option in spark_only) or not final:
@@ -564,7 +568,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                driver_memory: str | None = None,
                settings: dict[str, str] | None = None,
                max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-               listen: tuple[str, int] | None = None) -> None:
+               listen: tuple[str, int] | None = None, worker_cache: bool = True) -> None:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -598,7 +602,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                                    max_files_per_trigger=max_files_per_trigger,
                                    dedupe_retention_ms=dedupe_retention_ms,
                                    wall_clock=follow is not None and follow[1] is ClockKind.wall,
-                                   sink=sink, max_future_ms=max_future_ms)
+                                   sink=sink, max_future_ms=max_future_ms,
+                                   worker_cache=worker_cache)
         if follow is None and spark_engine.clock == "wall":
             raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
                              "with --follow --clock wall")

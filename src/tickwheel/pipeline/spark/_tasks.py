@@ -281,12 +281,15 @@ _kept: dict[tuple[str, str, int], tuple[bytes, Any]] = {}
 _KEPT_MAX = 4
 
 
-def _kept_partition(where: tuple[str, str, int], token: Any) -> tuple[Any, Any]:
+def _kept_partition(where: tuple[str, str, int], token: Any, keep: bool = True,
+                    ) -> tuple[Any, Any]:
     """``(fresh, stale)``: the objects kept for ``where`` as ``fresh`` if the state's
     token (a ``ValueState``) is the one they were kept with, else as ``stale``, to be
     caught up from the state or let go of (:func:`_discard`). Taken out of the
     worker's memory either way: a call that fails part way leaves nothing behind that
-    the state does not match."""
+    the state does not match. Nothing when the worker keeps nothing (``keep``)."""
+    if not keep:
+        return None, None
     entry = _kept.pop(where, None)
     if entry is None:
         return None, None
@@ -353,7 +356,8 @@ def _read_seen(segments: Any, kept: SeenLog | None, next_segment: int) -> SeenLo
                          for key, value in segments.iterator()), next_segment)
 
 
-def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
+def key_processor(labels: list[int], lateness_ms: int, checkpoint: str,
+                  keep: bool = True) -> Any:
     """Stage 1's processor, grouped by the label of a key partition (``checkpoint``:
     the checkpoint's id, which the worker's kept partitions are filed under)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -375,7 +379,7 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
                 p = partition_of_label[int(key[0])]
                 where = (checkpoint, "key", p)
                 kept: tuple[KeyPartition, EntryLog] | None
-                kept, stale = _kept_partition(where, self.token)
+                kept, stale = _kept_partition(where, self.token, keep)
                 if kept is not None:
                     part, log = kept
                 elif self.head.exists():
@@ -425,7 +429,8 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
                 counted = part.status()  # counts the call: before saving
                 saved = _save(part, log, self.head, self.entries)
                 status = status_json(replace(counted, state_bytes=saved))
-                _keep_partition(where, self.token, (part, log))
+                if keep:
+                    _keep_partition(where, self.token, (part, log))
                 out.append((labels[p], NONE if point is None else point, b"", b"", None,
                             status))
             yield from frames(_PROGRESS_COLUMNS, out)
@@ -437,10 +442,11 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str) -> Any:
 
 
 def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int | None,
-                 checkpoint: str, wall_clock: bool = False) -> Any:
+                 checkpoint: str, wall_clock: bool = False, keep: bool = True) -> Any:
     """Stage 2's processor, grouped by the label of an op-id partition. With
     ``wall_clock``, schedules notice their occurrences at the clock's readings (see
-    :mod:`tickwheel.pipeline.semantics.schedule_book`)."""
+    :mod:`tickwheel.pipeline.semantics.schedule_book`). Without ``keep``, every call
+    reads its partition from the state (the worker keeps nothing)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     partition_of_label = {label: p for p, label in enumerate(labels)}
@@ -458,7 +464,7 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                 q = partition_of_label[int(key[0])]
                 where = (checkpoint, "op", q)
                 kept: tuple[OpPartition, SeenLog, EntryLog] | None
-                kept, stale = _kept_partition(where, self.token)
+                kept, stale = _kept_partition(where, self.token, keep)
                 if kept is not None:
                     part, seen, log = kept
                 elif self.head.exists():
@@ -518,7 +524,10 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                     self.seen_log.updateValue((seen.next - 1,), segment)
                 saved = _save(part, log, self.head, self.entries, seen.next)
                 status = replace(status, state_bytes=saved + seen.bytes)
-                _keep_partition(where, self.token, (part, seen, log))
+                if keep:
+                    _keep_partition(where, self.token, (part, seen, log))
+                else:
+                    part.stage.close()
                 out = output_frames(outcomes, quarantine + duplicates, [status], passed)
             yield from out
 

@@ -204,7 +204,8 @@ class SparkEngine:
                  sink: OutcomeSink | None = None, overwrite: bool = False,
                  wall_clock: bool = False,
                  max_bytes_per_trigger: int | None = DEFAULT_BYTES_PER_TRIGGER,
-                 max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
+                 max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
+                 worker_cache: bool = True) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress). ``sink`` gets every outcome at
         least once: each micro-batch's once its files are written, delivered while the
@@ -225,7 +226,12 @@ class SparkEngine:
 
         Unless ``max_files_per_trigger`` is given, a micro-batch reads about
         ``max_bytes_per_trigger`` of input at most (None: all there is), since its
-        outputs come to the driver: a run over more input than that takes several."""
+        outputs come to the driver: a run over more input than that takes several.
+
+        With ``worker_cache`` (the default), a Python worker keeps the partitions it ran
+        last and goes on from them while the state still holds what they wrote (see
+        :mod:`tickwheel.pipeline.spark._tasks`); without, every call reads its partition
+        from the state. Outcomes are the same either way."""
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
         check_positive_int("max_future_ms", max_future_ms, minimum=0, maximum=MAX_RETENTION_MS)
         if dedupe_retention_ms is not None:
@@ -254,6 +260,7 @@ class SparkEngine:
                                       else max_bytes_per_trigger)
         self.clock = "wall" if wall_clock else "event"
         self.max_future_ms = max_future_ms
+        self.worker_cache = worker_cache
         self.partitions, self.labels = self._settle_partitions(partitions)
         self.checkpoint_id = str(checkpoint_id(checkpoint_dir))
         # The outputs beside the checkpoint are its own from now on.
@@ -360,11 +367,12 @@ class SparkEngine:
             packer(self.labels, self.lateness_ms,
                    self.max_future_ms if self.clock == "wall" else None), CHUNK_SCHEMA)
         progress = chunks.groupBy("grp").transformWithStateInPandas(
-            key_processor(self.labels, self.lateness_ms, self.checkpoint_id),
+            key_processor(self.labels, self.lateness_ms, self.checkpoint_id,
+                          self.worker_cache),
             PROGRESS_SCHEMA, "Append", "None")
         return progress.groupBy("grp").transformWithStateInPandas(
             op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms,
-                         self.checkpoint_id, self.clock == "wall"),
+                         self.checkpoint_id, self.clock == "wall", self.worker_cache),
             OUTPUT_SCHEMA, "Append", "None")
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
