@@ -30,6 +30,7 @@ from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition, Pa
 from tickwheel.pipeline.spark import _entry_log as entry_log
 from tickwheel.pipeline.spark._entry_log import EntryLog
 from tickwheel.pipeline.spark._seen_log import SeenLog
+from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
 from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
 
 
@@ -289,7 +290,7 @@ class _SavedLog:
         if isinstance(part, OpPartition):
             self.seen.write(seen, [(part.stage.take_seen_changes(), part.stage.now)],
                             part.stage.dedupe_retention_ms)
-        self.head = part.head()
+        self.head = encode_head(part.head())
 
     def load(self, worker: int) -> tuple[Any, EntryLog, SeenLog]:
         copy = self.copies.pop(worker, None)
@@ -301,17 +302,18 @@ class _SavedLog:
         if later is not None:
             assert copy is not None
             part = copy[0]
-            if (part.catch_up(self.head, later) if isinstance(part, KeyPartition)
-                    else part.catch_up(self.head, later, seen.ids)):
+            if (part.catch_up(decode_key_head(self.head), later)
+                    if isinstance(part, KeyPartition)
+                    else part.catch_up(decode_op_head(self.head), later, seen.ids)):
                 self.caught_up += 1
                 return part, copy[1], seen
         log, held = EntryLog.read(chunks)
         restored: Any
         if self.op:
-            restored = OpPartition.from_state(self.head, held.items(), seen.ids)
+            restored = OpPartition.from_state(decode_op_head(self.head), held.items(), seen.ids)
             restored.stage.track_seen_changes()
         else:
-            restored = KeyPartition.from_state(self.head, held.items())
+            restored = KeyPartition.from_state(decode_key_head(self.head), held.items())
         restored.track_changes()
         return restored, log, seen
 

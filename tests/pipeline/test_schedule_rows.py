@@ -21,9 +21,10 @@ from tickwheel.pipeline.engines.partitioned import run_partitioned
 from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.io.outputs import write_outcomes
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
-from tickwheel.pipeline.semantics.partition import OpPartition
+from tickwheel.pipeline.semantics.partition import OpHead, OpPartition
 from tickwheel.pipeline.semantics.resolver import OutcomeRow, Resolver
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_KEY
+from tickwheel.pipeline.state.heads import decode_op_head, encode_head
 from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
 from tickwheel.pipeline.tools.report import kind_of, summarize
 from tickwheel.service.webhook import _as_json
@@ -49,6 +50,11 @@ def fired(result: RunResult | list[OutcomeRow]) -> list[tuple[str, int, int]]:
     outcomes = result.outcomes if isinstance(result, RunResult) else result
     return sorted(((o.op_id, o.resolved_ms, o.skipped) for o in outcomes
                    if o.outcome.value == "fired"), key=lambda row: (row[1], row[0]))
+
+
+def saved(part: OpPartition) -> OpHead:
+    """The partition's head as the engines save it and read it back."""
+    return decode_op_head(encode_head(part.head()))
 
 
 def ms(text: str) -> int:
@@ -245,15 +251,15 @@ def test_a_restored_op_partition_fires_as_one_that_never_stopped() -> None:
     first, _ = part.release(2_000)
     changed = part.entries(part.take_changes())
     assert {op_id for op_id, _ in changed} == {SCHEDULE_KEY + "a", SCHEDULE_KEY + "b"}
-    restored = OpPartition.from_state(part.head(), changed, {})
+    restored = OpPartition.from_state(saved(part), changed, {})
     assert isinstance(restored.stage, OpStage)
     second, _ = restored.release(7_001)
     assert fired([*first, *second]) == fired(uninterrupted())
     # An older copy caught up with what was saved since fires nothing twice.
-    copy = OpPartition.from_state(part.head(), changed, {})
+    copy = OpPartition.from_state(saved(part), changed, {})
     later, _ = part.release(5_000)
     assert later
-    assert copy.catch_up(part.head(), dict(part.entries(part.take_changes())), {})
+    assert copy.catch_up(saved(part), dict(part.entries(part.take_changes())), {})
     assert fired(copy.release(7_001)[0]) == fired(part.release(7_001)[0])
 
 

@@ -90,6 +90,7 @@ from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.state.batch_log import BatchLog
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
+from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
 from tickwheel.pipeline.state.seen_segments import SeenSegments
 
 __all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "wall_clock_ms"]
@@ -416,12 +417,12 @@ class LocalFollowEngine:
         batch_id, keys, ops, relied_on = fields
         self.batch_id = batch_id
         key_entries, self._logged["keys"] = self._read_log(self._key_log, _held)
-        self.keys = KeyPartition.from_state(keys, key_entries)
+        self.keys = KeyPartition.from_state(decode_key_head(keys), key_entries)
         self._seen = set(self._read_log(self._files_log, _file_names))
         seen_ids = self._read_seen_ids(batch_id)
         self._state_bytes = len(blob) + self._logs_bytes()
         op_entries, self._logged["ops"] = self._read_log(self._op_log, _held)
-        self.ops = OpPartition.from_state(ops, op_entries, seen_ids)
+        self.ops = OpPartition.from_state(decode_op_head(ops), op_entries, seen_ids)
         self._follow_clock()
         self._check_whole(relied_on)
         self.ops.stage.track_seen_changes()
@@ -574,7 +575,8 @@ class LocalFollowEngine:
             changed = part.entries(part.take_changes())
             entries.append(batch_id, _records(changed))
             self._logged[name] += len(changed)
-        state = marshal.dumps((_STATE_VERSION, batch_id, self.keys.head(), self.ops.head(),
+        state = marshal.dumps((_STATE_VERSION, batch_id, encode_head(self.keys.head()),
+                               encode_head(self.ops.head()),
                                self._relied_on()))
         write_bytes_atomically(state, self._state_path)
         self.batch_id = batch_id

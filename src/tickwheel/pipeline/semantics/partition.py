@@ -20,10 +20,9 @@ input has ended, every row is applied as the reference engine applies it.
 from __future__ import annotations
 
 import bisect
-import marshal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tickwheel.pipeline.contract.events import Quarantined, Reason, Wire, wire_line
 from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, key_order
@@ -31,17 +30,45 @@ from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY
 
-__all__ = ["KeyPartition", "OpPartition", "PartitionStatus"]
+__all__ = ["KeyHead", "KeyPartition", "OpHead", "OpPartition", "PartitionStatus"]
 
 _LONG_MAX = 2**63 - 1
-#: The format of a partition's :meth:`~_Partition.head`.
-_HEAD_VERSION = 1
 
 
-def _check_head(version: int, stage: str) -> None:
-    if version != _HEAD_VERSION:
-        raise ValueError(f"{stage} partition head version {version} is not supported "
-                         f"(this version of tickwheel reads {_HEAD_VERSION})")
+class KeyHead(NamedTuple):
+    """What a key partition saves beside its entries (:meth:`KeyPartition.head`)."""
+
+    partition: int
+    partitions: int
+    lateness_ms: int
+    held: list[Any]
+    release_ms: int | None
+    top_ms: int | None
+    rows_in: int
+    rows_applied: int
+    quarantined: int
+    seq: int
+    quarantined_by_reason: dict[str, int]
+    stage_applied: int
+    now: int | None
+
+
+class OpHead(NamedTuple):
+    """What an op partition saves beside its entries and seen op ids
+    (:meth:`OpPartition.head`)."""
+
+    partition: int
+    lateness_ms: int
+    stage: Any  # the resolver's own head (Resolver.head)
+    held: list[Any]
+    release_ms: int | None
+    top_ms: int | None
+    rows_in: int
+    rows_applied: int
+    quarantined: int
+    seq: int
+    quarantined_by_reason: dict[str, int]
+    outcomes_by_outcome: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +133,13 @@ class _Partition:
         del held[:cut]
         return due
 
-    def _set_progress(self, held: list[Any], release_ms: int | None, top_ms: int | None,
-                      rows_in: int, rows_applied: int, quarantined: int, seq: int,
-                      by_reason: dict[str, int]) -> None:
+    def _take_progress(self, head: KeyHead | OpHead) -> None:
         """Take back the rows held, the time and the counters, as saved."""
-        self.held = held
-        self.release_ms, self.top_ms = release_ms, top_ms
+        self.held = head.held
+        self.release_ms, self.top_ms = head.release_ms, head.top_ms
         self.rows_in, self.rows_applied, self.quarantined, self.seq = (
-            rows_in, rows_applied, quarantined, seq)
-        self.quarantined_by_reason = by_reason
+            head.rows_in, head.rows_applied, head.quarantined, head.seq)
+        self.quarantined_by_reason = head.quarantined_by_reason
 
     def track_changes(self) -> None:
         """Keep what changes, entry by entry, for :meth:`take_changes`."""
@@ -135,7 +160,7 @@ class _Partition:
         """How many entries the partition holds, or at most twice that."""
         raise NotImplementedError
 
-    def head(self) -> bytes:
+    def head(self) -> KeyHead | OpHead:
         """The partition less its entries: its counters, its time, the rows it holds."""
         raise NotImplementedError
 
@@ -234,41 +259,33 @@ class KeyPartition(_Partition):
             return 24 + len(ident)
         return 96 + len(ident[0]) + len(ident[1])
 
-    def head(self) -> bytes:
+    def head(self) -> KeyHead:
         stage = self.stage
-        return marshal.dumps((_HEAD_VERSION, self.partition, stage.partitions,
-                              self.lateness_ms, self.held, self.release_ms, self.top_ms,
-                              self.rows_in, self.rows_applied, self.quarantined, self.seq,
-                              self.quarantined_by_reason, stage.applied, stage.now))
+        return KeyHead(self.partition, stage.partitions, self.lateness_ms, self.held,
+                       self.release_ms, self.top_ms, self.rows_in, self.rows_applied,
+                       self.quarantined, self.seq, self.quarantined_by_reason,
+                       stage.applied, stage.now)
 
     @classmethod
-    def from_state(cls, head: bytes, entries: Iterable[tuple[Any, Any]]) -> KeyPartition:
+    def from_state(cls, head: KeyHead, entries: Iterable[tuple[Any, Any]]) -> KeyPartition:
         """The partition saved as its :meth:`head` and its :meth:`entries` (in the
         order first saved)."""
-        (version, partition, partitions, lateness_ms, held, release_ms, top_ms, rows_in,
-         applied, quarantined, seq, by_reason, stage_applied, now) = marshal.loads(head)
-        _check_head(version, "key")
-        part = cls(partition, partitions, lateness_ms)
-        part._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
-                          by_reason)
-        part.stage.restore_entries(entries, stage_applied, now)
+        part = cls(head.partition, head.partitions, head.lateness_ms)
+        part._take_progress(head)
+        part.stage.restore_entries(entries, head.stage_applied, head.now)
         return part
 
-    def catch_up(self, head: bytes, later: dict[Any, Any]) -> bool:
+    def catch_up(self, head: KeyHead, later: dict[Any, Any]) -> bool:
         """Bring this older copy up to date with the :meth:`head` saved since and the
         entries saved since (None: held no more). False if ``head`` is not this
         partition's."""
-        (version, partition, partitions, lateness_ms, held, release_ms, top_ms, rows_in,
-         applied, quarantined, seq, by_reason, stage_applied, now) = marshal.loads(head)
-        _check_head(version, "key")
         stage = self.stage
-        if ((partition, partitions, lateness_ms) != (self.partition, stage.partitions,
-                                                     self.lateness_ms)
-                or (stage.now is not None and (now is None or now < stage.now))):
+        if ((head.partition, head.partitions, head.lateness_ms)
+                != (self.partition, stage.partitions, self.lateness_ms)
+                or (stage.now is not None and (head.now is None or head.now < stage.now))):
             return False
-        self._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
-                          by_reason)
-        stage.catch_up(later, stage_applied, now)
+        self._take_progress(head)
+        stage.catch_up(later, head.stage_applied, head.now)
         return True
 
 
@@ -366,43 +383,35 @@ class OpPartition(_Partition):
         fields = entry[0]  # the watch's: ts_ms, raw, op_id, keys, ...
         return 160 + len(op_id) + len(fields[1] or "") + sum(64 + len(k) for k in fields[3])
 
-    def head(self) -> bytes:
+    def head(self) -> OpHead:
         """Without the seen op ids, which the caller keeps as a log of
         :meth:`Resolver.take_seen_changes
         <tickwheel.pipeline.semantics.resolver.Resolver.take_seen_changes>`."""
-        return marshal.dumps((_HEAD_VERSION, self.partition, self.lateness_ms,
-                              self.stage.head(), self.held, self.release_ms, self.top_ms,
-                              self.rows_in, self.rows_applied, self.quarantined, self.seq,
-                              self.quarantined_by_reason, self.outcomes_by_outcome))
+        return OpHead(self.partition, self.lateness_ms, self.stage.head(), self.held,
+                      self.release_ms, self.top_ms, self.rows_in, self.rows_applied,
+                      self.quarantined, self.seq, self.quarantined_by_reason,
+                      self.outcomes_by_outcome)
 
     @classmethod
-    def from_state(cls, head: bytes, entries: Iterable[tuple[str, Any]],
+    def from_state(cls, head: OpHead, entries: Iterable[tuple[str, Any]],
                    seen: dict[str, int]) -> OpPartition:
         """The partition saved as its :meth:`head`, its :meth:`entries` (in the order
         first saved) and its seen op ids."""
-        (version, partition, lateness_ms, stage, held, release_ms, top_ms, rows_in, applied,
-         quarantined, seq, by_reason, by_outcome) = marshal.loads(head)
-        _check_head(version, "op")
-        part = cls(partition, lateness_ms)
-        restored = OpStage.restore_ops(stage, (entry for _, entry in entries), seen)
+        part = cls(head.partition, head.lateness_ms)
+        restored = OpStage.restore_ops(head.stage, (entry for _, entry in entries), seen)
         assert isinstance(restored, OpStage)
         part.stage = restored
-        part._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
-                          by_reason)
-        part.outcomes_by_outcome = by_outcome
+        part._take_progress(head)
+        part.outcomes_by_outcome = head.outcomes_by_outcome
         return part
 
-    def catch_up(self, head: bytes, later: dict[Any, Any], seen: dict[str, int]) -> bool:
+    def catch_up(self, head: OpHead, later: dict[Any, Any], seen: dict[str, int]) -> bool:
         """Bring this older copy up to date with the :meth:`head`, entries (None: no
         longer pending) and seen op ids saved since. False if it cannot be: the copy
         must then be let go of (:meth:`OpStage.close`) and the state read whole."""
-        (version, partition, lateness_ms, stage, held, release_ms, top_ms, rows_in, applied,
-         quarantined, seq, by_reason, by_outcome) = marshal.loads(head)
-        _check_head(version, "op")
-        if ((partition, lateness_ms) != (self.partition, self.lateness_ms)
-                or not self.stage.catch_up_ops(stage, later, seen)):
+        if ((head.partition, head.lateness_ms) != (self.partition, self.lateness_ms)
+                or not self.stage.catch_up_ops(head.stage, later, seen)):
             return False
-        self._set_progress(held, release_ms, top_ms, rows_in, applied, quarantined, seq,
-                          by_reason)
-        self.outcomes_by_outcome = by_outcome
+        self._take_progress(head)
+        self.outcomes_by_outcome = head.outcomes_by_outcome
         return True

@@ -59,6 +59,7 @@ from tickwheel.pipeline.spark._wire import (
     status_json,
 )
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
+from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -265,7 +266,7 @@ def _save(part: KeyPartition | OpPartition, log: EntryLog, head: Any, entries: A
         entries.clear()
     for number, chunk in enumerate(written, first):
         entries.updateValue((number,), chunk)
-    saved = part.head()
+    saved = encode_head(part.head())
     head.update((saved, log.chunks, segments))
     return len(saved) + log.bytes
 
@@ -386,12 +387,12 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str,
                     head, chunks, _ = self.head.get()
                     log, held, caught_up = _read_entries(
                         self.entries, None if stale is None else stale[1], chunks)
-                    if caught_up and stale[0].catch_up(head, held):
+                    if caught_up and stale[0].catch_up(decode_key_head(head), held):
                         part = stale[0]
                     else:
                         if caught_up:
                             log, held, _ = _read_entries(self.entries, None, chunks)
-                        part = KeyPartition.from_state(head, held.items())
+                        part = KeyPartition.from_state(decode_key_head(head), held.items())
                         part.track_changes()
                 else:
                     log, part = EntryLog(), KeyPartition(p, partitions, lateness_ms)
@@ -473,14 +474,14 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                                       segments)
                     log, held, caught_up = _read_entries(
                         self.entries, None if stale is None else stale[2], chunks)
-                    if caught_up and stale[0].catch_up(head, held, seen.ids):
+                    if caught_up and stale[0].catch_up(decode_op_head(head), held, seen.ids):
                         part = stale[0]
                     else:
                         if stale is not None:
                             _discard(stale)
                         if caught_up:
                             log, held, _ = _read_entries(self.entries, None, chunks)
-                        part = OpPartition.from_state(head, held.items(), seen.ids)
+                        part = OpPartition.from_state(decode_op_head(head), held.items(), seen.ids)
                         part.stage.track_seen_changes()
                         part.track_changes()
                 else:
