@@ -44,8 +44,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two test processes or more (one per core, at most four): most of the slow tests wait on
+# a JVM or a child process, and each process starts its own Spark session.
 unit: $(STAMP)
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q -n auto --maxprocesses 4 --durations=15
 
 # The core (timers, purgatory, dispatcher, asyncio loop) on Python 3.13 as well: a plain
 # isolated `pip install .` compiles it for that interpreter, then its tests and CPython
