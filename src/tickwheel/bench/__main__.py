@@ -1,5 +1,5 @@
 """``python -m tickwheel.bench {timers,asyncio,purgatory,dispatcher,pipeline,pending,
-follow,schedules,service}``: prints medians and ratios."""
+follow,schedules,service,locks}``: prints medians and ratios."""
 
 from __future__ import annotations
 
@@ -192,6 +192,19 @@ def _service(args: argparse.Namespace) -> int:
     return 0
 
 
+def _locks(args: argparse.Namespace) -> int:
+    import platform
+
+    from tickwheel._mutex import native
+    from tickwheel.bench._locks import lock_table, run_locks
+
+    print(f"\nlocks benchmark: Python {platform.python_version()}, Mutex over the C lock: "
+          f"{native}; median of {args.repeat} runs of {args.n:,} cycles, uncontended, "
+          "called from Python; ratio to threading.Lock in parentheses\n")
+    print(lock_table(run_locks(args.n, args.repeat)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tickwheel.bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -306,13 +319,17 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--master", default="local[2]")
     sv.add_argument("--phases", type=_phases, default=("batch", "single", "fire"),
                     help="comma-separated: batch, single, fire (default: all)")
+    lk = sub.add_parser("locks", help="the timers' lock (Mutex) against threading.Lock")
+    lk.add_argument("--n", type=_positive, default=2_000_000,
+                    help="lock cycles per measurement (default: %(default)s)")
+    lk.add_argument("--repeat", type=_positive, default=7, help="repetitions (median reported)")
     args = parser.parse_args(argv)
 
     import tickwheel
 
 
     by_name = {"follow": _follow, "pipeline": _pipeline, "pending": _pending,
-               "schedules": _schedules, "service": _service}
+               "schedules": _schedules, "service": _service, "locks": _locks}
     if args.what in by_name:
         return by_name[args.what](args)
 
