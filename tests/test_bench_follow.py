@@ -8,7 +8,8 @@ import subprocess
 import sys
 import threading
 
-from tickwheel.bench._follow import FollowRun, Minute, _descendants, follow_table
+from tests.conftest import eventually
+from tickwheel.bench._follow import FollowRun, Minute, _cpu_s, _descendants, follow_table
 
 
 def test_the_report_splits_the_expiries_tail_by_the_minute_their_files_were_written(
@@ -20,13 +21,14 @@ def test_the_report_splits_the_expiries_tail_by_the_minute_their_files_were_writ
         run.expiry_ms.append(1_200)
         run.expiry_written_ms.append(1_060_000 + 10 * i)
     run.minutes = [Minute(1, 300, 10, 6_000, 1.5, 2.0, 200, 800, 300),
-                   Minute(2, 290, 0, 3_000, 1.6, 9.0, 210, 900, 400)]
+                   Minute(2, 290, 0, 3_000, 1.6, 9.0, 210, 900, 400, cpu_s=95.25)]
     table = follow_table([run])
     assert "| spark | 200 | 2,100 | 3,000 | 20,000 |" in table  # p50, p99, max overall
     assert "| spark | 1 | 100 | 20,000 | 300 |" in table
     assert "| spark | 2 | 100 | 1,200 | 290 |" in table
-    # The state as saved, the checkpoint; the engine, its JVM, its workers.
-    assert table.endswith("| 1.6 | 9.0 | 210 | 900 | 400 |")
+    # The state as saved, the checkpoint; the engine, its JVM, its workers; the CPU
+    # seconds of them all in the minute.
+    assert table.endswith("| 1.6 | 9.0 | 210 | 900 | 400 | 95.2 |")
 
 
 def test_children_started_by_any_thread_count_as_the_engines() -> None:
@@ -41,3 +43,14 @@ def test_children_started_by_any_thread_count_as_the_engines() -> None:
     finally:
         started[0].kill()
         started[0].wait()
+
+
+def test_cpu_seconds_count_a_busy_child_and_nothing_for_a_gone_process() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        before = _cpu_s([busy.pid])
+        assert eventually(lambda: _cpu_s([busy.pid]) >= before + 0.2, 60)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert _cpu_s([busy.pid]) == 0.0  # reaped: nothing to read
