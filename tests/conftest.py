@@ -58,9 +58,3 @@ def eventually(predicate: Callable[[], bool], timeout_s: float = 30.0, *,
         time.sleep(0.005)
     return predicate()
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The slow and Spark tests first: pytest-xdist hands tests out in this order, so
-    # they spread over the test processes instead of piling up at the end on one.
-    items.sort(key=lambda item: not any(item.get_closest_marker(name)
-                                        for name in ("slow", "spark")))
