@@ -124,8 +124,11 @@ def _follow(args: argparse.Namespace) -> int:
                      f"{args.rate:,} events/s for {args.minutes} minutes")
             runs.append(run_follow(engine, args.rate, args.minutes, args.lateness_ms,
                                    args.trigger_ms, args.master, progress, args.driver_memory,
-                                   worker_cache=cache))
+                                   worker_cache=cache,
+                                   dedupe_retention_ms=args.dedupe_retention_ms))
     memory = "" if args.driver_memory is None else f" --driver-memory {args.driver_memory}"
+    if args.dedupe_retention_ms is not None:
+        memory += f" --dedupe-retention-ms {args.dedupe_retention_ms}"
     print(f"follow mode at {args.rate:,} events/s for {args.minutes} minutes, --lateness-ms "
           f"{args.lateness_ms} --trigger-ms {args.trigger_ms}, Spark on {args.master}{memory}: "
           "delay after the deadline (expiries) or after resolved_ms (other outcomes) until the "
@@ -280,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     fo.add_argument("--master", default="local[2]")
     fo.add_argument("--driver-memory", type=_driver_memory, default=None,
                     help="the Spark engine's --driver-memory (default: its own)")
+    fo.add_argument("--dedupe-retention-ms", type=_non_negative, default=None,
+                    help="the engines' --dedupe-retention-ms (default: their own)")
     fo.add_argument("--worker-cache", choices=("on", "off", "both"), default="on",
                     help="Spark: whether Python workers keep the partitions they ran last; "
                          "both runs the engine once each way (default: %(default)s)")

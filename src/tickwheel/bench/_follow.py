@@ -197,7 +197,8 @@ class _Delays(BatchFileReader):
 
 def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger_ms: int,
                master: str, progress: Callable[[str], None],
-               driver_memory: str | None = None, worker_cache: bool = True) -> FollowRun:
+               driver_memory: str | None = None, worker_cache: bool = True,
+               dedupe_retention_ms: int | None = None) -> FollowRun:
     run = FollowRun(engine if worker_cache else f"{engine}, no worker cache", rate)
     cli = [sys.executable, "-m", "tickwheel.cli"]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
@@ -209,6 +210,8 @@ def run_follow(engine: str, rate: int, minutes: float, lateness_ms: int, trigger
                    "--input", str(inbox), "--output", str(output),
                    "--lateness-ms", str(lateness_ms), "--trigger-ms", str(trigger_ms),
                    "--metrics-port", str(port)]
+        if dedupe_retention_ms is not None:
+            command += ["--dedupe-retention-ms", str(dedupe_retention_ms)]
         if engine == "spark":
             command += ["--master", master]
             if driver_memory is not None:
