@@ -428,3 +428,12 @@ def test_statuses_read_while_a_batch_forgets_a_listed_file_are_the_newer_files(
     monkeypatch.setattr(pq, "read_table", racing)
     statuses = latest_statuses(tmp_path)
     assert [(s.stage, s.seq) for s in statuses] == [("key", 5), ("op", 5)]
+
+
+def test_a_status_file_that_never_reads_fails_the_reader_instead_of_hanging_it(
+        tmp_path: Path) -> None:
+    from tickwheel.pipeline.spark.engine import latest_statuses
+
+    (tmp_path / "batch-000000001.parquet").symlink_to(tmp_path / "nowhere.parquet")
+    with pytest.raises(FileNotFoundError):
+        latest_statuses(tmp_path)

@@ -165,12 +165,17 @@ def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
 
 
 
+#: Listings of the status files a reader makes before a file that vanishes each time
+#: is an error, not a race with a running batch.
+_STATUS_LISTINGS = 8
+
+
 def latest_statuses(status_dir: Path) -> list[PartitionStatus]:
     """The latest counters of each partition of each stage in a checkpoint's status
     files, read while a running engine may write and forget them."""
     import pyarrow.parquet as pq
 
-    while True:
+    for attempt in range(_STATUS_LISTINGS):
         latest: dict[tuple[str, int], PartitionStatus] = {}
         try:
             for path in sorted(status_dir.glob("*.parquet")):
@@ -181,9 +186,13 @@ def latest_statuses(status_dir: Path) -> list[PartitionStatus]:
                         latest[status.stage, status.partition] = status
         except FileNotFoundError:
             # A batch forgot a file this listing named, which it does only once a
-            # newer file holds every partition: the next listing sees that one.
+            # newer file holds every partition: the next listing sees that one. A
+            # name that never reads (a dangling link) fails after a few listings.
+            if attempt == _STATUS_LISTINGS - 1:
+                raise
             continue
         return [latest[k] for k in sorted(latest)]
+    raise AssertionError("unreachable")
 
 class SparkEngine:
     """Runs the query over ``input_dir`` until the input read so far is processed.
