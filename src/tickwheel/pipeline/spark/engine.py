@@ -173,26 +173,26 @@ _STATUS_LISTINGS = 8
 def latest_statuses(status_dir: Path) -> list[PartitionStatus]:
     """The latest counters of each partition of each stage in a checkpoint's status
     files, read while a running engine may write and forget them."""
+    for _ in range(_STATUS_LISTINGS - 1):
+        # A batch forgets a file a listing named only once a newer file holds every
+        # partition: the next listing sees that one. A name that never reads (a
+        # dangling link) fails the last listing.
+        with contextlib.suppress(FileNotFoundError):
+            return _read_statuses(status_dir)
+    return _read_statuses(status_dir)
+
+
+def _read_statuses(status_dir: Path) -> list[PartitionStatus]:
     import pyarrow.parquet as pq
 
-    for attempt in range(_STATUS_LISTINGS):
-        latest: dict[tuple[str, int], PartitionStatus] = {}
-        try:
-            for path in sorted(status_dir.glob("*.parquet")):
-                for text in pq.read_table(path)["status"].to_pylist():
-                    status = PartitionStatus(**json.loads(text))
-                    known = latest.get((status.stage, status.partition))
-                    if known is None or status.seq >= known.seq:  # in batch order
-                        latest[status.stage, status.partition] = status
-        except FileNotFoundError:
-            # A batch forgot a file this listing named, which it does only once a
-            # newer file holds every partition: the next listing sees that one. A
-            # name that never reads (a dangling link) fails after a few listings.
-            if attempt == _STATUS_LISTINGS - 1:
-                raise
-            continue
-        return [latest[k] for k in sorted(latest)]
-    raise AssertionError("unreachable")
+    latest: dict[tuple[str, int], PartitionStatus] = {}
+    for path in sorted(status_dir.glob("*.parquet")):
+        for text in pq.read_table(path)["status"].to_pylist():
+            status = PartitionStatus(**json.loads(text))
+            known = latest.get((status.stage, status.partition))
+            if known is None or status.seq >= known.seq:  # files in batch order
+                latest[status.stage, status.partition] = status
+    return [latest[k] for k in sorted(latest)]
 
 class SparkEngine:
     """Runs the query over ``input_dir`` until the input read so far is processed.
