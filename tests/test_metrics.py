@@ -198,6 +198,8 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
         refused_too_large: int = 0
         backlog_rows: int = 12
         keys: int = 4
+        retired_files: int = 7
+        unretired_files: int = 2
 
     class Source:
         def __init__(self, stats: object) -> None:
@@ -214,3 +216,5 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
     assert value("tickwheel_webhook_lag_ms", {"webhook": "hook"}) == 250
     assert value("tickwheel_intake_accepted_rows_total", {"intake": "api"}) == 40
     assert value("tickwheel_intake_backlog_rows", {"intake": "api"}) == 12
+    assert value("tickwheel_intake_retired_files_total", {"intake": "api"}) == 7
+    assert value("tickwheel_intake_unretired_files", {"intake": "api"}) == 2

@@ -285,9 +285,11 @@ class TickwheelCollector(Collector):
              ("replayed", "Requests answered again for their idempotency key"),
              ("refused_bad", "Requests refused with 400 or 422"),
              ("refused_busy", "Requests refused with 503 (engine behind, disk full)"),
-             ("refused_too_large", "Requests refused with 413")],
+             ("refused_too_large", "Requests refused with 413"),
+             ("retired_files", "Input files deleted once the engine committed them")],
             [("backlog_rows", "Rows acknowledged that the engine has not read yet"),
-             ("keys", "Idempotency keys held")],
+             ("keys", "Idempotency keys held"),
+             ("unretired_files", "Input files landed and not yet retired")],
             [])
         for name, server in self._intakes.items():
             intakes.add(name, asdict(server.stats()))

@@ -128,6 +128,29 @@ def test_a_file_is_read_once_however_many_batches_run(tmp_path: Path, inbox: Pat
     assert outcomes(tmp_path / "out") == [("op", "expired", 1_050, 50, ("k",), None)]
 
 
+def test_a_file_counts_as_committed_once_its_batch_has_committed(
+        tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    follower = engine(tmp_path, None)
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_050)])
+    asked: list[list[str]] = []
+    commit = follower._commit
+
+    def committing(batch_id: int, names: list[str]) -> None:
+        asked.append(follower.committed_inputs(["a.jsonl"]))  # as it commits: not yet
+        commit(batch_id, names)
+
+    monkeypatch.setattr(follower, "_commit", committing)
+    assert follower.committed_inputs(["a.jsonl", "b.jsonl"]) == []
+    follower.step()
+    assert asked == [[]]
+    assert follower.committed_inputs(["a.jsonl", "b.jsonl"]) == ["a.jsonl"]
+    (inbox / "a.jsonl").unlink()  # retired: nothing is read again or lost
+    land(inbox, "b.jsonl", [watch(1_200, "later", 5_000)])
+    second = follower.step()
+    assert second is not None and (second.files, second.rows) == (1, 1)
+    assert follower.committed_inputs(["a.jsonl", "b.jsonl"]) == ["b.jsonl"]
+
+
 @pytest.mark.parametrize(("name", "why"), [
     (b"b\xff.jsonl", "its name is not valid UTF-8: rename it"),
     (b"b.jsonl.xz", f"compressed with .xz, which is not read: the engines read {INPUT_NAMES}"),

@@ -17,6 +17,7 @@ from tickwheel.pipeline.spark import _input_log
 from tickwheel.pipeline.spark._input_log import (
     PUBLISHED_LOG,
     InputLog,
+    committed_inputs,
     input_gone,
     skipped_files,
 )
@@ -161,6 +162,24 @@ def test_files_gone_from_the_input_are_forgotten_once_committed(
     _land(inbox, "00.jsonl")  # back under an old name: new input
     assert restarted.publish() == 1
     assert restarted.files(10, 11) == [str(inbox / "00.jsonl")]
+
+
+def test_the_driver_learns_which_files_spark_committed(tmp_path: Path) -> None:
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl", "b.jsonl", "c.jsonl")
+    inputs = InputLog(inbox, checkpoint)
+    names = ["a.jsonl", "b.jsonl", "c.jsonl", "unknown.jsonl"]
+    assert committed_inputs(checkpoint, names) == []  # nothing committed yet
+    inputs.publish()
+    inputs.commit(2)
+    assert committed_inputs(checkpoint, names) == ["a.jsonl", "b.jsonl"]
+    # A line the source is still appending is skipped by the driver, and left whole.
+    with (checkpoint / PUBLISHED_LOG).open("ab") as log:
+        log.write(b'[9, [[7, "x.jsonl"]')
+    assert committed_inputs(checkpoint, names) == ["a.jsonl", "b.jsonl"]
+    assert (checkpoint / PUBLISHED_LOG).read_bytes().endswith(b'"x.jsonl"]')
+    inputs.commit(3)
+    assert committed_inputs(checkpoint, names) == ["a.jsonl", "b.jsonl", "c.jsonl"]
 
 
 def test_a_file_gone_before_its_batch_committed_is_kept(

@@ -62,6 +62,11 @@ def _outcome_ids(output: Path) -> list[str]:
     return [row["op_id"] for row in pq.read_table(output / "outcomes").to_pylist()]
 
 
+def _intake(url: str) -> dict[str, int]:
+    intake: dict[str, int] = httpx.get(f"{url}/v1/status").json()["intake"]
+    return intake
+
+
 def test_submitted_then_fired_then_delivered(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     with receiving(lambda _n: 200) as receiver:
@@ -81,6 +86,11 @@ def test_submitted_then_fired_then_delivered(tmp_path: Path) -> None:
                               '20.0' in httpx.get(f"{url}/metrics").text, 30)
             assert 'tickwheel_webhook_lag_ms{webhook="deliver-to"}' in metrics
             assert 'tickwheel_pipeline_rows_in_total{pipeline="follow"}' in metrics
+            # What the engine committed leaves the input directory; the newest stays.
+            assert eventually(lambda: _intake(url)["unretired_files"] == 1, 30)
+            assert sorted(p.name for p in (tmp_path / "in").iterdir()) == [
+                max(p.name for p in (tmp_path / "in").iterdir())]
+            assert _intake(url)["retired_files"] >= 1
         finally:
             output = _stop(child)
     outcomes = {o["op_id"]: o["outcome"] for r in receiver.requests for o in r["outcomes"]}
@@ -201,6 +211,7 @@ def test_the_spark_engine_takes_rows_over_http_too(tmp_path: Path) -> None:
                 assert client.status()["intake"]["accepted_rows"] == 3
             assert eventually(lambda: len(receiver.ids()) == 2, 240,
                               unless=lambda: child.poll() is not None)
+            assert eventually(lambda: _intake(url)["unretired_files"] == 1, 60)
         finally:
             _stop(child)
     outcomes = {o["op_id"]: o["outcome"] for r in receiver.requests for o in r["outcomes"]}

@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
+from tests.conftest import eventually
 from tickwheel.pipeline.contract.events import parse_wire
 from tickwheel.service.journal import Submission, SubmitJournal
 from tickwheel.service.server import SubmitServer, parse_listen
@@ -284,6 +285,83 @@ def test_stale_temporaries_of_a_crashed_commit_are_removed(tmp_path: Path,
     other.write_text("kept")
     SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock).close()
     assert not stale.exists() and other.exists()
+
+
+# -- retiring what the engine committed ------------------------------------------
+
+
+def _land(journal: SubmitJournal, n: int, key: str | None = None) -> list[str]:
+    return [journal.land([Submission([f'{{"ts_ms":{i},"type":"tick"}}'],
+                                     None if key is None else f"{key}-{i}", f"d{i}", i)])[0].file
+            for i in range(n)]
+
+
+def test_files_the_engine_committed_are_retired_all_but_the_newest(
+        tmp_path: Path, clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    names = _land(journal, 4)
+    asked: list[list[str]] = []
+
+    def everything(candidates: Sequence[str]) -> list[str]:
+        asked.append(list(candidates))
+        return list(candidates)
+
+    assert journal.retire(everything) == 3
+    assert asked == [names[:3]]  # the newest is never offered
+    assert sorted(p.name for p in (tmp_path / "in").iterdir()) == names[3:]
+    stats = journal.stats()
+    assert (stats.retired, stats.unretired) == (3, 1)
+    more = _land(journal, 1)
+    assert journal.retire(everything) == 1  # the one kept goes once a newer one landed
+    assert [p.name for p in (tmp_path / "in").iterdir()] == more
+
+
+def test_retiring_stops_at_the_first_file_not_committed(tmp_path: Path,
+                                                        clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    names = _land(journal, 4)
+    assert journal.retire(lambda candidates: [names[0], names[2]]) == 1
+    assert sorted(p.name for p in (tmp_path / "in").iterdir()) == names[1:]
+    assert journal.retire(lambda candidates: []) == 0
+
+
+def test_files_landed_before_a_restart_are_retired_after_it(tmp_path: Path,
+                                                            clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    names = _land(journal, 3)
+    journal.close()
+    (tmp_path / "in" / "user-file.jsonl").write_text("")
+    reopened = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    assert reopened.retire(list) == 2
+    assert sorted(p.name for p in (tmp_path / "in").iterdir()) == [names[2], "user-file.jsonl"]
+
+
+def test_a_key_whose_file_was_retired_is_answered_after_a_restart(
+        tmp_path: Path, clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    keyed = _land(journal, 2, key="k")
+    _land(journal, 1)  # unkeyed: the journal's last record names a file before it
+    journal.retire(list)
+    assert not (tmp_path / "in" / keyed[1]).exists()
+    journal.close()
+    reopened = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    replayed = reopened.replay("k-1")
+    assert replayed is not None and replayed[1].file == keyed[1]
+
+
+def test_the_server_retires_what_the_engine_committed(tmp_path: Path,
+                                                      clock: ManualClock) -> None:
+    committed: set[str] = set()
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      committed_inputs=lambda names: [n for n in names if n in committed],
+                      retire_interval_s=0.01) as server:
+        files = [post(server, json.dumps(watch(f"a{i}"))).json()["file"] for i in range(3)]
+        assert server.stats().unretired_files == 3
+        committed.update(files[:1])
+        assert eventually(lambda: server.stats().retired_files == 1)
+        assert sorted(p.name for p in server.input_dir.iterdir()) == files[1:]
+        status = httpx.get(f"{server.url}/v1/status").json()["intake"]
+        assert (status["retired_files"], status["unretired_files"]) == (1, 2)
 
 
 # -- back-pressure ---------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -460,13 +460,15 @@ def _metrics_text() -> Callable[[], tuple[bytes, str]] | None:
 
 def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
                   status: Callable[[], Mapping[str, object]], rows_read: Callable[[], int],
+                  committed_inputs: Callable[[Sequence[str]], Collection[str]],
                   max_future_ms: int | None,
                   collector: TickwheelCollector | None) -> SubmitServer:
     """The submit API, serving from now on (exit 2 if its address cannot be bound)."""
     from tickwheel.service.server import SubmitServer
 
     server = SubmitServer(input, state_dir, host=address[0], port=address[1], status=status,
-                          rows_read=rows_read, metrics=_metrics_text(),
+                          rows_read=rows_read, committed_inputs=committed_inputs,
+                          metrics=_metrics_text(),
                           max_future_ms=max_future_ms)
     try:
         server.start()
@@ -517,7 +519,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
     server = None if listen is None else _start_submit(
         listen, input, follower.checkpoint_dir / SUBMIT_STATE,
         lambda: asdict(follower.counts()), lambda: follower.counts().rows_in,
-        max_future_ms if clock is ClockKind.wall else None, collector)
+        follower.committed_inputs, max_future_ms if clock is ClockKind.wall else None, collector)
     last_print = 0.0
 
     def progress(batch: FollowBatch) -> None:
@@ -653,7 +655,7 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
     collector = _serve_metrics(metrics_port, "follow", live, listen)
     server = None if listen is None else _start_submit(
         listen, spark_engine.input_dir, spark_engine.checkpoint_dir / SUBMIT_STATE,
-        live.as_json, lambda: live.rows_in,
+        live.as_json, lambda: live.rows_in, spark_engine.committed_inputs,
         max_future_ms if clock is ClockKind.wall else None, collector)
     last_print = 0.0
 

@@ -8,8 +8,14 @@ input file. Only then is any request of it answered.
 The keys of a commit's requests are appended to ``keys.jsonl`` (fsync'd) *before* its
 file is written. The writer is serial, so only the journal's last record can name a file
 that never landed (a crash between the two writes): at start that record counts only if
-its file is there. A key is answered again, not written again, for ``key_ttl_ms`` and
-within the newest ``max_keys``.
+its file, or a later one, is there. A key is answered again, not written again, for
+``key_ttl_ms`` and within the newest ``max_keys``.
+
+Once the engine has committed a file (its rows are in the checkpoint), the journal
+retires it (:meth:`SubmitJournal.retire`), so that a long-running service's input
+directory holds what the engine has not yet committed, not every request ever made.
+The newest file stays: its name keeps names growing, and times stamped growing, across
+a restart, and it tells that the journal's last record landed.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ import logging
 import os
 import re
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -33,6 +39,7 @@ __all__ = [
     "DEFAULT_KEY_TTL_MS",
     "DEFAULT_MAX_KEYS",
     "SUBMIT_PREFIX",
+    "CommittedInputs",
     "JournalStats",
     "Receipt",
     "Submission",
@@ -48,6 +55,9 @@ _KEYS_FILE: Final = "keys.jsonl"
 _NAME = re.compile(r"submit-(\d{13})-(\d{6})\.jsonl")
 _TEMPORARY = re.compile(r"\.submit-\d{13}-\d{6}\.jsonl\.[0-9a-f]{8}\.tmp")
 _COMPACT_FLOOR_BYTES: Final = 1 << 20
+
+#: Which of the named input files the engine has committed.
+CommittedInputs = Callable[[Sequence[str]], Collection[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,8 @@ class JournalStats:
     files: int
     rows: int
     keys: int
+    retired: int  # files deleted once the engine committed them
+    unretired: int  # files landed and still in the input directory
 
 
 class SubmitJournal:
@@ -91,7 +103,8 @@ class SubmitJournal:
         self.max_keys = max_keys
         self._keys: OrderedDict[str, tuple[str, Receipt, int]] = OrderedDict()
         self._last_name = (0, 0)
-        self._files = self._rows = 0
+        self._files = self._rows = self._retired = 0
+        self._landed: deque[str] = deque()  # in name order: the order they landed
         input_dir.mkdir(parents=True, exist_ok=True)
         state_dir.mkdir(parents=True, exist_ok=True)
         self._scan_input()
@@ -105,14 +118,17 @@ class SubmitJournal:
     def _scan_input(self) -> None:
         """The newest name landed before, so names keep growing; temporaries a crash
         left behind go (no reader takes them, and nothing was answered for them)."""
+        landed: list[str] = []
         for entry in os.scandir(self.input_dir):
             match = _NAME.fullmatch(entry.name)
             if match is not None:
+                landed.append(entry.name)
                 self._last_name = max(self._last_name,
                                       (int(match.group(1)), int(match.group(2))))
             elif _TEMPORARY.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
+        self._landed.extend(sorted(landed))  # fixed width: name order is time order
 
     def _load_keys(self) -> None:
         path = self.state_dir / _KEYS_FILE
@@ -127,7 +143,7 @@ class SubmitJournal:
                     log.warning("%s: a torn record at its end, dropped", path)
                     break  # only the last can be torn: it was never answered
                 records.append(record)
-        if records and not (self.input_dir / records[-1]["file"]).exists():
+        if records and not self._landed_file(records[-1]["file"]):
             records.pop()  # its file never landed: nothing of it was answered
         cutoff = self._clock() - self.key_ttl_ms
         for record in records:
@@ -136,6 +152,12 @@ class SubmitJournal:
                 continue
             for key, digest, accepted, ts_ms in record["keys"]:
                 self._remember(key, digest, Receipt(record["file"], accepted, ts_ms), at)
+
+    def _landed_file(self, name: str) -> bool:
+        """Whether the file ``name`` landed: it is there, or a later one is (it was
+        retired; the newest file never is, and the writer is serial)."""
+        return ((self.input_dir / name).exists()
+                or (bool(self._landed) and name < self._landed[-1]))
 
     def _remember(self, key: str, digest: str, receipt: Receipt, at: int) -> None:
         self._keys[key] = (digest, receipt, at)
@@ -218,9 +240,27 @@ class SubmitJournal:
                 self._remember(submission.key, submission.digest, receipt, at)
         self._files += 1
         self._rows += sum(r.accepted for r in receipts)
+        self._landed.append(name)
         if keyed and self._journal.tell() > self._compact_at:
             self._compact()
         return receipts
+
+    def retire(self, committed: CommittedInputs) -> int:
+        """Delete the files landed that the engine has ``committed``, all but the
+        newest; returns how many went. A file the engine has not committed stays, and
+        so do those after it: the engines read the input in name order."""
+        candidates = list(self._landed)[:-1]
+        if not candidates:
+            return 0
+        done = set(committed(candidates))
+        retired = 0
+        while len(self._landed) > 1 and self._landed[0] in done:
+            name = self._landed.popleft()
+            with contextlib.suppress(FileNotFoundError):  # someone else removed it
+                os.unlink(self.input_dir / name)
+            retired += 1
+        self._retired += retired
+        return retired
 
     def _take_back(self, mark: int) -> None:
         """The journal cut back to before a commit that did not land: its keys must not
@@ -244,7 +284,8 @@ class SubmitJournal:
         return self._last_name[0]
 
     def stats(self) -> JournalStats:
-        return JournalStats(self._files, self._rows, len(self._keys))
+        return JournalStats(self._files, self._rows, len(self._keys), self._retired,
+                            len(self._landed))
 
     def close(self) -> None:
         self._journal.close()

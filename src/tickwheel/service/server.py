@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 from tickwheel.service.intake import MAX_BODY_BYTES, IntakeError, TimeStamper, read_rows
 from tickwheel.service.journal import (
     DEFAULT_KEY_TTL_MS,
+    CommittedInputs,
     Receipt,
     Submission,
     SubmitJournal,
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULT_COMMIT_INTERVAL_MS",
     "DEFAULT_MAX_BACKLOG_ROWS",
     "DEFAULT_MIN_FREE_BYTES",
+    "RETIRE_INTERVAL_S",
     "SUBMIT_STATE",
     "IntakeStats",
     "SubmitServer",
@@ -67,6 +69,8 @@ DEFAULT_MIN_FREE_BYTES: Final = 64 << 20
 #: The server's directory in the checkpoint it shares with the engine (its keys).
 SUBMIT_STATE: Final = "submit"
 _RETRY_AFTER_S: Final = "1"
+#: How often the files the engine has committed are retired from the input directory.
+RETIRE_INTERVAL_S: Final = 1.0
 _MAX_KEY_CHARS: Final = 255
 
 
@@ -94,6 +98,8 @@ class IntakeStats:
     refused_too_large: int
     backlog_rows: int
     keys: int
+    retired_files: int  # input files deleted once the engine committed them
+    unretired_files: int  # input files landed and not yet retired
 
 
 @dataclass(slots=True)
@@ -114,6 +120,7 @@ class SubmitServer:
     def __init__(self, input_dir: Path, state_dir: Path, *, host: str = "127.0.0.1",
                  port: int = 0, status: Callable[[], Mapping[str, Any]] | None = None,
                  rows_read: Callable[[], int] | None = None,
+                 committed_inputs: CommittedInputs | None = None,
                  metrics: Callable[[], tuple[bytes, str]] | None = None,
                  clock: Callable[[], int] = wall_ms, max_future_ms: int | None = None,
                  max_backlog_rows: int = DEFAULT_MAX_BACKLOG_ROWS,
@@ -121,6 +128,7 @@ class SubmitServer:
                  commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS,
                  min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
                  key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+                 retire_interval_s: float = RETIRE_INTERVAL_S,
                  free_bytes: Callable[[Path], int] | None = None) -> None:
         self.host, self.port = host, port
         self.input_dir = input_dir
@@ -128,6 +136,8 @@ class SubmitServer:
         self._status = status
         self._rows_read = rows_read
         self._read_at_start = 0 if rows_read is None else rows_read()
+        self._committed_inputs = committed_inputs
+        self.retire_interval_s = retire_interval_s
         self._metrics = metrics
         self._clock = clock
         # Never below a time stamped before a restart either: the newest file's name.
@@ -192,6 +202,7 @@ class SubmitServer:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await runner.setup()
         committer = asyncio.create_task(self._commit_loop())
+        retirer = asyncio.create_task(self._retire_loop())
         try:
             site = web.TCPSite(runner, self.host, self.port)
             await site.start()
@@ -201,7 +212,8 @@ class SubmitServer:
         finally:
             await runner.cleanup()  # answers the requests in progress first
             committer.cancel()
-            await asyncio.gather(committer, return_exceptions=True)
+            retirer.cancel()
+            await asyncio.gather(committer, retirer, return_exceptions=True)
 
     def stop(self) -> None:
         """Stop taking requests; those in progress are answered first."""
@@ -238,8 +250,10 @@ class SubmitServer:
         return max(0, self._counts["accepted_rows"] - read)
 
     def stats(self) -> IntakeStats:
+        journal = self.journal.stats()
         return IntakeStats(**self._counts, backlog_rows=self.backlog_rows(),
-                           keys=self.journal.stats().keys)
+                           keys=journal.keys, retired_files=journal.retired,
+                           unretired_files=journal.unretired)
 
     def _check_room(self) -> None:
         behind = self.backlog_rows()
@@ -377,6 +391,22 @@ class SubmitServer:
             for waiting, receipt in zip(batch, receipts, strict=True):
                 self._counts["accepted_rows"] += receipt.accepted
                 waiting.done.set_result(receipt)
+
+    async def _retire_loop(self) -> None:
+        """Input files the engine has committed deleted, every ``retire_interval_s``:
+        a service's input directory holds what is still to be read, not its history."""
+        committed = self._committed_inputs
+        if committed is None:
+            return
+        while True:
+            await asyncio.sleep(self.retire_interval_s)
+            try:
+                retired = self.journal.retire(committed)
+            except OSError as exc:  # tried again at the next round
+                log.warning("retiring committed input files: %s", exc)
+                continue
+            if retired:
+                log.debug("%d committed input files retired", retired)
 
     async def _get_status(self, request: web.Request) -> web.Response:
         status = {} if self._status is None else dict(self._status())

@@ -31,7 +31,7 @@ import marshal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -771,6 +771,12 @@ class LocalFollowEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def committed_inputs(self, names: Iterable[str]) -> list[str]:
+        """Those of ``names`` (input file names) whose batch has committed: no batch
+        reads them again, and they may be deleted. Safe from another thread."""
+        seen = self._seen
+        return [name for name in names if name in seen]
 
     def counts(self) -> FollowCounts:
         """The counters after the last batch: a snapshot, safe to read from any thread

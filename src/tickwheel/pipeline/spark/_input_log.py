@@ -16,6 +16,10 @@ a file is numbered once. Files are named relative to the input directory, so the
 directory spelled another way (``in/../in``, a symlink) is the same input; a name that
 is not a plain file name (``../secret``, an absolute path) is refused, naming the log.
 
+What Spark has committed is written to ``CHECKPOINT/committed.json`` (the number
+below which every file is committed), so that the driver can tell which input files
+it may delete (:func:`committed_inputs`).
+
 A committed file gone from a listing is forgotten at once, and a ``[-1, name]`` record
 says so, so that one written again under the same name is new input, after a restart
 too. The log is rewritten once it holds mostly records of files gone.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 from tickwheel.pipeline.io.files import write_bytes_atomically
@@ -32,8 +37,8 @@ from tickwheel.pipeline.io.input_dir import input_files, is_plain_name
 from tickwheel.pipeline.io.log_reader import input_bytes
 from tickwheel.pipeline.state.batch_log import BatchLog
 
-__all__ = ["CHANGED_FILES", "INPUT_GONE", "PUBLISHED_LOG", "SKIPPED_FILES", "InputLog",
-           "changed_files", "input_gone", "skipped_files"]
+__all__ = ["CHANGED_FILES", "COMMITTED_INPUT", "INPUT_GONE", "PUBLISHED_LOG", "SKIPPED_FILES",
+           "InputLog", "changed_files", "committed_inputs", "input_gone", "skipped_files"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,9 @@ INPUT_GONE = "input-gone.txt"
 #: The input files that changed after they were numbered (size or modification time),
 #: with how many changes were seen: written by the source, reported by the driver.
 CHANGED_FILES = "changed.json"
+#: ``{"next": n}``: every file numbered below n is committed. Written by the source when
+#: Spark commits, read by the driver.
+COMMITTED_INPUT = "committed.json"
 #: Entries the log may hold beyond twice those it must keep before it is rewritten.
 _SLACK = 1024
 #: The number of a record that forgets a name.
@@ -62,6 +70,7 @@ class InputLog:
         self._skipped_path = checkpoint_dir / SKIPPED_FILES
         self._gone_path = checkpoint_dir / INPUT_GONE
         self._changed_path = checkpoint_dir / CHANGED_FILES
+        self._committed_path = checkpoint_dir / COMMITTED_INPUT
         # Each file numbered in this process: (size, mtime) when numbered, to tell one
         # that changed later (its rows written since may not be read).
         self._stats: dict[str, tuple[int, int]] = {}
@@ -191,6 +200,8 @@ class InputLog:
             kept = {str(self._root / name) for name in kept}
             self._bytes = {path: size for path, size in self._bytes.items() if path in kept}
             self.committed = end
+            write_bytes_atomically(json.dumps({"next": end}).encode(),
+                                   self._committed_path)
 
     def _forget_gone(self, present: set[str]) -> None:
         """Forget the committed files gone from the input directory, in the log too:
@@ -207,6 +218,24 @@ class InputLog:
             self._log.rewrite(self.next_number,
                               [[number, name] for name, number in self.numbers.items()])
             log.info("published log rewritten: %d input files kept", len(self.numbers))
+
+
+def committed_inputs(checkpoint_dir: Path, names: Iterable[str]) -> list[str]:
+    """Those of ``names`` (input file names) that Spark has committed: no micro-batch
+    asks for them again, and they may be deleted. Reads the log as the source appends
+    to it, without repairing it (that is the source's)."""
+    try:
+        end = int(json.loads((checkpoint_dir / COMMITTED_INPUT).read_bytes())["next"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return []  # none yet, or not a file this engine wrote: none taken as committed
+    numbers: dict[str, int] = {}
+    for record in BatchLog(checkpoint_dir / PUBLISHED_LOG).read(repair=False):
+        if isinstance(record, list) and len(record) == 2 and isinstance(record[1], str):
+            if record[0] == _GONE:
+                numbers.pop(record[1], None)
+            elif isinstance(record[0], int):
+                numbers[record[1]] = record[0]
+    return [name for name in names if numbers.get(name, end) < end]
 
 
 def skipped_files(checkpoint_dir: Path) -> dict[str, str]:

@@ -86,6 +86,9 @@ from tickwheel.pipeline.spark._input_log import (
     input_gone,
     skipped_files,
 )
+from tickwheel.pipeline.spark._input_log import (
+    committed_inputs as committed_input_names,
+)
 from tickwheel.pipeline.spark._tasks import (
     batch_writer,
     key_processor,
@@ -624,6 +627,11 @@ class SparkEngine:
             return 0
         delivery, self._delivery = self._delivery, None
         return delivery.close(raise_failure=raise_failure, timeout_s=timeout_s)
+
+    def committed_inputs(self, names: Iterable[str]) -> list[str]:
+        """Those of ``names`` (input file names) that a committed micro-batch read: no
+        micro-batch reads them again, and they may be deleted."""
+        return committed_input_names(self.checkpoint_dir, names)
 
     def statuses(self) -> list[PartitionStatus]:
         """The latest counters of each partition of each stage."""

@@ -35,16 +35,17 @@ class BatchLog:
         self.last_batch = -1
         self.last_committed = -1
 
-    def read(self, committed: int | None = None) -> list[Any]:
+    def read(self, committed: int | None = None, *, repair: bool = True) -> list[Any]:
         """The records of the batches up to ``committed`` (all, for None), in order. A
         restart takes the records of committed batches only: a later batch runs again
-        and writes its own again."""
+        and writes its own again. ``repair=False`` reads a log another process may be
+        appending to: a line not yet whole is skipped, not cut off."""
         try:
             text = self.path.read_bytes()
         except FileNotFoundError:
             return []
         whole = text.rfind(b"\n") + 1
-        if whole < len(text):  # torn by a crash: its batch never committed
+        if whole < len(text) and repair:  # torn by a crash: its batch never committed
             with open(self.path, "r+b") as log_file:
                 log_file.truncate(whole)
         records: list[Any] = []
