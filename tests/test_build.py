@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -68,37 +67,3 @@ def test_the_pure_python_sources_pass_the_timer_and_resolver_specifications(
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("TICKWHEEL_PURE_PYTHON") == "1" or not _have_c_compiler(),
-                    reason="the compiled core is built only where a C compiler exists")
-def test_a_plain_isolated_pip_build_compiles_the_core(tmp_path: Path) -> None:
-    # As a user builds it: pip's isolated build environment holds the build requirements
-    # alone (fetched from the package registry), none of the extras.
-    source = tmp_path / "source"
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
-                             check=True).stdout.decode().split("\0")
-    for name in filter(None, tracked):
-        if (ROOT / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, source / name)
-    wheels = tmp_path / "wheels"
-    env = {k: v for k, v in os.environ.items() if k != "TICKWHEEL_PURE_PYTHON"}
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                            "-w", str(wheels), str(source)], capture_output=True, text=True,
-                           env=env, timeout=1200, check=False)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    [wheel] = wheels.glob("tickwheel-*.whl")
-    assert "-cp3" in wheel.name and "linux" in wheel.name, wheel.name  # a platform wheel
-    names = zipfile.ZipFile(wheel).namelist()
-    assert any(name.startswith("tickwheel/aio/_gc.") and name.endswith(".so")
-               for name in names), names
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
-                   check=True, timeout=600)
-    info = subprocess.run([str(python), "-m", "tickwheel"], capture_output=True, text=True,
-                          check=True, cwd=tmp_path).stdout
-    assert "core: compiled" in info and "RawLock" in info, info

@@ -1,9 +1,9 @@
 """The Spark engine on a cluster of several processes: ``local-cluster[2,1,1024]``, two
 executor JVMs with Python workers of their own, as the pip package runs it. Every
 process talks over loopback (``SPARK_LOCAL_IP=127.0.0.1`` in the child's environment).
-Each run starts a cluster of its own (about a minute), so each test covers several
-things: the sources shipped to the executors, and the outcomes of a cluster that loses
-an executor, which equal the reference engine's as an undisturbed run's do.
+A cluster takes about a minute to start, so one run covers several things: the
+executors run the sources shipped to them, and a cluster that loses an executor in the
+middle of the run gives the reference engine's outcomes, as an undisturbed run does.
 """
 
 from __future__ import annotations
@@ -37,64 +37,25 @@ import sys
 from pathlib import Path
 from tickwheel.pipeline.spark import SparkEngine, spark_session
 base = Path(sys.argv[1])
-spark = spark_session(sys.argv[2], driver_memory="1g")
-try:
-    SparkEngine(spark, base / "in", base / "out", base / "ckpt",
-                         lateness_ms={LATENESS_MS}, partitions=2,
-                         max_files_per_trigger=1).run()
-finally:
-    spark.stop()
-"""
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-                SPARK_LOCAL_DIRS=str(tmp_path / "spark-local"))
-
-
-def _start(base: Path, tmp_path: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", RUN, str(base), MASTER],
-                            env=_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-SHIPPED = f"""
-import sys
-from pathlib import Path
-from tickwheel.pipeline.spark import SparkEngine, spark_session
-base = Path(sys.argv[1])
 spark = spark_session(sys.argv[2], driver_memory="1g",
                       settings={{"spark.submit.pyFiles": sys.argv[3]}})
 try:
     where = spark.sparkContext.parallelize(range(4), 4).map(
         lambda _: (__import__("tickwheel").__file__, __import__("tickwheel").compiled))
-    print(sorted(set(where.collect())))
+    print(sorted(set(where.collect())), flush=True)
     SparkEngine(spark, base / "in", base / "out", base / "ckpt",
-                lateness_ms={LATENESS_MS}, partitions=2).run()
+                lateness_ms={LATENESS_MS}, partitions=2, max_files_per_trigger=1).run()
 finally:
     spark.stop()
 """
 
 
-def test_executors_run_the_sources_shipped_with_py_files_and_give_the_same_outcomes(
-        tmp_path: Path) -> None:
-    # Here the executors' Python has tickwheel installed too: the zip comes first on
-    # their module path, so what they run is what was shipped.
-    shipped = tmp_path / "tickwheel.zip"
-    subprocess.run([sys.executable, "-m", "tickwheel.spark_job", "--zip", str(shipped)],
-                   check=True, capture_output=True)
-    base = tmp_path / "run"
-    write_files(random_log(8, rows=2_400), base / "in", files=3)
-    done = subprocess.run([sys.executable, "-c", SHIPPED, str(base), MASTER, str(shipped)],
-                          env=_env(tmp_path), capture_output=True, text=True, timeout=600,
-                          check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    imported = ast.literal_eval(done.stdout.strip().splitlines()[-1])
-    assert imported and all(where.endswith("tickwheel.zip/tickwheel/__init__.py")
-                            and compiled is False for where, compiled in imported), imported
-    expected = reference(base / "in")
-    assert outcomes_of(base / "out") == expected_outcomes(expected)
-    assert quarantine_of(base / "out") == expected_quarantine(expected)
+def _start(base: Path, tmp_path: Path, shipped: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               SPARK_LOCAL_DIRS=str(tmp_path / "spark-local"))
+    return subprocess.Popen([sys.executable, "-c", RUN, str(base), MASTER, str(shipped)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
 
 
 def _executors(session: int) -> list[int]:
@@ -113,10 +74,16 @@ def _executors(session: int) -> list[int]:
     return found
 
 
-def test_an_executor_killed_in_the_middle_of_a_run_changes_no_outcome(tmp_path: Path) -> None:
+def test_executors_run_the_shipped_sources_and_losing_one_changes_no_outcome(
+        tmp_path: Path) -> None:
+    # The executors' Python has tickwheel installed too: the zip shipped with
+    # spark.submit.pyFiles comes first on their module path, so they run what was shipped.
+    shipped = tmp_path / "tickwheel.zip"
+    subprocess.run([sys.executable, "-m", "tickwheel.spark_job", "--zip", str(shipped)],
+                   check=True, capture_output=True)
     base = tmp_path / "run"
     write_files(random_log(7, rows=4_000), base / "in", files=8)
-    proc = _start(base, tmp_path)
+    proc = _start(base, tmp_path, shipped)
     # Micro-batches committed (status files only keep the latest of them).
     commits = base / "ckpt" / "query" / "commits"
     deadline = time.monotonic() + 300
@@ -130,11 +97,14 @@ def test_an_executor_killed_in_the_middle_of_a_run_changes_no_outcome(tmp_path: 
     os.kill(executors[0], signal.SIGKILL)
     assert len([p for p in commits.iterdir() if p.name.isdigit()]) < 9, \
         "the kill came too late"
-    _, err = proc.communicate(timeout=600)
+    out, err = proc.communicate(timeout=600)
+    imported = ast.literal_eval(out.strip().splitlines()[0])
+    assert imported and all(where.endswith("tickwheel.zip/tickwheel/__init__.py")
+                            and compiled is False for where, compiled in imported), imported
     if proc.returncode != 0:
         # The query may fail instead of rerunning the lost tasks: a restart on its
         # checkpoint goes on, and must end the same.
-        again = _start(base, tmp_path)
+        again = _start(base, tmp_path, shipped)
         _, err = again.communicate(timeout=600)
         assert again.returncode == 0, err[-3000:]
     expected = reference(base / "in")

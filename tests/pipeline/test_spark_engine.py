@@ -450,18 +450,12 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
                              env=env, capture_output=True, text=True, timeout=600)
     assert restart.returncode == 0, restart.stderr[-3000:]
 
-    whole = tmp_path / "whole"
-    shutil.copytree(killed / "in", whole / "in")
-    uninterrupted = subprocess.run([sys.executable, "-c", script, str(whole), "final"],
-                                   check=False, env=env, capture_output=True, text=True,
-                                   timeout=600)
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-
+    # The outcomes of one uninterrupted run: the reference engine's on the same input.
     got = outcomes_of(killed / "out")
     assert len(set(got)) == len(got), "an outcome was written twice"
-    assert got == outcomes_of(whole / "out")
-    assert got == expected_outcomes(reference(whole / "in"))
-    assert quarantine_of(killed / "out") == quarantine_of(whole / "out")
+    whole = reference(killed / "in")
+    assert got == expected_outcomes(whole)
+    assert quarantine_of(killed / "out") == expected_quarantine(whole)
 
 
 # Rows and outcomes cross the JVM compressed (_wire.CODEC).
