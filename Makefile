@@ -47,7 +47,7 @@ typecheck: $(STAMP)
 # Two test processes or more (one per core, at most four): most of the slow tests wait on
 # a JVM or a child process, and each process starts its own Spark session.
 unit: $(STAMP)
-	$(BIN)/pytest -q -n auto --maxprocesses 4 --durations=15
+	$(BIN)/pytest -q -n auto --maxprocesses 4 --durations=40
 
 # The core (timers, purgatory, dispatcher, asyncio loop) as a user builds it: a plain
 # isolated `pip install .` (its build requirements fetched from the registry, no extras)
