@@ -35,13 +35,6 @@ def test_dispatcher_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert 600 <= delivered <= 1_000  # duplicates of a pending id override it
 
 
-def test_real_clock_example_runs() -> None:
-    example = next(b for b in blocks() if "threading.Event()" in b)
-    scope: dict[str, object] = {}
-    exec(compile(example, "README.md", "exec"), scope)
-    assert scope["done"].is_set()  # type: ignore[attr-defined]
-
-
 def test_asyncio_example_runs() -> None:
     example = next(b for b in blocks() if "tickwheel.aio" in b)
     exec(compile(example, "README.md", "exec"), {})
