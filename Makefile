@@ -65,13 +65,14 @@ $(STAMPCORE): pyproject.toml setup.py $(SOURCES)
 	done; \
 	echo "core-built: building the core as a user does, on $$($$py --version)"; \
 	rm -rf $(VCORE) && $$py -m venv $(VCORE) && \
-	$(VCORE)/bin/python -m pip install --quiet pip==26.3 pytest==9.2.0 hypothesis==6.170.15 && \
+	$(VCORE)/bin/python -m pip install --quiet pip==26.3 pytest==9.2.0 hypothesis==6.170.15 \
+		pytest-xdist==3.8.0 execnet==2.1.2 && \
 	$(VCORE)/bin/python -m pip install --quiet --no-deps . && \
 	$(VCORE)/bin/python tests/built_core.py
 	touch $(STAMPCORE)
 
 core-built: $(STAMPCORE)
-	$(VCORE)/bin/python -m pytest -q -p no:cacheprovider $(CORE_TESTS)
+	$(VCORE)/bin/python -m pytest -q -p no:cacheprovider -n auto --maxprocesses 4 $(CORE_TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python -m tickwheel.bench timers

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tickwheel.pipeline.spark import _entry_log
-from tickwheel.pipeline.spark._entry_log import EntryLog
+from tickwheel.pipeline.state import entry_log as _entry_log
+from tickwheel.pipeline.state.entry_log import EntryLog
 
 
 class _Store:
@@ -38,7 +38,7 @@ class _Store:
             self.chunks.clear()
             self.digests.clear()
             self.rewrites += 1
-        for number, (blob, digest) in enumerate(written, first):
+        for number, (blob, digest, _) in enumerate(written, first):
             self.chunks[number] = blob
             self.digests[number] = digest
 
@@ -94,7 +94,7 @@ def test_a_chunk_holds_a_bounded_number_of_bytes_and_entries(
     written, first, rewrite = log.record(items, 100, list,
                                          lambda item: len(str(item[1])) + 8)
     assert (first, rewrite) == (0, False)
-    assert [[ident for ident, _ in marshal.loads(blob)] for blob, _ in written] == [
+    assert [[ident for ident, _ in marshal.loads(blob)] for blob, _, _ in written] == [
         ["big"], ["a", "b", "c"], ["d", "e", "f"]]
     # A chunk closes once it reaches the bound: an entry bigger than it goes alone.
 

@@ -27,6 +27,7 @@ from tickwheel.pipeline.engines import follow
 from tickwheel.pipeline.engines.follow import LocalFollowEngine, wall_clock_ms
 from tickwheel.pipeline.engines.reference import ReferenceEngine
 from tickwheel.pipeline.io.input_dir import INPUT_NAMES
+from tickwheel.pipeline.state import entry_log
 
 
 class WallClock:
@@ -643,7 +644,7 @@ def test_seen_op_ids_survive_a_restart_through_their_segments_not_the_state(
 def test_the_state_bytes_counted_are_those_on_disk_after_each_batch_and_a_restart(
         tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The operations' log is rewritten once it holds more than 2 * pending + 16.
-    monkeypatch.setattr(follow, "_REWRITE_SLACK", 16)
+    monkeypatch.setattr(entry_log, "REWRITE_SLACK", 16)
     clock = WallClock(1_000)
     follower = engine(tmp_path, clock, dedupe_retention_ms=500)
     checkpoint = tmp_path / "out" / "_checkpoint"

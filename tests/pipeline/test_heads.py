@@ -9,12 +9,8 @@ import pytest
 
 from tickwheel.pipeline.contract.events import Wire, compact_wire
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
-from tickwheel.pipeline.state.heads import (
-    HEAD_FORMAT,
-    decode_key_head,
-    decode_op_head,
-    encode_head,
-)
+from tickwheel.pipeline.state.encoding import HEAD_FORMAT
+from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
 
 WATCH = ('{"ts_ms": 5, "type": "watch", "op_id": "a", "keys": ["k"], "deadline_ms": 50, '
          '"condition": "any_update"}')

@@ -27,9 +27,9 @@ from tickwheel.pipeline.semantics.key_stage import (
 )
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition, PartitionStatus
-from tickwheel.pipeline.spark import _entry_log as entry_log
-from tickwheel.pipeline.spark._entry_log import EntryLog
 from tickwheel.pipeline.spark._seen_log import SeenLog
+from tickwheel.pipeline.state import entry_log
+from tickwheel.pipeline.state.entry_log import EntryLog
 from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
 from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
 
@@ -284,7 +284,7 @@ class _SavedLog:
         if rewrite:
             self.chunks.clear()
             self.digests.clear()
-        for number, (blob, digest) in enumerate(written, first):
+        for number, (blob, digest, _) in enumerate(written, first):
             self.chunks[number] = blob
             self.digests[number] = digest
         if isinstance(part, OpPartition):

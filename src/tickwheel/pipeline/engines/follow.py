@@ -23,11 +23,9 @@ deadline is not held back by the trigger interval.
 
 from __future__ import annotations
 
-import base64
 import gc
 import json
 import logging
-import marshal
 import threading
 import time
 import uuid
@@ -90,6 +88,13 @@ from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.state.batch_log import BatchLog
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
+from tickwheel.pipeline.state.encoding import (
+    LOCAL_CHECKPOINT_FORMAT,
+    LOCAL_STATE_FORMAT,
+    decode,
+    encode,
+)
+from tickwheel.pipeline.state.entry_files import EntryFiles
 from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
 from tickwheel.pipeline.state.seen_segments import SeenSegments
 
@@ -99,14 +104,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: What this engine writes in its checkpoint's ``tickwheel.json``. 5: the state names
-#: the last batch of each log it relies on; 4: the seen op ids in segment files; 3: the
-#: partitions' entries in logs of their own, beside their heads in the state.
-LOCAL_CHECKPOINT_FORMAT = 5
-#: 4: the state names the last batch each log and segment it relies on holds.
-_STATE_VERSION = 4
-#: Entries a partition's log may hold beyond twice those held before it is rewritten.
-_REWRITE_SLACK = 4_096
 #: A following engine's objects stay out of the collector's walk this long at most
 #: (:class:`~tickwheel.pipeline.state.collector.CollectorFreezer`): a full walk of a large
 #: state stops the process, submit server included, for up to a second.
@@ -115,30 +112,6 @@ FOLLOW_THAW_EVERY_S = 600.0
 _CHECKS_PER_LISTING = 256
 #: Batches that deadlines call for come no closer together than this.
 MIN_STEP_MS = 100
-
-
-def _records(entries: list[tuple[Any, Any]]) -> list[Any]:
-    """A partition's entries as one record of a :class:`BatchLog`: how many, and the
-    list ``marshal``'d in base64, so that they come back exactly, tuples and all, and
-    cost the encoder one string."""
-    if not entries:
-        return []
-    return [[len(entries), base64.b64encode(marshal.dumps(entries)).decode("ascii")]]
-
-
-def _held(records: list[Any]) -> tuple[list[tuple[Any, Any]], int]:
-    """The entries a partition's log holds (each id's latest, without those no longer
-    held: None), and how many entries the log holds."""
-    held: dict[Any, Any] = {}
-    logged = 0
-    for count, blob in records:
-        logged += count
-        for ident, entry in marshal.loads(base64.b64decode(blob, validate=True)):
-            if entry is None:
-                held.pop(ident, None)
-            else:
-                held[ident] = entry
-    return list(held.items()), logged
 
 
 def wall_clock_ms() -> int:
@@ -336,9 +309,8 @@ class LocalFollowEngine:
         # Each partition's entries (the key stage's values and registrations, the op
         # stage's operations), as what each batch changed: a batch writes those, not
         # everything pending.
-        self._key_log = BatchLog(self.checkpoint_dir / "keys.log")
-        self._op_log = BatchLog(self.checkpoint_dir / "ops.log")
-        self._logged = {"keys": 0, "ops": 0}  # entries each log holds
+        self._key_log = EntryFiles(self.checkpoint_dir / "keys.log")
+        self._op_log = EntryFiles(self.checkpoint_dir / "ops.log")
         self._state_bytes = 0
         self._restore()
         self._delivery: BatchDelivery | None = None
@@ -407,21 +379,21 @@ class LocalFollowEngine:
             self.ops.track_changes()
             return
         try:
-            version, *fields = marshal.loads(blob)
+            version, *fields = decode(blob)
         except (EOFError, ValueError, TypeError) as exc:
             raise ValueError(f"the state {self._state_path} cannot be read ({exc}): it was "
                              "not written by tickwheel; give another --checkpoint") from exc
-        if version != _STATE_VERSION or len(fields) != 4:
+        if version != LOCAL_STATE_FORMAT or len(fields) != 4:
             raise ValueError(f"state version {version} in {self._state_path} is not "
                              "supported")
         batch_id, keys, ops, relied_on = fields
         self.batch_id = batch_id
-        key_entries, self._logged["keys"] = self._read_log(self._key_log, _held)
+        key_entries = self._read_entries(self._key_log)
         self.keys = KeyPartition.from_state(decode_key_head(keys), key_entries)
         self._seen = set(self._read_log(self._files_log, _file_names))
         seen_ids = self._read_seen_ids(batch_id)
         self._state_bytes = len(blob) + self._logs_bytes()
-        op_entries, self._logged["ops"] = self._read_log(self._op_log, _held)
+        op_entries = self._read_entries(self._op_log)
         self.ops = OpPartition.from_state(decode_op_head(ops), op_entries, seen_ids)
         self._follow_clock()
         self._check_whole(relied_on)
@@ -434,8 +406,7 @@ class LocalFollowEngine:
         hold records and the seen ids' segments, each with the last batch it holds (see
         :meth:`_check_whole`)."""
         logs = {entries.path.name: entries.last_batch
-                for entries in (self._files_log, self._key_log, self._op_log)
-                if entries.records}
+                for entries in self._batch_logs() if entries.records}
         return logs, self._seen_ids.latest()
 
     def _check_whole(self, relied_on: tuple[dict[str, int], dict[int, tuple[int, int]]],
@@ -445,7 +416,7 @@ class LocalFollowEngine:
         or by a copy that stopped). Read as it is, it would take files already read as
         new input, or forget operations or op ids, without a word."""
         logs, segments = relied_on
-        lacking = [short for entries in (self._files_log, self._key_log, self._op_log)
+        lacking = [short for entries in self._batch_logs()
                    if entries.path.name in logs
                    and (short := entries.short_of(logs[entries.path.name])) is not None]
         lacking += self._seen_ids.lacking(segments, self.ops.stage.now)
@@ -453,6 +424,13 @@ class LocalFollowEngine:
             raise ValueError(f"the checkpoint {self.checkpoint_dir} lacks what its state "
                              f"relies on: {'; '.join(lacking)}. It was copied or changed "
                              "in part; give another --checkpoint or restore the whole of it")
+
+    def _batch_logs(self) -> tuple[BatchLog, ...]:
+        return self._files_log, self._key_log.batches, self._op_log.batches
+
+    def _read_entries(self, entries: EntryFiles) -> list[tuple[Any, Any]]:
+        return self._read(f"the checkpoint's log {entries.batches.path}",
+                          lambda: entries.read(self.batch_id))
 
     def _read_log(self, records: BatchLog, decode: Callable[[list[Any]], T]) -> T:
         """``decode`` of the records of the committed batches in a log of the
@@ -570,28 +548,23 @@ class LocalFollowEngine:
         """The batch's logs, then its state: the state's batch id commits them."""
         self._files_log.append(batch_id, names)
         self._seen_ids.append(batch_id, self.ops.stage.take_seen_changes())
-        entry_logs = (("keys", self.keys, self._key_log), ("ops", self.ops, self._op_log))
-        for name, part, entries in entry_logs:
-            changed = part.entries(part.take_changes())
-            entries.append(batch_id, _records(changed))
-            self._logged[name] += len(changed)
-        state = marshal.dumps((_STATE_VERSION, batch_id, encode_head(self.keys.head()),
-                               encode_head(self.ops.head()),
-                               self._relied_on()))
+        entry_logs = ((self.keys, self._key_log), (self.ops, self._op_log))
+        for part, entries in entry_logs:
+            entries.append(batch_id, part.entries(part.take_changes()), part.entry_bytes)
+        state = encode((LOCAL_STATE_FORMAT, batch_id, encode_head(self.keys.head()),
+                        encode_head(self.ops.head()), self._relied_on()))
         write_bytes_atomically(state, self._state_path)
         self.batch_id = batch_id
         self._seen_ids.drop_past(self.ops.stage.now)
-        for name, part, entries in entry_logs:
-            if self._logged[name] > 2 * part.live_entries() + _REWRITE_SLACK:
-                held = part.entries()
-                entries.rewrite(batch_id, _records(held))
-                self._logged[name] = len(held)
+        for part, entries in entry_logs:
+            entries.rewrite_if_due(batch_id, part.live_entries(), part.entries,
+                                   part.entry_bytes)
         self._state_bytes = len(state) + self._logs_bytes()
 
     def _logs_bytes(self) -> int:
-        return self._seen_ids.size() + sum(entries.path.stat().st_size
-                                           for entries in (self._key_log, self._op_log)
-                                           if entries.path.exists())
+        return self._seen_ids.size() + sum(
+            entries.batches.path.stat().st_size for entries in (self._key_log, self._op_log)
+            if entries.batches.path.exists())
 
     # -- running -------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """An op partition's seen op ids as the Spark engine keeps them: segments in a
-``MapState`` keyed by their number, one per batch that saw new ids (``marshal``-encoded
-``(op_id, ts_ms)`` pairs), each stored with the latest ``ts_ms`` among its ids and the
-digest of the log up to it.
+``MapState`` keyed by their number, one per batch that saw new ids (its ``(op_id,
+ts_ms)`` pairs, encoded by :mod:`~tickwheel.pipeline.state.encoding`), each stored with
+the latest ``ts_ms`` among its ids and the digest of the log up to it.
 
 With a dedupe retention, a segment whose ids are all past it (its latest ``ts_ms``
 before the partition's time less the retention) is removed whole, as Kafka deletes a
@@ -23,25 +23,20 @@ caught up with the segments after it, instead of replayed.
 
 from __future__ import annotations
 
-import hashlib
-import marshal
 from collections import deque
 from collections.abc import Callable, Iterable
 
-__all__ = ["MAX_SEGMENTS", "SeenLog", "Segment", "chain_digest"]
+from tickwheel.pipeline.state.encoding import chain_digest, decode, encode
+
+__all__ = ["MAX_SEGMENTS", "SeenLog", "Segment"]
 
 #: The most segments kept before they are merged into one (without a retention, or with
 #: one much longer than a trigger, they would otherwise grow by one per batch).
 MAX_SEGMENTS = 4096
 
-#: A stored segment: its ids as ``marshal``'d ``(op_id, ts_ms)`` pairs, the digest of
+#: A stored segment: its ids as encoded ``(op_id, ts_ms)`` pairs, the digest of
 #: the log up to it, and the latest ``ts_ms`` among its ids.
 Segment = tuple[bytes, bytes, int]
-
-
-def chain_digest(digest: bytes, chunk: bytes) -> bytes:
-    """The digest of a log of chunks that ``digest`` was, with ``chunk`` after them."""
-    return hashlib.blake2b(chunk, digest_size=16, key=digest).digest()
 
 
 class SeenLog:
@@ -126,7 +121,7 @@ class SeenLog:
             self.bytes = 0
         if not new:
             return None, removed, merge
-        blob = marshal.dumps(new)
+        blob = encode(new)
         self.digest = chain_digest(self.digest, blob)
         latest = max(ts for _, ts in new)
         self.segments[self.next] = (latest, len(blob))
@@ -138,7 +133,7 @@ class SeenLog:
         blob, digest, latest = segment
         ids = self.ids
         order = self._order
-        pairs: list[tuple[str, int]] = marshal.loads(blob)
+        pairs: list[tuple[str, int]] = decode(blob)
         for op_id, ts in pairs:
             ids.pop(op_id, None)
             ids[op_id] = ts

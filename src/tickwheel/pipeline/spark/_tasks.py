@@ -5,7 +5,7 @@ stateful processors.
 Each partition's state is a small head (a :class:`ValueState`: its counters, the rows
 it holds back, its time) and its entries, a key stage's keys or an op stage's
 operations, as a log of the entries each batch changed (a :class:`MapState` of chunks,
-:class:`~tickwheel.pipeline.spark._entry_log.EntryLog`), read when a call starts and
+:class:`~tickwheel.pipeline.state.entry_log.EntryLog`), read when a call starts and
 extended when it ends: a micro-batch that fails and runs again finds the state of the
 last committed one, and a batch writes what it changed, not everything held. An op
 partition keeps the op ids it has seen apart, in a :class:`MapState` of segments, one
@@ -44,7 +44,6 @@ from tickwheel.pipeline.io.outputs import (
     quarantine_table,
 )
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
-from tickwheel.pipeline.spark._entry_log import EntryLog
 from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
 from tickwheel.pipeline.spark._wire import (
     END,
@@ -59,6 +58,7 @@ from tickwheel.pipeline.spark._wire import (
     status_json,
 )
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
+from tickwheel.pipeline.state.entry_log import EntryLog
 from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
 
 if TYPE_CHECKING:
@@ -260,12 +260,11 @@ def _save(part: KeyPartition | OpPartition, log: EntryLog, head: Any, entries: A
     """Write the partition's head and the entries it changed (all of them, when the
     log is rewritten); returns the bytes of its state in the store."""
     changed = part.entries(part.take_changes())
-    written, first, rewrite = log.record(changed, part.live_entries(), part.entries,
-                                         part.entry_bytes)
-    if rewrite:
+    write = log.record(changed, part.live_entries(), part.entries, part.entry_bytes)
+    if write.rewrite:
         entries.clear()
-    for number, chunk in enumerate(written, first):
-        entries.updateValue((number,), chunk)
+    for number, chunk in enumerate(write.chunks, write.first):
+        entries.updateValue((number,), (chunk.blob, chunk.digest))
     saved = encode_head(part.head())
     head.update((saved, log.chunks, segments))
     return len(saved) + log.bytes

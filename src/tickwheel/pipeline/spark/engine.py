@@ -104,6 +104,7 @@ from tickwheel.pipeline.spark._wire import (
     PROGRESS_SCHEMA,
     WRITTEN_SCHEMA,
 )
+from tickwheel.pipeline.state.encoding import SPARK_CHECKPOINT_FORMAT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -115,7 +116,7 @@ log = logging.getLogger(__name__)
 
 #: The checkpoint's layout and state, as this engine writes them; a checkpoint of any
 #: other format is refused, naming both formats.
-CHECKPOINT_FORMAT = 9
+CHECKPOINT_FORMAT = SPARK_CHECKPOINT_FORMAT
 #: Passes a final run waits for its end-of-input marker: one is enough unless a
 #: trigger raced with writing it.
 _END_OF_INPUT_TRIES = 10
