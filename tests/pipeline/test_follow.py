@@ -28,6 +28,7 @@ from tickwheel.pipeline.engines.follow import LocalFollowEngine, wall_clock_ms
 from tickwheel.pipeline.engines.reference import ReferenceEngine
 from tickwheel.pipeline.io.input_dir import INPUT_NAMES
 from tickwheel.pipeline.state import entry_log
+from tickwheel.pipeline.state.encoding import LOCAL_CHECKPOINT_FORMAT
 
 
 class WallClock:
@@ -375,7 +376,7 @@ def test_a_checkpoint_of_an_earlier_local_format_is_refused_naming_both_formats(
     checkpoint.mkdir(parents=True)
     (checkpoint / "tickwheel.json").write_text(json.dumps({"engine": "local", "format": 3}))
     with pytest.raises(ValueError, match=rf"format 3; this one reads format "
-                                         rf"{follow.LOCAL_CHECKPOINT_FORMAT}\)"):
+                                         rf"{LOCAL_CHECKPOINT_FORMAT}\)"):
         engine(tmp_path, None)
 
 

@@ -14,7 +14,8 @@ written before it runs, and a restart runs a planned batch again from that plan,
 makes the same outcomes and rewrites the same ``batch-<id>.parquet`` files. The state
 (the partitions' heads and the batch id) is written whole after the outputs; the
 partitions' entries that the batch changed, the op ids it saw and the names of the
-files it read go to append-only logs, tagged with their batch.
+files it read go to append-only logs, tagged with their batch. The engine decides;
+:class:`~tickwheel.pipeline.state.local_checkpoint.LocalCheckpoint` stores.
 
 Between batches :meth:`LocalFollowEngine.run` sleeps until the next trigger or until
 the purgatory's timer says the next deadline falls due, whichever comes first, so a
@@ -28,11 +29,10 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import (
@@ -64,8 +64,6 @@ from tickwheel.pipeline.io.input_dir import (
     input_dir_problem,
     input_files,
     input_names,
-    is_plain_name,
-    same_input,
 )
 from tickwheel.pipeline.io.log_reader import (
     input_bytes,
@@ -86,17 +84,12 @@ from tickwheel.pipeline.io.outputs import (
 )
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
-from tickwheel.pipeline.state.batch_log import BatchLog
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
-from tickwheel.pipeline.state.encoding import (
-    LOCAL_CHECKPOINT_FORMAT,
-    LOCAL_STATE_FORMAT,
-    decode,
-    encode,
+from tickwheel.pipeline.state.local_checkpoint import (
+    BatchPlan,
+    CheckpointSettings,
+    LocalCheckpoint,
 )
-from tickwheel.pipeline.state.entry_files import EntryFiles
-from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
-from tickwheel.pipeline.state.seen_segments import SeenSegments
 
 __all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "wall_clock_ms"]
 
@@ -198,17 +191,6 @@ class FollowResult:
     undelivered: int = 0
 
 
-def _file_names(names: object) -> list[str]:
-    """Input file names read from the checkpoint: each must be a plain name, so that a
-    checkpoint never points a read outside its input directory."""
-    if not isinstance(names, list) or not all(
-            isinstance(name, str) and is_plain_name(name) for name in names):
-        bad = names if not isinstance(names, list) else next(
-            (n for n in names if not (isinstance(n, str) and is_plain_name(n))), names)
-        raise ValueError(f"{bad!r} is not the name of a file in the input directory")
-    return names
-
-
 def _stat_of(path: Path) -> tuple[int, int] | None:
     try:
         stat = path.stat()
@@ -292,61 +274,30 @@ class LocalFollowEngine:
         self._files_changed = 0
         self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
         self._input_gone = False  # the input directory was gone at the last listing
-        self._settle_checkpoint()
+        self._checkpoint = LocalCheckpoint(
+            checkpoint, input_dir,
+            CheckpointSettings(lateness_ms, dedupe_retention_ms,
+                               "event" if clock is None else "wall"))
         output_dir.mkdir(parents=True, exist_ok=True)
         write_bytes_atomically(json.dumps({"checkpoint": checkpoint_id(checkpoint)}).encode(),
                                output_dir / OWNER_FILE)
-        self.batch_id = -1  # the last batch committed
-        self.keys = KeyPartition(0, 1, lateness_ms)
-        self.ops = OpPartition(0, lateness_ms, dedupe_retention_ms)
+        restored = self._checkpoint.restore()
+        if restored is None:
+            self.keys = KeyPartition(0, 1, lateness_ms)
+            self.ops = OpPartition(0, lateness_ms, dedupe_retention_ms)
+        else:
+            self.keys, self.ops = restored.keys, restored.ops
+        # What the next commit writes: what changed from here on.
+        self.ops.stage.track_seen_changes()
+        self.keys.track_changes()
+        self.ops.track_changes()
         self._follow_clock()
-        self._seen: set[str] = set()  # names of the input files read
-        self._files_log = BatchLog(self.checkpoint_dir / "files.log")
-        # The op ids seen, with their first watch's ts_ms: the op stage's snapshot
-        # leaves them out (a retention bounds them by the rate, not by what is
-        # pending), and segments hold them, deleted whole once past the retention.
-        self._seen_ids = SeenSegments(self.checkpoint_dir / "seen", dedupe_retention_ms)
-        # Each partition's entries (the key stage's values and registrations, the op
-        # stage's operations), as what each batch changed: a batch writes those, not
-        # everything pending.
-        self._key_log = EntryFiles(self.checkpoint_dir / "keys.log")
-        self._op_log = EntryFiles(self.checkpoint_dir / "ops.log")
-        self._state_bytes = 0
-        self._restore()
         self._delivery: BatchDelivery | None = None
         self._compact()
         self._counts = FollowCounts()
         self._count()
 
     # -- the checkpoint ------------------------------------------------------------
-
-    def _settle_checkpoint(self) -> None:
-        meta = self.checkpoint_dir / "tickwheel.json"
-        wanted = {"lateness_ms": self.lateness_ms,
-                  "dedupe_retention_ms": self.dedupe_retention_ms,
-                  "clock": "event" if self.clock is None else "wall"}
-        if meta.exists():
-            saved = json.loads(meta.read_text())
-            same_input(saved.get("input"), self.input_dir, self.checkpoint_dir)
-            if saved.get("engine") != "local" or saved.get("format") != (
-                    LOCAL_CHECKPOINT_FORMAT):
-                raise ValueError(
-                    f"the checkpoint {self.checkpoint_dir} was not written by this version "
-                    f"of the local engine's follow mode (engine {saved.get('engine', 'spark')}"
-                    f", format {saved.get('format')}; this one reads format "
-                    f"{LOCAL_CHECKPOINT_FORMAT}): give another --checkpoint")
-            for name, value in wanted.items():
-                # The state holds these: a run cannot change them.
-                if saved.get(name) != value:
-                    raise ValueError(f"{name}={value} but the checkpoint "
-                                     f"{self.checkpoint_dir} was made with "
-                                     f"{name}={saved.get(name)}")
-            return
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomically(json.dumps({"engine": "local", "format": LOCAL_CHECKPOINT_FORMAT,
-                                           "id": uuid.uuid4().hex,
-                                           "input": str(self.input_dir.resolve()),
-                                           **wanted}).encode(), meta)
 
     def _follow_clock(self) -> None:
         """On the wall clock, schedules notice their occurrences at its readings, and a
@@ -362,116 +313,18 @@ class LocalFollowEngine:
         return stage.now is not None and stage.schedules.behind(stage.now)
 
     @property
-    def _state_path(self) -> Path:
-        return self.checkpoint_dir / "state"
+    def batch_id(self) -> int:
+        """The last batch committed (-1: none)."""
+        return self._checkpoint.batch_id
 
-    @property
-    def _plan_path(self) -> Path:
-        return self.checkpoint_dir / "plan.json"
-
-    def _restore(self) -> None:
-        try:
-            blob = self._state_path.read_bytes()
-        except FileNotFoundError:
-            self._read_seen_ids(-1)  # deletes what a first batch left uncommitted
-            self.ops.stage.track_seen_changes()
-            self.keys.track_changes()
-            self.ops.track_changes()
-            return
-        try:
-            version, *fields = decode(blob)
-        except (EOFError, ValueError, TypeError) as exc:
-            raise ValueError(f"the state {self._state_path} cannot be read ({exc}): it was "
-                             "not written by tickwheel; give another --checkpoint") from exc
-        if version != LOCAL_STATE_FORMAT or len(fields) != 4:
-            raise ValueError(f"state version {version} in {self._state_path} is not "
-                             "supported")
-        batch_id, keys, ops, relied_on = fields
-        self.batch_id = batch_id
-        key_entries = self._read_entries(self._key_log)
-        self.keys = KeyPartition.from_state(decode_key_head(keys), key_entries)
-        self._seen = set(self._read_log(self._files_log, _file_names))
-        seen_ids = self._read_seen_ids(batch_id)
-        self._state_bytes = len(blob) + self._logs_bytes()
-        op_entries = self._read_entries(self._op_log)
-        self.ops = OpPartition.from_state(decode_op_head(ops), op_entries, seen_ids)
-        self._follow_clock()
-        self._check_whole(relied_on)
-        self.ops.stage.track_seen_changes()
-        self.keys.track_changes()
-        self.ops.track_changes()
-
-    def _relied_on(self) -> tuple[dict[str, int], dict[int, tuple[int, int]]]:
-        """What a state about to be written relies on besides itself: the logs that
-        hold records and the seen ids' segments, each with the last batch it holds (see
-        :meth:`_check_whole`)."""
-        logs = {entries.path.name: entries.last_batch
-                for entries in self._batch_logs() if entries.records}
-        return logs, self._seen_ids.latest()
-
-    def _check_whole(self, relied_on: tuple[dict[str, int], dict[int, tuple[int, int]]],
-                     ) -> None:
-        """Refuse a checkpoint that lacks what its state relies on: a file (copied
-        without its ``seen/`` directory, say) or a log's last batches (cut short by hand
-        or by a copy that stopped). Read as it is, it would take files already read as
-        new input, or forget operations or op ids, without a word."""
-        logs, segments = relied_on
-        lacking = [short for entries in self._batch_logs()
-                   if entries.path.name in logs
-                   and (short := entries.short_of(logs[entries.path.name])) is not None]
-        lacking += self._seen_ids.lacking(segments, self.ops.stage.now)
-        if lacking:
-            raise ValueError(f"the checkpoint {self.checkpoint_dir} lacks what its state "
-                             f"relies on: {'; '.join(lacking)}. It was copied or changed "
-                             "in part; give another --checkpoint or restore the whole of it")
-
-    def _batch_logs(self) -> tuple[BatchLog, ...]:
-        return self._files_log, self._key_log.batches, self._op_log.batches
-
-    def _read_entries(self, entries: EntryFiles) -> list[tuple[Any, Any]]:
-        return self._read(f"the checkpoint's log {entries.batches.path}",
-                          lambda: entries.read(self.batch_id))
-
-    def _read_log(self, records: BatchLog, decode: Callable[[list[Any]], T]) -> T:
-        """``decode`` of the records of the committed batches in a log of the
-        checkpoint, or a clear error if tickwheel did not write them."""
-        return self._read(f"the checkpoint's log {records.path}",
-                          lambda: decode(records.read(self.batch_id)))
-
-    def _read(self, what: str, read: Callable[[], T]) -> T:
-        """``read()`` of a part of the checkpoint, or a clear error naming ``what`` if
-        tickwheel did not write it."""
-        try:
-            return read()
-        except (EOFError, ValueError, TypeError) as exc:
-            raise ValueError(f"{what} cannot be read ({exc}): it was not written by "
-                             "tickwheel; give another --checkpoint") from exc
-
-    def _read_seen_ids(self, committed: int) -> dict[str, int]:
-        return self._read(f"the checkpoint {self.checkpoint_dir}",
-                          lambda: self._seen_ids.read(committed))
-
-    def _compact_files_log(self, listed: set[str]) -> None:
-        """Forget the names of files gone from the input directory: one that comes
-        back under the same name is new input. Rewrites the log once it holds twice
-        as many lines as names it must keep."""
-        self._seen &= listed
-        if self._files_log.records > 2 * len(self._seen) + 1024:
-            self._files_log.rewrite(self.batch_id, sorted(self._seen))
-
-    def _plan(self) -> tuple[int, list[str], int | None] | None:
+    def _plan(self) -> BatchPlan | None:
         """The next batch: the one planned before a crash, or a new one (None when a
         batch would have nothing to do)."""
         batch_id = self.batch_id + 1
-        try:
-            planned = json.loads(self._plan_path.read_text())
-        except (FileNotFoundError, ValueError):
-            planned = None
-        if planned is not None and planned["batch"] == batch_id:
+        planned = self._checkpoint.planned(batch_id)
+        if planned is not None:
             log.info("running batch %d again from its plan", batch_id)
-            again = self._read(f"the checkpoint's plan {self._plan_path}",
-                               lambda: _file_names(planned["files"]))
-            return batch_id, again, planned["clock_ms"]
+            return planned
         # The clock first: a file listed after it was written after it too, so its rows
         # are late only if they waited longer than the lateness bound to land.
         clock_ms = None if self.clock is None else self.clock()
@@ -479,13 +332,13 @@ class LocalFollowEngine:
         names: list[str] = []
         if listed is not None:
             self._check_read_files(listed)
-            self._compact_files_log(listed)
-            names = self._within_budget(sorted(listed - self._seen))
+            self._checkpoint.forget_files_gone(listed)
+            names = self._within_budget(sorted(listed - self._checkpoint.files_read))
         if not names and not self._clock_moves(clock_ms) and not self.catching_up:
             return None
-        write_bytes_atomically(json.dumps({"batch": batch_id, "files": names,
-                                           "clock_ms": clock_ms}).encode(), self._plan_path)
-        return batch_id, names, clock_ms
+        plan = BatchPlan(batch_id, names, clock_ms)
+        self._checkpoint.plan(plan)
+        return plan
 
     def _within_budget(self, names: list[str]) -> list[str]:
         """The first of the new files, in name order, that the batch's budget holds
@@ -545,26 +398,7 @@ class LocalFollowEngine:
         return release is None or clock_ms - self.lateness_ms > release
 
     def _commit(self, batch_id: int, names: list[str]) -> None:
-        """The batch's logs, then its state: the state's batch id commits them."""
-        self._files_log.append(batch_id, names)
-        self._seen_ids.append(batch_id, self.ops.stage.take_seen_changes())
-        entry_logs = ((self.keys, self._key_log), (self.ops, self._op_log))
-        for part, entries in entry_logs:
-            entries.append(batch_id, part.entries(part.take_changes()), part.entry_bytes)
-        state = encode((LOCAL_STATE_FORMAT, batch_id, encode_head(self.keys.head()),
-                        encode_head(self.ops.head()), self._relied_on()))
-        write_bytes_atomically(state, self._state_path)
-        self.batch_id = batch_id
-        self._seen_ids.drop_past(self.ops.stage.now)
-        for part, entries in entry_logs:
-            entries.rewrite_if_due(batch_id, part.live_entries(), part.entries,
-                                   part.entry_bytes)
-        self._state_bytes = len(state) + self._logs_bytes()
-
-    def _logs_bytes(self) -> int:
-        return self._seen_ids.size() + sum(
-            entries.batches.path.stat().st_size for entries in (self._key_log, self._op_log)
-            if entries.batches.path.exists())
+        self._checkpoint.commit(batch_id, names, self.keys, self.ops)
 
     # -- running -------------------------------------------------------------------
 
@@ -605,7 +439,6 @@ class LocalFollowEngine:
         self._write_outputs(batch_id, outcomes, quarantine)
         self._owner.check()  # nor commits what it wrote meanwhile
         self._commit(batch_id, names)
-        self._seen.update(names)
         self._compact()
         self._count()
         if clock_ms is not None:
@@ -731,7 +564,7 @@ class LocalFollowEngine:
             pending=ops.pending, registrations=keys.pending,
             ignored_cancels=ops.ignored_cancels, schedules=ops.schedules,
             skipped=ops.skipped, release_ms=ops.release_ms,
-            state_bytes=self._state_bytes, by_reason=dict(sorted(by_reason.items())),
+            state_bytes=self._checkpoint.state_bytes, by_reason=dict(sorted(by_reason.items())),
             by_outcome=dict(sorted(ops.outcomes_by_outcome.items())))
 
     def close(self) -> None:
@@ -748,8 +581,8 @@ class LocalFollowEngine:
     def committed_inputs(self, names: Iterable[str]) -> list[str]:
         """Those of ``names`` (input file names) whose batch has committed: no batch
         reads them again, and they may be deleted. Safe from another thread."""
-        seen = self._seen
-        return [name for name in names if name in seen]
+        read = self._checkpoint.files_read
+        return [name for name in names if name in read]
 
     def counts(self) -> FollowCounts:
         """The counters after the last batch: a snapshot, safe to read from any thread
