@@ -124,11 +124,11 @@ def test_a_name_given_twice_anywhere_in_a_row_quarantines_it(
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=12))
 def test_a_checkpoint_names_nothing_outside_its_input_directory(name: str) -> None:
-    from tickwheel.pipeline.engines.follow import _file_names
+    from tickwheel.pipeline.state.local_checkpoint import file_names
 
     root = Path("/input/dir")
     try:
-        _file_names([name])
+        file_names([name])
     except ValueError:
         return
     # Accepted: the name is one entry directly inside the directory.

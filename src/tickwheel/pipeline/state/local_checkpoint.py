@@ -40,7 +40,7 @@ from tickwheel.pipeline.state.entry_files import EntryFiles
 from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
 from tickwheel.pipeline.state.seen_segments import SeenSegments
 
-__all__ = ["BatchPlan", "CheckpointSettings", "LocalCheckpoint", "RestoredState"]
+__all__ = ["BatchPlan", "CheckpointSettings", "LocalCheckpoint", "RestoredState", "file_names"]
 
 T = TypeVar("T")
 
