@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -58,3 +59,15 @@ def eventually(predicate: Callable[[], bool], timeout_s: float = 30.0, *,
         time.sleep(0.005)
     return predicate()
 
+
+
+def wait_for(condition: Callable[[], bool], what: str, child: subprocess.Popen[str],
+             timeout_s: float = 180) -> None:
+    """:func:`eventually` ``condition``, while ``child`` runs; an AssertionError that
+    says which of the two failed (with what the child wrote, if it was kept)."""
+    if eventually(condition, timeout_s, unless=lambda: child.poll() is not None):
+        return
+    if child.poll() is not None:
+        raise AssertionError(f"the run stopped waiting for {what}: {child.stdout.read()}"
+                             if child.stdout else f"the run stopped waiting for {what}")
+    raise AssertionError(f"no {what} in {timeout_s} s")

@@ -7,21 +7,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_for
 from tests.pipeline.logs import LATENESS_MS, random_log
-from tests.pipeline.test_spark_engine import (
-    _spark_rows_in,
+from tests.pipeline.spark_helpers import (
     expected_outcomes,
     expected_quarantine,
     outcomes_of,
     quarantine_of,
     reference,
+    spark_rows_in,
     write_files,
 )
 from tickwheel import spark_job
@@ -205,17 +204,10 @@ def test_spark_submit_follows_until_sigterm_and_stops_between_micro_batches(
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
 
-    def wait(condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + 240
-        while not condition():
-            assert child.poll() is None, f"the job stopped waiting for {what}"
-            assert time.monotonic() < deadline, f"no {what} in 240 s"
-            time.sleep(0.2)
-
     try:
-        wait(lambda: _spark_rows_in(out) >= 600, "the first files")
+        wait_for(lambda: spark_rows_in(out) >= 600, "the first files", child, 240)
         write_files(lines[600:], inbox, files=1, start=2)  # a file lands while it runs
-        wait(lambda: _spark_rows_in(out) >= len(lines), "the file that landed")
+        wait_for(lambda: spark_rows_in(out) >= len(lines), "the file that landed", child, 240)
         driver = _python_driver(child.pid)
         assert driver is not None
         os.kill(driver, signal.SIGTERM)

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import eventually
+from tests.conftest import eventually, wait_for
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tickwheel.pipeline.engines import follow
 from tickwheel.pipeline.engines.follow import LocalFollowEngine, wall_clock_ms
@@ -475,16 +475,6 @@ def follow_command(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
         [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--input",
          str(tmp_path / "in"), "--output", str(tmp_path / "out"), *options],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_for(condition: Callable[[], bool], what: str, child: subprocess.Popen[str],
-             timeout_s: float = 180) -> None:
-    if eventually(condition, timeout_s, unless=lambda: child.poll() is not None):
-        return
-    if child.poll() is not None:
-        raise AssertionError(f"the run stopped waiting for {what}: {child.stdout.read()}"
-                             if child.stdout else what)
-    raise AssertionError(f"no {what} in {timeout_s} s")
 
 
 def test_the_command_fires_on_the_wall_clock_stops_on_sigterm_and_carries_on(

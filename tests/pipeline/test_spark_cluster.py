@@ -13,13 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_for
 from tests.pipeline.logs import LATENESS_MS, random_log
-from tests.pipeline.test_spark_engine import (
+from tests.pipeline.spark_helpers import (
+    committed_batches,
     expected_outcomes,
     expected_quarantine,
     outcomes_of,
@@ -85,18 +86,11 @@ def test_executors_run_the_shipped_sources_and_losing_one_changes_no_outcome(
     write_files(random_log(7, rows=4_000), base / "in", files=8)
     proc = _start(base, tmp_path, shipped)
     # Micro-batches committed (status files only keep the latest of them).
-    commits = base / "ckpt" / "query" / "commits"
-    deadline = time.monotonic() + 300
-    while not (commits.is_dir()
-               and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 2):
-        assert proc.poll() is None, "the run ended before an executor could be killed"
-        assert time.monotonic() < deadline, "no micro-batch finished in time"
-        time.sleep(0.2)
+    wait_for(lambda: committed_batches(base / "ckpt") >= 2, "two micro-batches", proc, 300)
     executors = _executors(proc.pid)
     assert len(executors) == 2, executors
     os.kill(executors[0], signal.SIGKILL)
-    assert len([p for p in commits.iterdir() if p.name.isdigit()]) < 9, \
-        "the kill came too late"
+    assert committed_batches(base / "ckpt") < 9, "the kill came too late"
     out, err = proc.communicate(timeout=600)
     imported = ast.literal_eval(out.strip().splitlines()[0])
     assert imported and all(where.endswith("tickwheel.zip/tickwheel/__init__.py")

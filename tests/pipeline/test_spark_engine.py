@@ -20,13 +20,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import eventually
+from tests.conftest import eventually, wait_for
 from tests.pipeline.logs import LATENESS_MS, random_log
+from tests.pipeline.spark_helpers import (
+    committed_batches,
+    expected_outcomes,
+    expected_quarantine,
+    outcomes_of,
+    quarantine_of,
+    reference,
+    spark_rows_in,
+    write_files,
+)
 from tests.pipeline.test_sink import Flaky
 from tickwheel.pipeline.contract.events import Event, compact_wire
 from tickwheel.pipeline.contract.routing import partition_of
 from tickwheel.pipeline.delivery.sink import OutcomeSink
-from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.io.log_reader import read_events
 from tickwheel.pipeline.io.outputs import owner_epoch, read_parquet_rows
 from tickwheel.pipeline.spark import SparkEngine, _tasks, _wire
@@ -35,45 +44,6 @@ from tickwheel.pipeline.tools.generator import GeneratorConfig, write_event_log
 
 pytestmark = pytest.mark.spark
 
-
-
-def write_files(lines: list[str], directory: Path, files: int, start: int = 0) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    size = -(-len(lines) // files)
-    now = time.time()
-    for i in range(files):
-        part = lines[i * size:(i + 1) * size]
-        path = directory / f"events-{start + i:05d}.jsonl"
-        path.write_text("\n".join(part) + "\n")
-        # Spark's file source reads files in modification-time order, as they appeared.
-        os.utime(path, (now + start + i, now + start + i))
-
-
-def reference(directory: Path, dedupe_retention_ms: int | None = None) -> RunResult:
-    engine = ReferenceEngine(lateness_ms=LATENESS_MS, dedupe_retention_ms=dedupe_retention_ms)
-    for row in read_events(directory):
-        engine.feed(row)
-    return engine.run()
-
-
-def outcomes_of(output: Path) -> list[tuple[Any, ...]]:
-    rows = read_parquet_rows(output / "outcomes")
-    return sorted((r["op_id"], r["outcome"], r["resolved_ms"], r["latency_ms"],
-                   tuple(r["keys"]), r["error"], r["skipped"]) for r in rows)
-
-
-def quarantine_of(output: Path) -> list[tuple[Any, ...]]:
-    return sorted((r["reason"], r["raw"], r["ts_ms"])
-                  for r in read_parquet_rows(output / "quarantine"))
-
-
-def expected_outcomes(result: RunResult) -> list[tuple[Any, ...]]:
-    return sorted((o.op_id, o.outcome.value, o.resolved_ms, o.latency_ms, o.keys, o.error,
-                   o.skipped) for o in result.outcomes)
-
-
-def expected_quarantine(result: RunResult) -> list[tuple[Any, ...]]:
-    return sorted((q.reason.value, q.raw, q.ts_ms) for q in result.quarantine)
 
 
 def test_all_the_input_and_its_end_go_in_one_micro_batch(spark: Any, tmp_path: Path,
@@ -433,17 +403,10 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
                             start_new_session=True, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     # Micro-batches committed (status files only keep the latest of them).
-    commits = killed / "ckpt" / "query" / "commits"
-    deadline = time.monotonic() + 240
-    while not (commits.is_dir()
-               and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 2):
-        assert proc.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "no micro-batch finished in time"
-        time.sleep(0.2)
+    wait_for(lambda: committed_batches(killed / "ckpt") >= 2, "two micro-batches", proc, 240)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
     proc.wait()
-    done = len([p for p in commits.iterdir() if p.name.isdigit()])
-    assert done < 9, "the kill came too late to interrupt anything"
+    assert committed_batches(killed / "ckpt") < 9, "the kill came too late to interrupt anything"
 
     write_files(more, killed / "in", files=2, start=8)
     restart = subprocess.run([sys.executable, "-c", script, str(killed), "final"], check=False,
@@ -771,22 +734,12 @@ def test_a_follow_service_killed_hard_and_restarted_gives_the_outcomes_of_one_ru
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=env, start_new_session=True)
 
-    def committed() -> int:
-        commits = out / "_checkpoint" / "query" / "commits"
-        return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
-
-    def wait(condition: Any, what: str, child: subprocess.Popen[str]) -> None:
-        deadline = time.monotonic() + 240
-        while not condition():
-            assert child.poll() is None, f"the service stopped waiting for {what}"
-            assert time.monotonic() < deadline, f"no {what} in 240 s"
-            time.sleep(0.1)
-
     child = start()
     try:
         for n, part in enumerate(parts[:5]):
             _land(inbox, f"part-{n}.jsonl", part)
-        wait(lambda: committed() >= 1, "a micro-batch", child)
+        wait_for(lambda: committed_batches(out / "_checkpoint") >= 1, "a micro-batch", child,
+                 240)
         for n, part in enumerate(parts[5:8], start=5):
             _land(inbox, f"part-{n}.jsonl", part)
         time.sleep(0.5)  # likely in the middle of a micro-batch
@@ -798,7 +751,7 @@ def test_a_follow_service_killed_hard_and_restarted_gives_the_outcomes_of_one_ru
     child = start()
     engine_rows = len(lines)
     try:
-        wait(lambda: _spark_rows_in(out) >= engine_rows, "every row", child)
+        wait_for(lambda: spark_rows_in(out) >= engine_rows, "every row", child, 240)
         child.send_signal(signal.SIGTERM)
         output, errors = child.communicate(timeout=180)
     finally:
@@ -813,21 +766,6 @@ def test_a_follow_service_killed_hard_and_restarted_gives_the_outcomes_of_one_ru
     local.step()
     assert outcomes_of(out) == outcomes_of(tmp_path / "local")
     assert quarantine_of(out) == quarantine_of(tmp_path / "local")
-
-
-def _spark_rows_in(output: Path) -> int:
-    statuses = output / "_checkpoint" / "status"
-    if not statuses.is_dir():
-        return 0
-    latest: dict[tuple[str, int], tuple[int, int]] = {}
-    for path in sorted(statuses.glob("batch-*.parquet")):
-        with contextlib.suppress(OSError):
-            for text in pq.read_table(path)["status"].to_pylist():
-                status = json.loads(text)
-                key = (status["stage"], status["partition"])
-                if key not in latest or status["seq"] >= latest[key][0]:
-                    latest[key] = (status["seq"], status["rows_in"])
-    return sum(rows for _, rows in latest.values())
 
 
 def test_the_seen_op_ids_segments_past_the_retention_leave_spark_state_whole(
