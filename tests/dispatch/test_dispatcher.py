@@ -34,6 +34,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.gate = threading.Event()
         self.gate.set()
+        self.entered = threading.Event()  # set once a call is inside process_batch
 
     def _answer(self) -> ProcessingResult:
         with self.lock:
@@ -43,6 +44,7 @@ class Recorder:
         return self.process_batch([task])
 
     def process_batch(self, tasks: list[object]) -> ProcessingResult:
+        self.entered.set()
         self.gate.wait(10)
         if self.pause_s:
             time.sleep(self.pause_s)
@@ -54,6 +56,13 @@ class Recorder:
     def seen(self) -> list[object]:
         with self.lock:
             return [t for b in self.batches for t in b]
+
+
+def looked(d: TaskDispatcher[object], passes: int = 3) -> None:
+    """Wait until the acceptor has made ``passes`` more passes over its queues: what
+    it would hand out now, it has."""
+    start = d.acceptor_passes
+    assert eventually(lambda: d.acceptor_passes >= start + passes)
 
 
 @pytest.fixture
@@ -212,10 +221,10 @@ def test_a_batch_waits_up_to_the_batching_delay(closing: list[TaskDispatcher[obj
                  max_batching_delay_ms=500)
     for i in range(3):
         d.process(i, i, FAR)
-    time.sleep(0.05)  # the acceptor polls; with the clock stopped nothing may go out
+    looked(d)  # with the clock stopped nothing may go out
     assert p.seen == []
     clock.advance(499)
-    time.sleep(0.05)
+    looked(d)
     assert p.seen == []
     clock.advance(1)
     assert eventually(lambda: p.seen == [0, 1, 2])
@@ -257,7 +266,7 @@ def test_success_is_processed_once(closing: list[TaskDispatcher[object]],
     d.process(1, 1, FAR)
     d.process(2, 2, FAR)
     assert eventually(lambda: sorted(p.seen) == [1, 2])  # type: ignore[type-var]
-    time.sleep(0.05)
+    looked(d)
     assert len(p.seen) == 2
     assert d.stats().batches["success"] >= 1 and d.stats().replayed == 0
 
@@ -270,7 +279,7 @@ def test_a_transient_error_is_reprocessed_once(closing: list[TaskDispatcher[obje
     d.process(1, 1, FAR)
     d.process(2, 2, FAR)
     assert eventually(lambda: len(p.seen) == 2)
-    time.sleep(0.05)
+    looked(d)
     assert len(p.seen) == 2  # the shaper holds the retry back until the clock moves
     clock.advance(100)
     assert eventually(lambda: len(p.seen) == 4)
@@ -288,7 +297,7 @@ def test_a_permanent_error_is_never_retried(closing: list[TaskDispatcher[object]
     d.process(2, 2, FAR)
     assert eventually(lambda: d.stats().dropped == 2)
     clock.advance(10_000)
-    time.sleep(0.05)
+    looked(d)
     assert len(p.seen) == 2 and d.stats().replayed == 0
 
 
@@ -528,7 +537,7 @@ def test_close_while_busy_lets_the_running_batch_finish(clock: ManualClock) -> N
         d.process(1, 1, FAR)
         d.process(2, 2, FAR)
         assert eventually(lambda: d.stats().batch_size.total == 2)
-        time.sleep(0.05)  # the worker is inside process_batch now
+        assert p.entered.wait(10)  # the worker is inside process_batch now
     assert d.closed
     assert p.seen == [1, 2]
 

@@ -4,7 +4,6 @@ the last batch settled (what the Spark engine does with a sink)."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -122,10 +121,11 @@ def test_a_batch_run_again_is_delivered_again_without_moving_the_mark_back(
 
 
 def test_the_query_waits_when_delivery_is_max_behind(tmp_path: Path) -> None:
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
 
     class Gated(Flaky):
         def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+            entered.set()
             gate.wait(30)
             return super().process_batch(tasks)
 
@@ -134,7 +134,7 @@ def test_the_query_waits_when_delivery_is_max_behind(tmp_path: Path) -> None:
         delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered",
                                  max_behind=1)
         delivery.submit(0, batch(0))  # taken by the thread, stuck in the processor
-        time.sleep(0.1)
+        assert entered.wait(30)
         delivery.submit(1, batch(1))  # queued: one batch behind
         third = threading.Thread(target=delivery.submit, args=(2, batch(2)))
         third.start()

@@ -89,6 +89,7 @@ class AcceptorExecutor:
         self.overridden = 0
         self.queue_overflows = 0
         self.reprocess_overflows = 0
+        self.passes = 0  # of the acceptor thread's loop, each a look at all its queues
         self.batch_sizes = Histogram()
         self.wait_ms = Histogram()
         self._thread = threading.Thread(target=self._run, name=f"TaskAcceptor-{name}",
@@ -235,6 +236,7 @@ class AcceptorExecutor:
                 # failure reported in the same millisecond as its last check).
                 if self._shaper.transmission_delay() == 0:
                     handed = self._assign_batch_work(now) + self._assign_single_item_work(now)
+                self.passes += 1
                 if not handed:
                     # Nothing could go out (no worker asked, the batch is not ready, or
                     # the shaper holds back): wait for news instead of spinning.

@@ -160,6 +160,12 @@ class TaskDispatcher(Generic[T]):
         return a.acceptor_queue_size + a.reprocess_queue_size + a.pending_size
 
     @property
+    def acceptor_passes(self) -> int:
+        """How many passes the acceptor thread has made over its queues: waiting for a
+        few more tells that it has looked at what is queued now, where a sleep guesses."""
+        return self._acceptor.passes
+
+    @property
     def work_per_worker(self) -> list[int]:
         """Tasks each worker has executed (how evenly the work spreads)."""
         return list(self._workers.work_per_worker)
