@@ -69,16 +69,21 @@ def generate(
                              disorder_ms=disorder_ms, rows_per_file=rows_per_file,
                              schedules=schedules)
     total = events + int(events * malformed)
-    with progress_bar(MofNCompleteColumn()) as progress:
+    # SIGINT or SIGTERM stops it after the file being written (a second SIGINT at once).
+    with stopping_on_signals("after this file") as stop, \
+            progress_bar(MofNCompleteColumn()) as progress:
         task = progress.add_task("generating", total=total)
         try:
             stats = write_event_log(config, output,
-                                    on_rows=lambda n: progress.advance(task, n), gzip=gzip)
+                                    on_rows=lambda n: progress.advance(task, n), gzip=gzip,
+                                    stop=stop)
         except KeyboardInterrupt:
+            stop.set()
+        if stop.is_set():
             progress.stop()
             files = sorted(output.glob("events-*.jsonl*"))
             console.print(f"interrupted: {output} holds {len(files)} whole files")
-            raise typer.Exit(130) from None
+            raise typer.Exit(130)
     console.print(f"wrote {stats['rows']:,} rows ({stats['malformed']:,} malformed) in "
                   f"{stats['files']} files to {output} in {time.monotonic() - started:.1f} s")
 

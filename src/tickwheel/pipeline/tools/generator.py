@@ -351,7 +351,8 @@ def _disordered(rows: Iterator[dict[str, Any]], disorder_ms: int,
 
 def write_event_log(config: GeneratorConfig, directory: Path,
                     on_rows: Callable[[int], None] | None = None, *,
-                    gzip: bool = False) -> dict[str, int]:
+                    gzip: bool = False,
+                    stop: threading.Event | None = None) -> dict[str, int]:
     """Write the workload as JSON Lines files ``events-00001.jsonl``, ... in time order
     (with bounded disorder and malformed rows if asked); return counts. ``gzip`` writes
     them gzip'd, as ``events-00001.jsonl.gz``, ...
@@ -359,11 +360,12 @@ def write_event_log(config: GeneratorConfig, directory: Path,
     Rows stream to the files as the models make them, so memory does not grow with
     ``config.events``. Each file is written whole under a hidden name, then renamed into
     place: an interrupted run leaves whole files only (the engines skip hidden names).
-    ``on_rows(n)`` is told of every ``n`` rows written (progress)."""
+    ``on_rows(n)`` is told of every ``n`` rows written (progress); once ``stop`` is set,
+    no file is begun."""
     directory.mkdir(parents=True, exist_ok=True)
     lines = _lines(config)
     rows = malformed = files = 0
-    while True:
+    while stop is None or not stop.is_set():
         batch = list(itertools.islice(lines, config.rows_per_file))
         if not batch:
             break
