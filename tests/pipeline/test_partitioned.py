@@ -531,3 +531,21 @@ def test_forgotten_registrations_leave_the_deadlines_and_the_snapshot() -> None:
     assert len(stage._deadlines) <= 2 * 10 + 1024  # the heap was rebuilt, not just read
     stage.advance_to(20_000)  # the live ones still go at their deadlines
     assert stage.registered == 0 and not stage.registrations
+
+
+def test_a_partition_gives_persistence_its_changes_once() -> None:
+    watch = ('{"ts_ms": 5, "type": "watch", "op_id": "a", "keys": ["k"], "deadline_ms": 50, '
+             '"condition": "any_update"}')
+    ops = OpPartition(0, LATENESS_MS, dedupe_retention_ms=None)
+    ops.track_changes()
+    ops.stage.track_seen_changes()
+    ops.take([compact_wire(watch)], [])
+    ops.release(10)
+    changes = ops.changes()
+    assert changes.head == ops.head()
+    assert [op_id for op_id, _ in changes.entries] == ["a"] and changes.seen == [("a", 5)]
+    again = ops.changes()
+    assert (again.entries, again.seen) == ([], [])  # taken: the next commit writes none
+    keys = KeyPartition(0, 1, LATENESS_MS)
+    keys.track_changes()
+    assert keys.changes().seen == []  # a key partition sees no op ids

@@ -30,7 +30,8 @@ from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY
 
-__all__ = ["KeyHead", "KeyPartition", "OpHead", "OpPartition", "PartitionStatus"]
+__all__ = ["KeyHead", "KeyPartition", "OpHead", "OpPartition", "PartitionChanges",
+           "PartitionStatus"]
 
 _LONG_MAX = 2**63 - 1
 
@@ -69,6 +70,17 @@ class OpHead(NamedTuple):
     seq: int
     quarantined_by_reason: dict[str, int]
     outcomes_by_outcome: dict[str, int]
+
+
+class PartitionChanges(NamedTuple):
+    """What a partition changed since it last gave its changes: what persistence
+    writes, whatever stores it. ``entries`` pairs each id that changed with its entry
+    (None: held no more); ``seen`` (an op partition's) pairs each op id first seen with
+    its first watch's ``ts_ms``, or an op id forgotten with None."""
+
+    head: KeyHead | OpHead
+    entries: list[tuple[Any, Any]]
+    seen: list[tuple[str, int | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +167,16 @@ class _Partition:
         """``(id, entry)`` for ``ids`` (every entry held if None); an entry is None
         where the partition holds nothing for its id any more."""
         raise NotImplementedError
+
+    def changes(self) -> PartitionChanges:
+        """The head, and the entries and seen op ids changed since the last call or
+        :meth:`track_changes`: the one thing persistence takes from a partition, besides
+        every entry held when it rewrites its log (:meth:`entries`)."""
+        return PartitionChanges(self.head(), self.entries(self.take_changes()),
+                                self._take_seen_changes())
+
+    def _take_seen_changes(self) -> list[tuple[str, int | None]]:
+        return []
 
     def live_entries(self) -> int:
         """How many entries the partition holds, or at most twice that."""
@@ -364,6 +386,9 @@ class OpPartition(_Partition):
 
     def take_changes(self) -> list[str]:
         return self.stage.take_op_changes()
+
+    def _take_seen_changes(self) -> list[tuple[str, int | None]]:
+        return self.stage.take_seen_changes()
 
     def entries(self, ids: list[str] | None = None) -> list[tuple[str, Any]]:
         stage = self.stage

@@ -43,7 +43,7 @@ from tickwheel.pipeline.io.outputs import (
     owner_metadata,
     quarantine_table,
 )
-from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
+from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition, PartitionChanges
 from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
 from tickwheel.pipeline.spark._wire import (
     END,
@@ -255,17 +255,16 @@ def _read_entries(entries: Any, kept: EntryLog | None, chunks: int,
     return log, held, False
 
 
-def _save(part: KeyPartition | OpPartition, log: EntryLog, head: Any, entries: Any,
-          segments: int = 0) -> int:
+def _save(part: KeyPartition | OpPartition, changes: PartitionChanges, log: EntryLog,
+          head: Any, entries: Any, segments: int = 0) -> int:
     """Write the partition's head and the entries it changed (all of them, when the
     log is rewritten); returns the bytes of its state in the store."""
-    changed = part.entries(part.take_changes())
-    write = log.record(changed, part.live_entries(), part.entries, part.entry_bytes)
+    write = log.record(changes.entries, part.live_entries(), part.entries, part.entry_bytes)
     if write.rewrite:
         entries.clear()
     for number, chunk in enumerate(write.chunks, write.first):
         entries.updateValue((number,), (chunk.blob, chunk.digest))
-    saved = encode_head(part.head())
+    saved = encode_head(changes.head)
     head.update((saved, log.chunks, segments))
     return len(saved) + log.bytes
 
@@ -427,7 +426,7 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str,
                 out += [(labels[p], NONE, b"", b"", blob, None)
                         for blob in quarantine_ipcs(quarantine)]
                 counted = part.status()  # counts the call: before saving
-                saved = _save(part, log, self.head, self.entries)
+                saved = _save(part, part.changes(), log, self.head, self.entries)
                 status = status_json(replace(counted, state_bytes=saved))
                 if keep:
                     _keep_partition(where, self.token, (part, log))
@@ -513,8 +512,9 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                 part.take([], progress)
                 outcomes, duplicates = part.release(point)
                 status = part.status()  # counts the call: before saving
-                segment, removed, merged = seen.record(part.stage.take_seen_changes(),
-                                                       part.stage.now, dedupe_retention_ms)
+                changes = part.changes()
+                segment, removed, merged = seen.record(changes.seen, part.stage.now,
+                                                       dedupe_retention_ms)
                 if merged:
                     self.seen_log.clear()
                 else:
@@ -522,7 +522,7 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                         self.seen_log.removeKey((number,))
                 if segment is not None:
                     self.seen_log.updateValue((seen.next - 1,), segment)
-                saved = _save(part, log, self.head, self.entries, seen.next)
+                saved = _save(part, changes, log, self.head, self.entries, seen.next)
                 status = replace(status, state_bytes=saved + seen.bytes)
                 if keep:
                     _keep_partition(where, self.token, (part, seen, log))

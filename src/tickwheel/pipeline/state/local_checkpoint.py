@@ -237,18 +237,18 @@ class LocalCheckpoint:
                ops: OpPartition) -> None:
         """The batch's logs, then its state, whose batch id commits them; then what the
         commit lets go (seen ids past the retention, logs due a rewrite)."""
+        key_changes, op_changes = keys.changes(), ops.changes()
         self._files_log.append(batch_id, files)
-        self._seen_ids.append(batch_id, ops.stage.take_seen_changes())
-        entry_logs = ((keys, self._key_log), (ops, self._op_log))
-        for part, entries in entry_logs:
-            entries.append(batch_id, part.entries(part.take_changes()), part.entry_bytes)
-        state = encode((LOCAL_STATE_FORMAT, batch_id, encode_head(keys.head()),
-                        encode_head(ops.head()), self._relied_on()))
+        self._seen_ids.append(batch_id, op_changes.seen)
+        self._key_log.append(batch_id, key_changes.entries, keys.entry_bytes)
+        self._op_log.append(batch_id, op_changes.entries, ops.entry_bytes)
+        state = encode((LOCAL_STATE_FORMAT, batch_id, encode_head(key_changes.head),
+                        encode_head(op_changes.head), self._relied_on()))
         write_bytes_atomically(state, self.state_path)
         self.batch_id = batch_id
         self.files_read.update(files)
         self._seen_ids.drop_past(ops.stage.now)
-        for part, entries in entry_logs:
+        for part, entries in ((keys, self._key_log), (ops, self._op_log)):
             entries.rewrite_if_due(batch_id, part.live_entries(), part.entries,
                                    part.entry_bytes)
         self.state_bytes = len(state) + self._logs_bytes()
