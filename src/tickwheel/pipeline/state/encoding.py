@@ -5,7 +5,7 @@ at version 4, pinned: the bytes do not follow a newer Python's default, and ever
 CPython from 3.4 on reads them. What they hold is plain: ints, strs, bytes, tuples,
 lists, dicts and None. Each log of chunks carries a chained digest (BLAKE2b, keyed with
 the digest before), so that a copy of the log can tell whether a stored log still
-begins with the chunks it was made from.
+begins with the chunks the copy holds.
 
 A checkpoint, a state or a head in a format other than the one named here is refused
 by name, with both numbers.
@@ -52,5 +52,5 @@ def decode(data: bytes) -> Any:
 
 
 def chain_digest(digest: bytes, chunk: bytes) -> bytes:
-    """The digest of a log of chunks that ``digest`` was, with ``chunk`` after them."""
+    """The digest of the log whose digest is ``digest``, extended by ``chunk``."""
     return hashlib.blake2b(chunk, digest_size=16, key=digest).digest()

@@ -83,10 +83,10 @@ class EntryLog:
 
     def catch_up(self, chunks: int, digest_of: Callable[[int], bytes | None],
                  chunk_of: Callable[[int], bytes]) -> dict[Any, Any] | None:
-        """The entries written since this log was (Nones included, for an older copy of
-        the partition to take), if the log of ``chunks`` chunks still begins with the
-        chunks this one was made from: ``digest_of(n)`` is the digest stored with
-        chunk ``n``, ``chunk_of(n)`` the chunk. None, and this log left as it was, if
+        """The entries of the stored chunks beyond this copy's (Nones included, for an
+        older copy of the partition to take), if the stored log of ``chunks`` chunks
+        begins with the chunks this copy holds: ``digest_of(n)`` is the digest stored
+        with chunk ``n``, ``chunk_of(n)`` the chunk. None, and this copy unchanged, if
         it does not."""
         if self.chunks > chunks or (self.chunks and digest_of(self.chunks - 1) != self.digest):
             return None

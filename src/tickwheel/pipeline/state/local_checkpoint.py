@@ -4,7 +4,7 @@ at each batch's commit.
 The engine decides; this module only stores. A checkpoint directory holds:
 
 - ``tickwheel.json``: the engine, the format, the input directory and the settings the
-  state was made with (a run cannot change them);
+  state holds (a run cannot change them);
 - ``plan.json``: the next batch's files and clock reading, written before it runs, so
   that a batch cut short runs again the same;
 - ``files.log``: the names of the input files read, a
@@ -85,7 +85,7 @@ def file_names(names: object) -> list[str]:
 
 class LocalCheckpoint:
     """The checkpoint in ``directory`` for the input directory ``input_dir``, made with
-    ``settings`` (checked against what it was made with, or written if it is new)."""
+    ``settings`` (checked against those it names, or written if it is new)."""
 
     def __init__(self, directory: Path, input_dir: Path,
                  settings: CheckpointSettings) -> None:
