@@ -269,6 +269,24 @@ def test_a_row_later_than_the_bound_behind_the_wall_clock_is_quarantined_as_late
     assert follower.counts().held == 1  # on time: held until time passes it
 
 
+def test_an_intake_floor_holds_time_so_a_row_stamped_before_a_slow_batch_is_not_late(
+        tmp_path: Path, inbox: Path) -> None:
+    clock = WallClock(10_000)
+    floor = [10_000]  # a request stamped 10_000 is being written
+    follower = engine(tmp_path, clock, time_floor=lambda: floor[0])
+    follower.step()
+    clock.ms = 12_000  # the batch, or the commit, took two seconds
+    follower.step()
+    assert follower.keys.release_ms == 10_000  # held at the floor, not at 11_900
+    land(inbox, "a.jsonl", [watch(10_000, "stamped", 10_500)])
+    floor[0] = 12_000  # landed: nothing held any more
+    follower.step()
+    assert rows(tmp_path / "out" / "quarantine") == []
+    clock.ms = 13_000
+    follower.step()
+    assert outcomes(tmp_path / "out") == [("stamped", "expired", 10_500, 500, ("k",), None)]
+
+
 def test_a_wall_clock_that_steps_back_never_takes_time_back(tmp_path: Path,
                                                             inbox: Path) -> None:
     clock = WallClock(1_000)

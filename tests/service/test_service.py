@@ -29,11 +29,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)
 
 
-def _service(tmp_path: Path, webhook: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
+def _service(tmp_path: Path, webhook: str, *extra: str,
+             lateness_ms: int = 100) -> tuple[subprocess.Popen[str], str]:
     """A following service with the submit API on a port of its own; its URL."""
     child = subprocess.Popen(
         [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--clock", "wall",
-         "--lateness-ms", "100", "--trigger-ms", "100", "--input", str(tmp_path / "in"),
+         "--lateness-ms", str(lateness_ms), "--trigger-ms", "100", "--input", str(tmp_path / "in"),
          "--output", str(tmp_path / "out"), "--listen", "127.0.0.1:0",
          "--deliver-to", webhook, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -60,6 +61,15 @@ def _outcome_ids(output: Path) -> list[str]:
     import pyarrow.parquet as pq
 
     return [row["op_id"] for row in pq.read_table(output / "outcomes").to_pylist()]
+
+
+def _quarantined(output: Path) -> list[tuple[str, str]]:
+    import pyarrow.parquet as pq
+
+    if not (output / "quarantine").exists():
+        return []
+    return [(row["reason"], row["raw"])
+            for row in pq.read_table(output / "quarantine").to_pylist()]
 
 
 def _intake(url: str) -> dict[str, int]:
@@ -134,11 +144,17 @@ def test_every_acknowledged_row_is_applied_once_across_kill_9(tmp_path: Path) ->
                               unless=lambda: child.poll() is not None)
             stop.set()
             sender.join(timeout=60)
-            assert eventually(lambda: set(acked) <= {i.split("@")[0] for i in receiver.ids()},
-                              120, unless=lambda: child.poll() is not None)
+            def undelivered() -> set[str]:
+                return set(acked) - {i.split("@")[0] for i in receiver.ids()}
+
+            assert eventually(lambda: not undelivered(), 120,
+                              unless=lambda: child.poll() is not None), (
+                sorted(undelivered())[:5], _quarantined(tmp_path / "out")[:5])
         finally:
             stop.set()
             _stop(child)
+    # Stamped by the server, no row is late, however long a commit or a batch took.
+    assert _quarantined(tmp_path / "out") == []
     applied = _outcome_ids(tmp_path / "out")
     assert set(acked) <= set(applied)  # none lost
     assert len(applied) == len(set(applied))  # none twice, the one in flight included
@@ -202,7 +218,8 @@ def test_the_spark_engine_takes_rows_over_http_too(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     with receiving(lambda _n: 200) as receiver:
         child, url = _service(tmp_path, receiver.url, "--engine", "spark", "--partitions", "2",
-                              "--conf", f"spark.local.dir={tmp_path / 'spark-local'}")
+                              "--conf", f"spark.local.dir={tmp_path / 'spark-local'}",
+                              lateness_ms=2000)  # Spark's clock is not held by the floor
         try:
             with Client(url) as client:
                 client.schedule_at("later", wall_clock_ms() + 600_000)

@@ -17,7 +17,7 @@ pytest.importorskip("aiohttp")
 
 from tests.conftest import eventually
 from tickwheel.pipeline.contract.events import parse_wire
-from tickwheel.service.journal import Submission, SubmitJournal
+from tickwheel.service.journal import Receipt, Submission, SubmitJournal
 from tickwheel.service.server import SubmitServer, parse_listen
 
 FAR = 99_999_999_999_999
@@ -106,6 +106,50 @@ def test_file_names_only_grow_even_when_the_clock_steps_back(server: SubmitServe
         names.append(post(server, json.dumps(watch(f"op{i}"))).json()["file"])
         clock.now -= 1_000
     assert names == sorted(names) and len(set(names)) == 3
+
+
+class _HeldDisk(SubmitJournal):
+    """A journal whose next commit waits until the test lets it land."""
+
+    entered: threading.Event
+    release: threading.Event
+
+    def land(self, batch: Sequence[Submission]) -> list[Receipt]:
+        self.entered.set()
+        assert self.release.wait(30)
+        return super().land(batch)
+
+
+def test_a_request_being_written_holds_the_time_floor(tmp_path: Path,
+                                                      clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as server:
+        assert server.time_floor() == 1_000_000  # idle: the next stamp's least time
+        held = _HeldDisk(tmp_path / "in", tmp_path / "state2", clock=clock)
+        held.entered, held.release = threading.Event(), threading.Event()
+        server.journal = held
+        answers: list[httpx.Response] = []
+        sender = threading.Thread(target=lambda: answers.append(
+            post(server, json.dumps(watch("a")))))
+        sender.start()
+        assert held.entered.wait(30)
+        clock.now += 60_000  # a minute passes while the commit is stuck
+        assert server.time_floor() == 1_000_000  # the row's stamp: time must wait for it
+        held.release.set()
+        sender.join()
+        assert answers[0].json()["ts_ms"] == 1_000_000
+        assert server.time_floor() == 1_060_000  # landed: the engine lists it
+
+
+def test_a_refused_request_holds_no_floor(server: SubmitServer, clock: ManualClock) -> None:
+    assert post(server, json.dumps({"type": "nope"})).status_code == 400
+    clock.now += 5_000
+    assert server.time_floor() == 1_005_000
+
+
+def test_stamps_start_at_the_engines_time(tmp_path: Path, clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      min_stamp_ms=2_000_000) as server:  # a checkpoint ahead of the clock
+        assert post(server, json.dumps(watch("a"))).json()["ts_ms"] == 2_000_000
 
 
 def test_concurrent_requests_share_a_group_commit(tmp_path: Path, clock: ManualClock) -> None:

@@ -462,14 +462,16 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
                   status: Callable[[], Mapping[str, object]], rows_read: Callable[[], int],
                   committed_inputs: Callable[[Sequence[str]], Collection[str]],
                   max_future_ms: int | None,
-                  collector: TickwheelCollector | None) -> SubmitServer:
-    """The submit API, serving from now on (exit 2 if its address cannot be bound)."""
+                  collector: TickwheelCollector | None,
+                  release_ms: int | None) -> SubmitServer:
+    """The submit API, serving from now on (exit 2 if its address cannot be bound);
+    it stamps no row below ``release_ms``, the engine's time at start."""
     from tickwheel.service.server import SubmitServer
 
     server = SubmitServer(input, state_dir, host=address[0], port=address[1], status=status,
                           rows_read=rows_read, committed_inputs=committed_inputs,
-                          metrics=_metrics_text(),
-                          max_future_ms=max_future_ms)
+                          metrics=_metrics_text(), max_future_ms=max_future_ms,
+                          min_stamp_ms=release_ms or 0)
     try:
         server.start()
     except OSError as exc:
@@ -519,7 +521,10 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
     server = None if listen is None else _start_submit(
         listen, input, follower.checkpoint_dir / SUBMIT_STATE,
         lambda: asdict(follower.counts()), lambda: follower.counts().rows_in,
-        follower.committed_inputs, max_future_ms if clock is ClockKind.wall else None, collector)
+        follower.committed_inputs, max_future_ms if clock is ClockKind.wall else None, collector,
+        follower.counts().release_ms)
+    if server is not None:  # the rows it stamps are never late
+        follower.time_floor = server.time_floor
     last_print = 0.0
 
     def progress(batch: FollowBatch) -> None:
@@ -656,7 +661,8 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
     server = None if listen is None else _start_submit(
         listen, spark_engine.input_dir, spark_engine.checkpoint_dir / SUBMIT_STATE,
         live.as_json, lambda: live.rows_in, spark_engine.committed_inputs,
-        max_future_ms if clock is ClockKind.wall else None, collector)
+        max_future_ms if clock is ClockKind.wall else None, collector,
+        spark_engine.result().release_ms)
     last_print = 0.0
 
     def progress(batch_id: int, outcomes: int, quarantined: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -55,18 +56,43 @@ class IntakeError(ValueError):
 
 class TimeStamper:
     """The server's time for rows that carry none: the wall clock, but never below a
-    time already handed out, so that a stamped row is never behind an earlier one
-    (the engines count a row that far behind as late)."""
+    time already handed out, so that a stamped row is never behind an earlier one.
+
+    It also keeps the *floor*: the earliest time a row not yet in the input directory
+    can carry. An engine that holds its time within the lateness bound of the floor
+    never counts a stamped row late, however long the row's commit or the engine's
+    batch takes (a stamp is held from :meth:`stamp` until :meth:`settle`)."""
 
     def __init__(self, clock: Callable[[], int], last_ms: int = 0) -> None:
         self._clock = clock
         self._last = last_ms  # a time handed out before a restart, if known
+        self._held: Counter[int] = Counter()  # stamps of rows not yet landed or refused
         self._lock = threading.Lock()
 
     def stamp(self) -> int:
+        """A time for a request's rows, held in the floor until :meth:`settle`."""
         with self._lock:
             self._last = max(self._last, self._clock())
+            self._held[self._last] += 1
             return self._last
+
+    def settle(self, stamp: int) -> None:
+        """The rows stamped ``stamp`` landed in the input directory, or were refused."""
+        with self._lock:
+            left = self._held[stamp] - 1
+            assert left >= 0, f"stamp {stamp} settled more often than handed out"
+            if left:
+                self._held[stamp] = left
+            else:
+                del self._held[stamp]
+
+    def floor(self) -> int:
+        """No row that is not in the input directory yet carries a stamp below this:
+        the oldest stamp held, or else the least time the next stamp can be."""
+        with self._lock:
+            if self._held:
+                return min(self._held)
+            return max(self._last, self._clock())
 
     @property
     def last_ms(self) -> int:

@@ -8,6 +8,8 @@
 - ``Idempotency-Key`` header: a request sent again with the same key is answered again
   (``Idempotent-Replayed: true``) and not written again; with another body, 422.
 - A row without ``ts_ms`` gets the server's wall clock, never below a time it gave.
+  :meth:`SubmitServer.time_floor` bounds the engine's time so that such a row is
+  never late, however long its commit or the engine's batch takes.
 - 503 with ``Retry-After`` when the engine is behind by more than ``max_backlog_rows``
   or the disk is (nearly) full; 413 for a body over ``max_body_bytes``.
 - ``GET /v1/status``: the engine's and the intake's counters as JSON;
@@ -129,7 +131,8 @@ class SubmitServer:
                  min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
                  key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
                  retire_interval_s: float = RETIRE_INTERVAL_S,
-                 free_bytes: Callable[[Path], int] | None = None) -> None:
+                 free_bytes: Callable[[Path], int] | None = None,
+                 min_stamp_ms: int = 0) -> None:
         self.host, self.port = host, port
         self.input_dir = input_dir
         self.journal = SubmitJournal(input_dir, state_dir, clock=clock, key_ttl_ms=key_ttl_ms)
@@ -140,8 +143,10 @@ class SubmitServer:
         self.retire_interval_s = retire_interval_s
         self._metrics = metrics
         self._clock = clock
-        # Never below a time stamped before a restart either: the newest file's name.
-        self._stamper = TimeStamper(clock, self.journal.last_commit_ms)
+        # Never below a time stamped before a restart either (the newest file's name),
+        # nor below the engine's time at start (``min_stamp_ms``): a wall clock behind
+        # a checkpoint's time would make every stamped row late.
+        self._stamper = TimeStamper(clock, max(self.journal.last_commit_ms, min_stamp_ms))
         self.max_future_ms = max_future_ms
         self.max_backlog_rows = max_backlog_rows
         self.max_body_bytes = max_body_bytes
@@ -249,6 +254,12 @@ class SubmitServer:
         read = self._rows_read() - self._read_at_start
         return max(0, self._counts["accepted_rows"] - read)
 
+    def time_floor(self) -> int:
+        """The earliest ``ts_ms`` that a row acknowledged from now on, or being
+        written, can carry where the server stamped it. An engine whose clock reads at
+        most ``time_floor() + lateness_ms`` never counts such a row late."""
+        return self._stamper.floor()
+
     def stats(self) -> IntakeStats:
         journal = self.journal.stats()
         return IntakeStats(**self._counts, backlog_rows=self.backlog_rows(),
@@ -322,6 +333,7 @@ class SubmitServer:
         try:
             lines = read_rows(body, stamp, max_ts_ms=bound)
         except IntakeError as exc:
+            self._stamper.settle(stamp)
             self._counts["refused_bad"] += 1
             return self._json(400, exc.as_json())
         return await self._commit(Submission(lines, key, digest, stamp))
@@ -381,16 +393,22 @@ class SubmitServer:
             try:
                 receipts = self.journal.land([w.submission for w in batch])
             except OSError as exc:
+                self._settle(batch)
                 why = ("the input's disk is full" if is_disk_full(exc)
                        else f"the input could not be written: {exc.strerror or exc}")
                 log.error("a commit of %d requests failed: %s", len(batch), why)
                 for waiting in batch:
                     waiting.done.set_exception(_Busy(why))
                 continue
+            self._settle(batch)  # in the input directory now: the engine lists them
             self._counts["commits"] += 1
             for waiting, receipt in zip(batch, receipts, strict=True):
                 self._counts["accepted_rows"] += receipt.accepted
                 waiting.done.set_result(receipt)
+
+    def _settle(self, batch: list[_Waiting]) -> None:
+        for waiting in batch:
+            self._stamper.settle(waiting.submission.ts_ms)
 
     async def _retire_loop(self) -> None:
         """Input files the engine has committed deleted, every ``retire_interval_s``:

@@ -230,6 +230,10 @@ class LocalFollowEngine:
     ``checkpoint_dir`` (default ``OUTPUT/_checkpoint``) holds the state, so that a run
     on the same directories carries on where the last one stopped. ``sink`` gets every
     outcome at least once (see :class:`~tickwheel.pipeline.delivery.batch_delivery.BatchDelivery`).
+    ``time_floor`` is an intake's floor (such as
+    :meth:`~tickwheel.service.server.SubmitServer.time_floor`): the clock's reading
+    is held at most the lateness bound above it, so that the rows the intake stamps are
+    never late, however long their commit or a batch takes.
     """
 
     def __init__(self, input_dir: Path, output_dir: Path, *,
@@ -240,7 +244,8 @@ class LocalFollowEngine:
                  sink: OutcomeSink | None = None, overwrite: bool = False,
                  max_files_per_batch: int | None = None,
                  max_bytes_per_batch: int = DEFAULT_FOLLOW_BYTES_PER_BATCH,
-                 max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
+                 max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
+                 time_floor: Callable[[], int] | None = None) -> None:
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
         if max_files_per_batch is not None:
             check_positive_int("max_files_per_batch", max_files_per_batch,
@@ -263,6 +268,7 @@ class LocalFollowEngine:
         self.lateness_ms = lateness_ms
         self.dedupe_retention_ms = dedupe_retention_ms
         self.clock = clock
+        self.time_floor = time_floor
         self.sink = sink
         self.max_future_ms = max_future_ms
         self.max_files_per_batch = max_files_per_batch
@@ -327,7 +333,7 @@ class LocalFollowEngine:
             return planned
         # The clock first: a file listed after it was written after it too, so its rows
         # are late only if they waited longer than the lateness bound to land.
-        clock_ms = None if self.clock is None else self.clock()
+        clock_ms = self._clock_reading()
         listed = self._listing()
         names: list[str] = []
         if listed is not None:
@@ -339,6 +345,16 @@ class LocalFollowEngine:
         plan = BatchPlan(batch_id, names, clock_ms)
         self._checkpoint.plan(plan)
         return plan
+
+    def _clock_reading(self) -> int | None:
+        """The clock, held within the lateness bound of the intake's floor: a row
+        stamped before this reading and not yet listed is then not late."""
+        if self.clock is None:
+            return None
+        now = self.clock()
+        if self.time_floor is not None:
+            now = min(now, self.time_floor() + self.lateness_ms)
+        return now
 
     def _within_budget(self, names: list[str]) -> list[str]:
         """The first of the new files, in name order, that the batch's budget holds
