@@ -40,6 +40,7 @@ from tickwheel.pipeline.io.log_reader import read_events
 from tickwheel.pipeline.io.outputs import owner_epoch, read_parquet_rows
 from tickwheel.pipeline.spark import SparkEngine, _tasks, _wire
 from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
+from tickwheel.pipeline.state.encoding import SPARK_CHECKPOINT_FORMAT as CHECKPOINT_FORMAT
 from tickwheel.pipeline.tools.generator import GeneratorConfig, write_event_log
 
 pytestmark = pytest.mark.spark
@@ -505,16 +506,17 @@ def test_a_checkpoint_in_an_earlier_format_is_refused_with_its_format(spark: Any
     (tmp_path / "ckpt" / "tickwheel.json").write_text(json.dumps(
         {"id": "x", "shards": 2, "labels": [0, 1], "lateness_ms": LATENESS_MS,
          "dedupe_retention_ms": None}))  # format 1 had no "format"
-    with pytest.raises(ValueError, match=r"format 1 .* reads format 9"):
+    with pytest.raises(ValueError, match=rf"format 1 .* reads format {CHECKPOINT_FORMAT}"):
         SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt", lateness_ms=LATENESS_MS)
     # 2: one stage, sharded by op id; 3: the seen ids in the snapshot; 4: no tokens;
     # 5: the published manifests' log in a format of its own; 6: a partition's state
-    # in one value; 7: the seen ids in a log of changes
-    for made in (2, 3, 4, 5, 6, 7):
+    # in one value; 7: the seen ids in a log of changes; 9: the clock from Spark's rate
+    # source
+    for made in (2, 3, 4, 5, 6, 7, 9):
         (tmp_path / "ckpt" / "tickwheel.json").write_text(json.dumps(
             {"format": made, "id": "x", "partitions": 2, "labels": [0, 1],
              "lateness_ms": LATENESS_MS, "dedupe_retention_ms": None}))
-        with pytest.raises(ValueError, match=rf"format {made} .* reads format 9"):
+        with pytest.raises(ValueError, match=rf"format {made} .* reads format {CHECKPOINT_FORMAT}"):
             SparkEngine(spark, log, tmp_path / "out", tmp_path / "ckpt",
                         lateness_ms=LATENESS_MS)
 
@@ -534,7 +536,8 @@ def test_a_checkpoint_of_the_other_engine_is_refused_by_its_engine(spark: Any,
     SparkEngine(spark, log, tmp_path / "spark-out", tmp_path / "spark",
                 lateness_ms=LATENESS_MS).run()
     with pytest.raises(ValueError, match=r"not written by this version of the local "
-                                         r"engine's follow mode \(engine spark, format 9; this one "
+                                         rf"engine's follow mode \(engine spark, format "
+                                         rf"{CHECKPOINT_FORMAT}; this one "
                                          r"reads format \d+\)"):
         LocalFollowEngine(log, tmp_path / "local-out2", checkpoint_dir=tmp_path / "spark",
                           lateness_ms=LATENESS_MS)

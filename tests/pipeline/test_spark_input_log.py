@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -357,3 +358,49 @@ def test_a_file_that_changes_after_it_was_listed_is_noted_for_the_driver(
     inputs.publish()
     inputs.publish()  # noted once per change
     assert changed_files(checkpoint) == {"a.jsonl": 1}
+
+
+def _clock_reader(inbox: Path, checkpoint: Path, floor: Path | None) -> InputReader:
+    return InputReader(input_options(inbox, checkpoint, None, 2, True, wall_clock=True,
+                                     floor_file=floor, lateness_ms=100))
+
+
+def _rows(reader: InputReader, start: dict[str, int], end: dict[str, int],
+          ) -> list[tuple[str | None, int | None]]:
+    return [(None if file is None else os.path.basename(os.fsdecode(file)), clock)
+            for part in reader.partitions(start, end) for file, clock in reader.read(part)]
+
+
+def test_the_wall_clock_rides_in_the_offsets_held_within_the_lateness_of_the_floor(
+        tmp_path: Path) -> None:
+    inbox, checkpoint, floor = tmp_path / "in", tmp_path / "ckpt", tmp_path / "floor"
+    inbox.mkdir()
+    floor.write_text("5000\n")  # a submit server's floor, long ago
+    reader = _clock_reader(inbox, checkpoint, floor)
+    start = reader.initialOffset()
+    assert start == {"next": 0, "clock": 0}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"next": 0, "clock": 5_100}  # the floor plus the lateness bound
+    assert _rows(reader, start, end) == [(None, 5_100)]  # a row of the clock alone
+    # Neither a file nor a second: the same offset, so no micro-batch.
+    assert reader.latestOffset(end, ReadAllAvailable()) == end
+    _land(inbox, "a.jsonl")
+    later = reader.latestOffset(end, ReadAllAvailable())
+    assert later == {"next": 1, "clock": 5_100}
+    assert _rows(reader, end, later) == [("a.jsonl", 5_100)]
+    floor.write_text("6000\n")
+    assert reader.latestOffset(later, ReadAllAvailable()) == {"next": 1, "clock": 6_100}
+    floor.write_text("1000\n")  # a stale floor never takes time back
+    assert reader._clock(6_100) == 6_100
+    floor.unlink()  # not written yet: time waits for it
+    assert reader._clock(6_100) == 6_100
+
+
+def test_without_a_floor_the_clock_is_the_wall_clock(tmp_path: Path) -> None:
+    reader = _clock_reader(tmp_path / "in", tmp_path / "ckpt", None)
+    (tmp_path / "in").mkdir()
+    before = time.time_ns() // 1_000_000
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert before <= end["clock"] <= time.time_ns() // 1_000_000
+    # An event-clock source has no clock at all.
+    assert _reader(tmp_path / "in", tmp_path / "ckpt2").initialOffset() == {"next": 0}

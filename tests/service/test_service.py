@@ -218,8 +218,7 @@ def test_the_spark_engine_takes_rows_over_http_too(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     with receiving(lambda _n: 200) as receiver:
         child, url = _service(tmp_path, receiver.url, "--engine", "spark", "--partitions", "2",
-                              "--conf", f"spark.local.dir={tmp_path / 'spark-local'}",
-                              lateness_ms=2000)  # Spark's clock is not held by the floor
+                              "--conf", f"spark.local.dir={tmp_path / 'spark-local'}")
         try:
             with Client(url) as client:
                 client.schedule_at("later", wall_clock_ms() + 600_000)

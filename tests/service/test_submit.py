@@ -152,6 +152,16 @@ def test_stamps_start_at_the_engines_time(tmp_path: Path, clock: ManualClock) ->
         assert post(server, json.dumps(watch("a"))).json()["ts_ms"] == 2_000_000
 
 
+def test_the_floor_is_written_for_an_engine_in_another_process(tmp_path: Path,
+                                                              clock: ManualClock) -> None:
+    floor = tmp_path / "state" / "floor"
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      floor_file=floor):
+        assert floor.read_text() == "1000000\n"  # there before any request is taken
+        clock.now += 1_000
+        assert eventually(lambda: floor.read_text() == "1001000\n", 10)
+
+
 def test_concurrent_requests_share_a_group_commit(tmp_path: Path, clock: ManualClock) -> None:
     with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
                       commit_interval_ms=200) as server:

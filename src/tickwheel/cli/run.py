@@ -59,7 +59,7 @@ from tickwheel.pipeline.io.outputs import (
 )
 from tickwheel.pipeline.io.ownership import OwnershipError
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
-from tickwheel.service.server import SUBMIT_STATE
+from tickwheel.service.server import FLOOR_FILE, SUBMIT_STATE
 
 if TYPE_CHECKING:
     from tickwheel.dispatch import TaskProcessor
@@ -463,7 +463,7 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
                   committed_inputs: Callable[[Sequence[str]], Collection[str]],
                   max_future_ms: int | None,
                   collector: TickwheelCollector | None,
-                  release_ms: int | None) -> SubmitServer:
+                  release_ms: int | None, floor_file: Path | None = None) -> SubmitServer:
     """The submit API, serving from now on (exit 2 if its address cannot be bound);
     it stamps no row below ``release_ms``, the engine's time at start."""
     from tickwheel.service.server import SubmitServer
@@ -471,7 +471,7 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
     server = SubmitServer(input, state_dir, host=address[0], port=address[1], status=status,
                           rows_read=rows_read, committed_inputs=committed_inputs,
                           metrics=_metrics_text(), max_future_ms=max_future_ms,
-                          min_stamp_ms=release_ms or 0)
+                          min_stamp_ms=release_ms or 0, floor_file=floor_file)
     try:
         server.start()
     except OSError as exc:
@@ -662,7 +662,10 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
         listen, spark_engine.input_dir, spark_engine.checkpoint_dir / SUBMIT_STATE,
         live.as_json, lambda: live.rows_in, spark_engine.committed_inputs,
         max_future_ms if clock is ClockKind.wall else None, collector,
-        spark_engine.result().release_ms)
+        spark_engine.result().release_ms,
+        floor_file=spark_engine.checkpoint_dir / SUBMIT_STATE / FLOOR_FILE)
+    if server is not None:  # the rows it stamps are never late
+        spark_engine.floor_file = server.floor_file
     last_print = 0.0
 
     def progress(batch_id: int, outcomes: int, quarantined: int) -> None:

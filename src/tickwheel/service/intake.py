@@ -92,7 +92,9 @@ class TimeStamper:
         with self._lock:
             if self._held:
                 return min(self._held)
-            return max(self._last, self._clock())
+            # Kept as handed out: a stamp after a clock stepped back is not below it.
+            self._last = max(self._last, self._clock())
+            return self._last
 
     @property
     def last_ms(self) -> int:

@@ -9,7 +9,8 @@
   (``Idempotent-Replayed: true``) and not written again; with another body, 422.
 - A row without ``ts_ms`` gets the server's wall clock, never below a time it gave.
   :meth:`SubmitServer.time_floor` bounds the engine's time so that such a row is
-  never late, however long its commit or the engine's batch takes.
+  never late, however long its commit or the engine's batch takes; with
+  ``floor_file``, the floor is also written there for an engine in another process.
 - 503 with ``Retry-After`` when the engine is behind by more than ``max_backlog_rows``
   or the disk is (nearly) full; 413 for a body over ``max_body_bytes``.
 - ``GET /v1/status``: the engine's and the intake's counters as JSON;
@@ -34,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from tickwheel.pipeline.io.files import write_bytes_atomically
 from tickwheel.service.intake import MAX_BODY_BYTES, IntakeError, TimeStamper, read_rows
 from tickwheel.service.journal import (
     DEFAULT_KEY_TTL_MS,
@@ -52,6 +54,8 @@ __all__ = [
     "DEFAULT_COMMIT_INTERVAL_MS",
     "DEFAULT_MAX_BACKLOG_ROWS",
     "DEFAULT_MIN_FREE_BYTES",
+    "FLOOR_FILE",
+    "FLOOR_INTERVAL_MS",
     "RETIRE_INTERVAL_S",
     "SUBMIT_STATE",
     "IntakeStats",
@@ -74,6 +78,11 @@ _RETRY_AFTER_S: Final = "1"
 #: How often the files the engine has committed are retired from the input directory.
 RETIRE_INTERVAL_S: Final = 1.0
 _MAX_KEY_CHARS: Final = 255
+#: How often ``floor_file`` is written: the time an engine that reads it may stand
+#: behind the floor, besides its lateness bound.
+FLOOR_INTERVAL_MS: Final = 50
+#: The floor file's name in the server's directory, for the Spark engine's source.
+FLOOR_FILE: Final = "floor"
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -132,7 +141,7 @@ class SubmitServer:
                  key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
                  retire_interval_s: float = RETIRE_INTERVAL_S,
                  free_bytes: Callable[[Path], int] | None = None,
-                 min_stamp_ms: int = 0) -> None:
+                 min_stamp_ms: int = 0, floor_file: Path | None = None) -> None:
         self.host, self.port = host, port
         self.input_dir = input_dir
         self.journal = SubmitJournal(input_dir, state_dir, clock=clock, key_ttl_ms=key_ttl_ms)
@@ -147,6 +156,7 @@ class SubmitServer:
         # nor below the engine's time at start (``min_stamp_ms``): a wall clock behind
         # a checkpoint's time would make every stamped row late.
         self._stamper = TimeStamper(clock, max(self.journal.last_commit_ms, min_stamp_ms))
+        self.floor_file = floor_file
         self.max_future_ms = max_future_ms
         self.max_backlog_rows = max_backlog_rows
         self.max_body_bytes = max_body_bytes
@@ -172,6 +182,8 @@ class SubmitServer:
         it cannot be: in use, or not this machine's address)."""
         from tickwheel.aio import new_event_loop
 
+        if self.floor_file is not None:  # before any stamp: a reader finds it at once
+            self._publish_floor(self.floor_file)
         loop = new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(target=self._serve, args=(loop,),
@@ -208,6 +220,7 @@ class SubmitServer:
         await runner.setup()
         committer = asyncio.create_task(self._commit_loop())
         retirer = asyncio.create_task(self._retire_loop())
+        publisher = asyncio.create_task(self._floor_loop())
         try:
             site = web.TCPSite(runner, self.host, self.port)
             await site.start()
@@ -216,9 +229,9 @@ class SubmitServer:
             await self._stopping.wait()
         finally:
             await runner.cleanup()  # answers the requests in progress first
-            committer.cancel()
-            retirer.cancel()
-            await asyncio.gather(committer, retirer, return_exceptions=True)
+            for task in (committer, retirer, publisher):
+                task.cancel()
+            await asyncio.gather(committer, retirer, publisher, return_exceptions=True)
 
     def stop(self) -> None:
         """Stop taking requests; those in progress are answered first."""
@@ -425,6 +438,24 @@ class SubmitServer:
                 continue
             if retired:
                 log.debug("%d committed input files retired", retired)
+
+    async def _floor_loop(self) -> None:
+        """The floor written to ``floor_file`` every ``FLOOR_INTERVAL_MS``: an engine
+        that reads it holds its time within the lateness bound of it (a stale floor
+        is lower, so holds time more, never less)."""
+        path = self.floor_file
+        if path is None:
+            return
+        while True:
+            await asyncio.sleep(FLOOR_INTERVAL_MS / 1000)
+            try:
+                self._publish_floor(path)
+            except OSError as exc:  # the engine's time waits meanwhile; tried again
+                log.warning("writing the time floor to %s: %s", path, exc)
+
+    def _publish_floor(self, path: Path) -> None:
+        # Not fsync'd: a start writes it again before it stamps anything.
+        write_bytes_atomically(b"%d\n" % self._stamper.floor(), path, sync=False)
 
     async def _get_status(self, request: web.Request) -> web.Response:
         status = {} if self._status is None else dict(self._status())

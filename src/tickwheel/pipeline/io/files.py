@@ -41,15 +41,18 @@ def is_temporary_of(name: str, prefix: str) -> bool:
     return name.startswith(prefix) and _SUFFIX.fullmatch(name, len(prefix)) is not None
 
 
-def write_bytes_atomically(data: bytes, path: Path) -> None:
+def write_bytes_atomically(data: bytes, path: Path, *, sync: bool = True) -> None:
     """``data`` written whole and fsync'd under a hidden name (which no reader takes),
-    then renamed into place: a crash leaves the old file or the new one, never half."""
+    then renamed into place: a crash leaves the old file or the new one, never half.
+    Without ``sync``, a reader still sees one whole file, but a crash of the machine
+    may leave the old one (for what is written again at every start)."""
     out, tmp = open_temporary(path)
     try:
         with out:
             out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+            if sync:
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -8,12 +8,21 @@ micro-batch's offsets are ``{"next": n}``, so Spark's offset log holds two numbe
 micro-batch whatever the input has held, and its commits let the log forget. Each row
 is an input file's path as bytes (``os.fsencode``), so a name with undecodable bytes
 reaches the packers as it is.
+
+With the wall clock, the offsets also hold the clock's reading, ``{"next": n,
+"clock": ms}``, and every row carries it, with a row of its own in a micro-batch
+without files: a micro-batch run again after a crash reads the same clock. The reading
+moves at least once a second without input. With a submit server's floor file, the
+clock reads at most the floor plus the lateness bound, read before the listing, so a
+row the server stamped is never late (see
+:meth:`~tickwheel.service.server.SubmitServer.time_floor`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,20 +42,29 @@ __all__ = ["INPUT_FORMAT", "InputSource", "input_options"]
 
 #: The name the source is registered under.
 INPUT_FORMAT = "tickwheel_input"
-#: The source's one column: an input file's path.
-INPUT_SCHEMA = "file binary"
+#: The source's columns: an input file's path (None in a row of the clock alone), and
+#: the wall clock's reading (None without the wall clock).
+INPUT_SCHEMA = "file binary, clock long"
+#: Without input, the clock moves once this much time has passed: a micro-batch a
+#: second when idle.
+CLOCK_STEP_MS = 1000
 
 
 def input_options(input_dir: Path, checkpoint_dir: Path, max_files: int | None,
                   partitions: int, follow: bool = False, max_bytes: int | None = None,
-                  ) -> dict[str, str]:
+                  wall_clock: bool = False, floor_file: Path | None = None,
+                  lateness_ms: int = 0) -> dict[str, str]:
     """The source's options. Paths go as JSON (ASCII): an option crosses the JVM as
     a Java string, where a lone surrogate (an undecodable byte) would not survive.
     ``follow``: list the input at every trigger; otherwise once, at the first, so that
-    a run reads the files the directory held when it started."""
+    a run reads the files the directory held when it started. ``wall_clock``: the
+    rows carry its readings, held within ``lateness_ms`` of ``floor_file``'s floor."""
     options = {"input": json.dumps(str(input_dir.absolute())),
                "checkpoint": json.dumps(str(checkpoint_dir.absolute())),
-               "partitions": str(partitions), "follow": json.dumps(follow)}
+               "partitions": str(partitions), "follow": json.dumps(follow),
+               "wallClock": json.dumps(wall_clock), "latenessMs": str(lateness_ms)}
+    if floor_file is not None:
+        options["floor"] = json.dumps(str(floor_file.absolute()))
     if max_files is not None:
         options["maxFilesPerTrigger"] = str(max_files)
     elif max_bytes is not None:
@@ -55,11 +73,13 @@ def input_options(input_dir: Path, checkpoint_dir: Path, max_files: int | None,
 
 
 class FilesPartition(InputPartition):
-    """Some of a micro-batch's files, read by one task."""
+    """Some of a micro-batch's files, read by one task, with the micro-batch's clock;
+    no files: a row of the clock alone."""
 
-    def __init__(self, files: list[bytes]) -> None:
-        super().__init__(files)
+    def __init__(self, files: list[bytes], clock: int | None = None) -> None:
+        super().__init__((files, clock))
         self.files = files
+        self.clock = clock
 
 
 class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -74,10 +94,26 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         budget = options.get("maxBytesPerTrigger")
         self.max_bytes = None if budget is None else int(budget)
         self.follow = bool(json.loads(options.get("follow", "false")))
+        self.wall_clock = bool(json.loads(options.get("wallClock", "false")))
+        self.lateness_ms = int(options.get("latenessMs", "0"))
+        floor = options.get("floor")
+        self.floor_file = None if floor is None else Path(json.loads(floor))
         self.until: int | None = None  # the last offset of the run, once listed for good
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 (the API's names)
-        return {"next": 0}
+        return {"next": 0, "clock": 0} if self.wall_clock else {"next": 0}
+
+    def _clock(self, start: int) -> int:
+        """The wall clock's reading, held within the lateness bound of the floor and
+        never below ``start``, the last micro-batch's."""
+        now = time.time_ns() // 1_000_000
+        if self.floor_file is not None:
+            try:
+                floor = int(self.floor_file.read_bytes())
+            except (OSError, ValueError):  # not written yet: time waits for it
+                return start
+            now = min(now, floor + self.lateness_ms)
+        return max(now, start)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         if self.max_files is not None:
@@ -92,6 +128,8 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int],  # noqa: N802
                      limit: ReadLimit) -> dict[str, int]:
+        # The clock before the listing: a file listed after it landed after it too.
+        clock = self._clock(start.get("clock", 0)) if self.wall_clock else None
         if self.follow:
             self.log.publish_or_wait()
         elif self.until is None:
@@ -102,21 +140,29 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = min(end, start["next"] + limit.max_files)
         elif isinstance(limit, ReadMaxBytes):
             end = self.log.end_within(start["next"], end, limit.max_bytes)
-        return {"next": max(end, start["next"])}
+        end = max(end, start["next"])
+        if clock is None:
+            return {"next": end}
+        if end == start["next"] and clock - start["clock"] < CLOCK_STEP_MS:
+            return start  # nothing new: no micro-batch yet
+        return {"next": end, "clock": clock}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[FilesPartition]:
         files = [os.fsencode(path) for path in self.log.files(start["next"], end["next"])]
+        clock = end.get("clock")
         if not files:
-            return []
+            return [] if clock is None else [FilesPartition([], clock)]
         # Contiguous runs, in file order: the packers read each file whole.
         count = min(len(files), self.partitions_wanted)
         size = -(-len(files) // count)
-        return [FilesPartition(files[i:i + size]) for i in range(0, len(files), size)]
+        return [FilesPartition(files[i:i + size], clock) for i in range(0, len(files), size)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[bytes]]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[bytes | None, int | None]]:
         assert isinstance(partition, FilesPartition)
+        if not partition.files:
+            yield (None, partition.clock)
         for file in partition.files:
-            yield (file,)
+            yield (file, partition.clock)
 
     def commit(self, end: dict[str, int]) -> None:
         self.log.commit(end["next"])

@@ -218,7 +218,7 @@ class SparkEngine:
                  wall_clock: bool = False,
                  max_bytes_per_trigger: int | None = DEFAULT_BYTES_PER_TRIGGER,
                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-                 worker_cache: bool = True) -> None:
+                 worker_cache: bool = True, floor_file: Path | None = None) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress). ``sink`` gets every outcome at
         least once: each micro-batch's once its files are written, delivered while the
@@ -235,7 +235,10 @@ class SparkEngine:
         With ``wall_clock``, time also follows the wall clock (``ts_ms`` are epoch
         milliseconds) in :meth:`follow`: deadlines fire without new rows, and a row whose
         ``ts_ms`` is more than ``max_future_ms`` ahead of the clock is quarantined as
-        ``future``. A checkpoint keeps the clock of its first run.
+        ``future``. A checkpoint keeps the clock of its first run. ``floor_file`` is a
+        submit server's time floor (:attr:`~tickwheel.service.server.SubmitServer.floor_file`):
+        the clock then reads at most the floor plus the lateness bound, so that the rows
+        the server stamps are never late.
 
         Unless ``max_files_per_trigger`` is given, a micro-batch reads about
         ``max_bytes_per_trigger`` of input at most (None: all there is), since its
@@ -274,6 +277,7 @@ class SparkEngine:
         self.clock = "wall" if wall_clock else "event"
         self.max_future_ms = max_future_ms
         self.worker_cache = worker_cache
+        self.floor_file = floor_file
         self.partitions, self.labels = self._settle_partitions(partitions)
         self.checkpoint_id = str(checkpoint_id(checkpoint_dir))
         # The outputs beside the checkpoint are its own from now on.
@@ -352,30 +356,22 @@ class SparkEngine:
         no_path = F.lit(None).cast("string").alias("path")
         no_file = F.lit(None).cast("binary").alias("file")
         no_clock = F.lit(None).cast("long").alias("clock")
-        # With the wall clock, each input file carries the micro-batch's time too, so
-        # that its packer can judge a row too far ahead of it (the same on a re-run).
-        now = F.unix_millis(F.current_timestamp()).alias("clock")
         self.spark.dataSource.register(InputSource)
+        # With the wall clock, the source's offsets hold its readings (see _source), so
+        # a micro-batch run again after a crash reads the same clock, and each input
+        # file carries it, so that its packer can judge a row too far ahead of it.
         rows = (self.spark.readStream.format(INPUT_FORMAT)
                 .options(**input_options(self.input_dir, self.checkpoint_dir,
                                          self.max_files_per_trigger, self.partitions,
-                                         follow=follow, max_bytes=max_bytes))
-                .load().select(no_path, "file", now if self.clock == "wall" else no_clock))
+                                         follow=follow, max_bytes=max_bytes,
+                                         wall_clock=self.clock == "wall",
+                                         floor_file=self.floor_file,
+                                         lateness_ms=self.lateness_ms))
+                .load().select(no_path, "file", "clock"))
         control = (self.spark.readStream.format("binaryFile").schema(FILE_SCHEMA)
                    .load(str(self.checkpoint_dir / "control"))
                    .select("path", no_file, no_clock))
         sources = rows.unionByName(control)
-        if self.clock == "wall":
-            # The wall clock as input: the rate source makes a row each second, and
-            # current_timestamp() is the micro-batch's time, which Spark keeps in its
-            # offset log: a batch that runs again after a crash reads the same clock.
-            # One partition: the source's default of one per core makes a task each per
-            # micro-batch for its one row.
-            ticks = (self.spark.readStream.format("rate").option("rowsPerSecond", 1)
-                     .option("numPartitions", 1).load()
-                     .select(no_path, no_file,
-                             F.unix_millis(F.current_timestamp()).alias("clock")))
-            sources = sources.unionByName(ticks)
         chunks = sources.mapInArrow(
             packer(self.labels, self.lateness_ms,
                    self.max_future_ms if self.clock == "wall" else None), CHUNK_SCHEMA)

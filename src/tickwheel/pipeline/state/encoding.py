@@ -34,8 +34,9 @@ MARSHAL_VERSION: Final = 4
 LOCAL_CHECKPOINT_FORMAT: Final = 5
 #: The local engine's state file: the batch committed, both heads, and what it relies on.
 LOCAL_STATE_FORMAT: Final = 4
-#: The Spark engine's checkpoint: its layout and its state store's values.
-SPARK_CHECKPOINT_FORMAT: Final = 9
+#: The Spark engine's checkpoint: its layout, its sources (the wall clock is in the input
+#: source's offsets) and its state store's values.
+SPARK_CHECKPOINT_FORMAT: Final = 10
 #: Both stages' partition heads, in either engine.
 HEAD_FORMAT: Final = 1
 
