@@ -455,6 +455,8 @@ def test_a_full_disk_while_writing_gets_503_and_the_key_stays_free(
         server.journal = _FullDisk(tmp_path / "in", tmp_path / "state2", clock=clock)
         answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
         assert answer.status_code == 503 and "full" in answer.json()["error"]
+        clock.now += 1_000
+        assert server.time_floor() == 1_001_000  # its stamp let go: time need not wait
         server.journal = working
         answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
         assert answer.status_code == 200 and "Idempotent-Replayed" not in answer.headers

@@ -96,10 +96,6 @@ class TimeStamper:
             self._last = max(self._last, self._clock())
             return self._last
 
-    @property
-    def last_ms(self) -> int:
-        return self._last
-
 
 class _Repeated(dict[str, Any]):
     """An object that names a field twice: the engines quarantine it

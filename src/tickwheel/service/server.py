@@ -406,22 +406,19 @@ class SubmitServer:
             try:
                 receipts = self.journal.land([w.submission for w in batch])
             except OSError as exc:
-                self._settle(batch)
                 why = ("the input's disk is full" if is_disk_full(exc)
                        else f"the input could not be written: {exc.strerror or exc}")
                 log.error("a commit of %d requests failed: %s", len(batch), why)
                 for waiting in batch:
                     waiting.done.set_exception(_Busy(why))
                 continue
-            self._settle(batch)  # in the input directory now: the engine lists them
+            finally:  # landed (the engine lists them) or refused: time need not wait
+                for waiting in batch:
+                    self._stamper.settle(waiting.submission.ts_ms)
             self._counts["commits"] += 1
             for waiting, receipt in zip(batch, receipts, strict=True):
                 self._counts["accepted_rows"] += receipt.accepted
                 waiting.done.set_result(receipt)
-
-    def _settle(self, batch: list[_Waiting]) -> None:
-        for waiting in batch:
-            self._stamper.settle(waiting.submission.ts_ms)
 
     async def _retire_loop(self) -> None:
         """Input files the engine has committed deleted, every ``retire_interval_s``:
