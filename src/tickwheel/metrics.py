@@ -289,7 +289,10 @@ class TickwheelCollector(Collector):
              ("retired_files", "Input files deleted once the engine committed them")],
             [("backlog_rows", "Rows acknowledged that the engine has not read yet"),
              ("keys", "Idempotency keys held"),
-             ("unretired_files", "Input files landed and not yet retired")],
+             ("unretired_files", "Input files landed and not yet retired"),
+             ("writing_requests", "Requests stamped and not yet landed or refused"),
+             ("floor_lag_ms", "How far the time floor, which holds the engine's clock, "
+                              "stands behind the wall clock")],
             [])
         for name, server in self._intakes.items():
             intakes.add(name, asdict(server.stats()))

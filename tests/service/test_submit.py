@@ -134,10 +134,14 @@ def test_a_request_being_written_holds_the_time_floor(tmp_path: Path,
         assert held.entered.wait(30)
         clock.now += 60_000  # a minute passes while the commit is stuck
         assert server.time_floor() == 1_000_000  # the row's stamp: time must wait for it
+        stats = server.stats()
+        assert (stats.writing_requests, stats.floor_lag_ms) == (1, 60_000)
         held.release.set()
         sender.join()
         assert answers[0].json()["ts_ms"] == 1_000_000
         assert server.time_floor() == 1_060_000  # landed: the engine lists it
+        stats = server.stats()
+        assert (stats.writing_requests, stats.floor_lag_ms) == (0, 0)
 
 
 def test_a_refused_request_holds_no_floor(server: SubmitServer, clock: ManualClock) -> None:

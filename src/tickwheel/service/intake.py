@@ -86,6 +86,11 @@ class TimeStamper:
             else:
                 del self._held[stamp]
 
+    def held(self) -> int:
+        """How many requests' stamps are held: stamped, and not yet landed or refused."""
+        with self._lock:
+            return self._held.total()
+
     def floor(self) -> int:
         """No row that is not in the input directory yet carries a stamp below this:
         the oldest stamp held, or else the least time the next stamp can be."""

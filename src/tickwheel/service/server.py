@@ -111,6 +111,8 @@ class IntakeStats:
     keys: int
     retired_files: int  # input files deleted once the engine committed them
     unretired_files: int  # input files landed and not yet retired
+    writing_requests: int  # stamped, and not yet landed or refused
+    floor_lag_ms: int  # how far the time floor stands behind the clock (time_floor)
 
 
 @dataclass(slots=True)
@@ -275,9 +277,12 @@ class SubmitServer:
 
     def stats(self) -> IntakeStats:
         journal = self.journal.stats()
+        floor = self._stamper.floor()
         return IntakeStats(**self._counts, backlog_rows=self.backlog_rows(),
                            keys=journal.keys, retired_files=journal.retired,
-                           unretired_files=journal.unretired)
+                           unretired_files=journal.unretired,
+                           writing_requests=self._stamper.held(),
+                           floor_lag_ms=max(0, self._clock() - floor))
 
     def _check_room(self) -> None:
         behind = self.backlog_rows()
