@@ -394,6 +394,12 @@ def test_the_wall_clock_rides_in_the_offsets_held_within_the_lateness_of_the_flo
     assert reader._clock(6_100) == 6_100
     floor.unlink()  # not written yet: time waits for it
     assert reader._clock(6_100) == 6_100
+    (tmp_path / "elsewhere").write_text("99000\n")
+    floor.symlink_to(tmp_path / "elsewhere")  # planted: not followed
+    assert reader._clock(6_100) == 6_100
+    floor.unlink()
+    floor.write_text("9" * 100)  # not a floor the server writes: time waits
+    assert reader._clock(6_100) == 6_100
 
 
 def test_without_a_floor_the_clock_is_the_wall_clock(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ class TimeStamper:
             return self._last
 
     def settle(self, stamp: int) -> None:
-        """The rows stamped ``stamp`` landed in the input directory, or were refused."""
+        """Let go of ``stamp``: its rows are in the input directory, or refused."""
         with self._lock:
             left = self._held[stamp] - 1
             assert left >= 0, f"stamp {stamp} settled more often than handed out"
