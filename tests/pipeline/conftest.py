@@ -22,12 +22,12 @@ def spark() -> Iterator[Any]:
 def applied_seen_chunks(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """Every segment of a seen log decoded and applied from now on, in order (its ids'
     bytes)."""
-    from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
+    from tickwheel.pipeline.state.seen_log import SeenLog, SeenSegment
 
     applied: list[bytes] = []
     apply = SeenLog._apply
 
-    def counted(self: SeenLog, number: int, segment: Segment) -> None:
+    def counted(self: SeenLog, number: int, segment: SeenSegment) -> None:
         applied.append(segment[0])
         apply(self, number, segment)
 

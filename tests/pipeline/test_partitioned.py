@@ -27,10 +27,10 @@ from tickwheel.pipeline.semantics.key_stage import (
 )
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition, PartitionStatus
-from tickwheel.pipeline.spark._seen_log import SeenLog
 from tickwheel.pipeline.state import entry_log
 from tickwheel.pipeline.state.entry_log import EntryLog
 from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
+from tickwheel.pipeline.state.seen_log import SeenLog
 from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
 
 

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import marshal
 
-import pytest
-
-from tickwheel.pipeline.spark import _seen_log
-from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
+from tickwheel.pipeline.state.seen_log import SeenLog, SeenSegment
 
 Batch = tuple[list[tuple[str, int | None]], int]  # a batch's changes, and its time
 
@@ -21,19 +18,19 @@ class SegmentStore:
     """The segments as the op processor stores them."""
 
     def __init__(self) -> None:
-        self.segments: dict[int, Segment] = {}
+        self.segments: dict[int, SeenSegment] = {}
         self.next = 0
 
     def write(self, log: SeenLog, batches: list[Batch], retention: int | None = None) -> None:
         for changes, now in batches:
-            segment, removed, merged = log.record(changes, now, retention)
-            if merged:
+            write = log.record(changes, now, retention)
+            if write.merged:
                 self.segments.clear()
             else:
-                for number in removed:
+                for number in write.removed:
                     del self.segments[number]
-            if segment is not None:
-                self.segments[log.next - 1] = segment
+            if write.segment is not None:
+                self.segments[write.number] = write.segment
             self.next = log.next
 
     def read(self) -> SeenLog:
@@ -86,9 +83,8 @@ def test_the_ids_kept_stay_flat_while_ids_pass_at_a_steady_rate() -> None:
     assert max(sizes) <= 1.05 * min(sizes)  # no saw: each segment written once, removed once
 
 
-def test_too_many_segments_are_merged_into_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_seen_log, "MAX_SEGMENTS", 3)
-    log, store = SeenLog(), SegmentStore()
+def test_too_many_segments_are_merged_into_one() -> None:
+    log, store = SeenLog(merge_at=3), SegmentStore()
     store.write(log, [([(f"id-{t}", t)], t) for t in range(5)])
     assert sorted(store.segments) == [3, 4]  # 0 to 2 merged into 3 with id-3
     assert marshal.loads(store.segments[3][0]) == [("id-0", 0), ("id-1", 1), ("id-2", 2),

@@ -39,8 +39,8 @@ from tickwheel.pipeline.delivery.sink import OutcomeSink
 from tickwheel.pipeline.io.log_reader import read_events
 from tickwheel.pipeline.io.outputs import owner_epoch, read_parquet_rows
 from tickwheel.pipeline.spark import SparkEngine, _tasks, _wire
-from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
 from tickwheel.pipeline.state.encoding import SPARK_CHECKPOINT_FORMAT as CHECKPOINT_FORMAT
+from tickwheel.pipeline.state.seen_log import SeenLog, SeenSegment
 from tickwheel.pipeline.tools.generator import GeneratorConfig, write_event_log
 
 pytestmark = pytest.mark.spark
@@ -797,11 +797,11 @@ def test_the_seen_op_ids_segments_past_the_retention_leave_spark_state_whole(
     rows = (spark.read.format("statestore").option("operatorId", 0)
             .option("stateVarName", "seen").load(str(tmp_path / "ckpt" / "query"))
             .collect())
-    stored: dict[int, list[tuple[int, Segment]]] = {}
+    stored: dict[int, list[tuple[int, SeenSegment]]] = {}
     for row in rows:
         value = row["user_map_value"]
         stored.setdefault(engine.labels.index(row["key"][0]), []).append(
-            (row["user_map_key"][0], (value[0], value[1], value[2])))
+            (row["user_map_key"][0], SeenSegment(value[0], value[1], value[2])))
     assert sorted(stored) == [0, 1]
     for p, segments in stored.items():
         assert len(segments) <= 2  # of three batches' (or four, with the input's end)

@@ -10,7 +10,7 @@ extended when it ends: a micro-batch that fails and runs again finds the state o
 last committed one, and a batch writes what it changed, not everything held. An op
 partition keeps the op ids it has seen apart, in a :class:`MapState` of segments, one
 per batch that saw new ids, each removed whole once its ids are past the dedupe
-retention (:class:`~tickwheel.pipeline.spark._seen_log.SeenLog`), so a running service
+retention (:class:`~tickwheel.pipeline.state.seen_log.SeenLog`), so a running service
 does not write every id it remembers on every batch.
 
 A worker keeps the partitions it last ran in memory, each with the random token it
@@ -44,7 +44,6 @@ from tickwheel.pipeline.io.outputs import (
     quarantine_table,
 )
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition, PartitionChanges
-from tickwheel.pipeline.spark._seen_log import SeenLog, Segment
 from tickwheel.pipeline.spark._wire import (
     END,
     FORWARD,
@@ -60,6 +59,7 @@ from tickwheel.pipeline.spark._wire import (
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
 from tickwheel.pipeline.state.entry_log import EntryLog
 from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
+from tickwheel.pipeline.state.seen_log import SeenLog, SeenSegment
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -345,13 +345,13 @@ def _read_seen(segments: Any, kept: SeenLog | None, next_segment: int) -> SeenLo
     """The seen ids' log, read whole; or ``kept``, a worker's older copy of it, caught
     up with the segments written since."""
     if kept is not None:
-        def segment_of(number: int) -> Segment | None:
+        def segment_of(number: int) -> SeenSegment | None:
             found = segments.getValue((number,))
-            return None if found is None else (found[0], found[1], int(found[2]))
+            return None if found is None else SeenSegment(found[0], found[1], int(found[2]))
 
         if kept.catch_up(next_segment, segment_of):
             return kept
-    return SeenLog.read(((int(key[0]), (value[0], value[1], int(value[2])))
+    return SeenLog.read(((int(key[0]), SeenSegment(value[0], value[1], int(value[2])))
                          for key, value in segments.iterator()), next_segment)
 
 
@@ -513,15 +513,14 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                 outcomes, duplicates = part.release(point)
                 status = part.status()  # counts the call: before saving
                 changes = part.changes()
-                segment, removed, merged = seen.record(changes.seen, part.stage.now,
-                                                       dedupe_retention_ms)
-                if merged:
+                write = seen.record(changes.seen, part.stage.now, dedupe_retention_ms)
+                if write.merged:
                     self.seen_log.clear()
                 else:
-                    for number in removed:
+                    for number in write.removed:
                         self.seen_log.removeKey((number,))
-                if segment is not None:
-                    self.seen_log.updateValue((seen.next - 1,), segment)
+                if write.segment is not None:
+                    self.seen_log.updateValue((write.number,), tuple(write.segment))
                 saved = _save(part, changes, log, self.head, self.entries, seen.next)
                 status = replace(status, state_bytes=saved + seen.bytes)
                 if keep:

@@ -11,11 +11,11 @@ The engine decides; this module only stores. A checkpoint directory holds:
   :class:`~tickwheel.pipeline.state.batch_log.BatchLog`;
 - ``keys.log`` and ``ops.log``: each partition's entries, as what each batch changed
   (:class:`~tickwheel.pipeline.state.entry_files.EntryFiles`);
-- ``seen/``: the op ids seen, in segments deleted past the retention
-  (:class:`~tickwheel.pipeline.state.seen_segments.SeenSegments`);
-- ``state``: the batch committed, both partitions' heads, and the last batch each log
-  and segment holds that the state relies on. Written last, renamed into place: its
-  batch id commits everything before it.
+- ``seen/``: the op ids seen, in segments removed past the retention
+  (:class:`~tickwheel.pipeline.state.seen_files.SeenFiles`);
+- ``state``: the batch committed, both partitions' heads, the last batch each log holds
+  and the seen ids' segments that the state relies on. Written last, renamed into
+  place: its batch id commits everything before it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tickwheel.pipeline.state.encoding import (
 )
 from tickwheel.pipeline.state.entry_files import EntryFiles
 from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
-from tickwheel.pipeline.state.seen_segments import SeenSegments
+from tickwheel.pipeline.state.seen_files import SeenFiles
 
 __all__ = ["BatchPlan", "CheckpointSettings", "LocalCheckpoint", "RestoredState", "file_names"]
 
@@ -97,7 +97,7 @@ class LocalCheckpoint:
         self._files_log = BatchLog(directory / "files.log")
         # The op ids seen, with their first watch's ts_ms: the op stage's head leaves
         # them out (a retention bounds them by the rate, not by what is pending).
-        self._seen_ids = SeenSegments(directory / "seen", settings.dedupe_retention_ms)
+        self._seen_ids = SeenFiles(directory / "seen", settings.dedupe_retention_ms)
         self._key_log = EntryFiles(directory / "keys.log")
         self._op_log = EntryFiles(directory / "ops.log")
         self.batch_id = -1  # the last batch committed
@@ -146,7 +146,7 @@ class LocalCheckpoint:
         try:
             blob = self.state_path.read_bytes()
         except FileNotFoundError:
-            self._read_seen_ids(-1)
+            self._read_seen_ids(-1, (0, 0))
             return None
         try:
             version, *fields = decode(blob)
@@ -163,15 +163,14 @@ class LocalCheckpoint:
                                        self._read_entries(self._key_log))
         self.files_read = set(self._read(f"the checkpoint's log {self._files_log.path}",
                                          lambda: file_names(self._files_log.read(batch_id))))
-        seen_ids = self._read_seen_ids(batch_id)
+        seen_ids = self._read_seen_ids(batch_id, relied_on[1])
         ops = OpPartition.from_state(decode_op_head(op_head),
                                      self._read_entries(self._op_log), seen_ids)
-        self._check_whole(relied_on, ops.stage.now)
+        self._check_whole(relied_on)
         self.state_bytes = len(blob) + self._logs_bytes()
         return RestoredState(batch_id, keys, ops)
 
-    def _check_whole(self, relied_on: tuple[dict[str, int], dict[int, tuple[int, int]]],
-                     now: int | None) -> None:
+    def _check_whole(self, relied_on: tuple[dict[str, int], tuple[int, int]]) -> None:
         """Refuse a checkpoint that lacks what its state relies on: a file (copied
         without its ``seen/`` directory, say) or a log's last batches (cut short by hand
         or by a copy that stopped). Read as it is, it would take files already read as
@@ -180,7 +179,7 @@ class LocalCheckpoint:
         lacking = [short for entries in self._batch_logs()
                    if entries.path.name in logs
                    and (short := entries.short_of(logs[entries.path.name])) is not None]
-        lacking += self._seen_ids.lacking(segments, now)
+        lacking += self._seen_ids.lacking(*segments)
         if lacking:
             raise ValueError(f"the checkpoint {self.directory} lacks what its state "
                              f"relies on: {'; '.join(lacking)}. It was copied or changed "
@@ -193,9 +192,14 @@ class LocalCheckpoint:
         return self._read(f"the checkpoint's log {entries.batches.path}",
                           lambda: entries.read(self.batch_id))
 
-    def _read_seen_ids(self, committed: int) -> dict[str, int]:
-        return self._read(f"the checkpoint {self.directory}",
-                          lambda: self._seen_ids.read(committed))
+    def _read_seen_ids(self, committed: int, segments: object) -> dict[str, int]:
+        def read() -> dict[str, int]:
+            if not (isinstance(segments, tuple) and len(segments) == 2
+                    and all(type(number) is int for number in segments)):
+                raise ValueError(f"{segments!r} is not a range of segments")
+            return self._seen_ids.read(committed, *segments)
+
+        return self._read(f"the checkpoint {self.directory}", read)
 
     def _read(self, what: str, read: Callable[[], T]) -> T:
         """``read()`` of a part of the checkpoint, or a clear error naming ``what`` if
@@ -239,7 +243,7 @@ class LocalCheckpoint:
         commit lets go (seen ids past the retention, logs due a rewrite)."""
         key_changes, op_changes = keys.changes(), ops.changes()
         self._files_log.append(batch_id, files)
-        self._seen_ids.append(batch_id, op_changes.seen)
+        self._seen_ids.append(batch_id, op_changes.seen, ops.stage.now)
         self._key_log.append(batch_id, key_changes.entries, keys.entry_bytes)
         self._op_log.append(batch_id, op_changes.entries, ops.entry_bytes)
         state = encode((LOCAL_STATE_FORMAT, batch_id, encode_head(key_changes.head),
@@ -247,19 +251,20 @@ class LocalCheckpoint:
         write_bytes_atomically(state, self.state_path)
         self.batch_id = batch_id
         self.files_read.update(files)
-        self._seen_ids.drop_past(ops.stage.now)
+        self._seen_ids.drop_removed()
         for part, entries in ((keys, self._key_log), (ops, self._op_log)):
             entries.rewrite_if_due(batch_id, part.live_entries(), part.entries,
                                    part.entry_bytes)
         self.state_bytes = len(state) + self._logs_bytes()
 
-    def _relied_on(self) -> tuple[dict[str, int], dict[int, tuple[int, int]]]:
+    def _relied_on(self) -> tuple[dict[str, int], tuple[int, int]]:
         """What a state about to be written relies on besides itself: the logs that
-        hold records and the seen ids' segments, each with the last batch it holds (see
-        :meth:`_check_whole`)."""
+        hold records, each with the last batch it holds, and the numbers of the seen
+        ids' segments from the first to the next (see :meth:`_check_whole`)."""
         logs = {entries.path.name: entries.last_batch
                 for entries in self._batch_logs() if entries.records}
-        return logs, self._seen_ids.latest()
+        seen = self._seen_ids.log
+        return logs, (seen.first, seen.next)
 
     def forget_files_gone(self, listed: set[str]) -> None:
         """Forget the names of files gone from the input directory: one that comes
