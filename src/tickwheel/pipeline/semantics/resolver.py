@@ -22,9 +22,10 @@ calls as the caller likes, and resolves delayed operations with a
   watching the key (with the smallest error, if several reach it at one ``ts_ms``);
   a cancel of an unknown or resolved operation is counted, not an outcome.
 
-The reference engine runs one resolver over a whole log; the Spark engine runs one
-per shard of the op-id space and keeps it in the state store between micro-batches
-(:meth:`Resolver.snapshot` / :meth:`Resolver.restore`).
+The reference engine runs one resolver over a whole log; the engines that keep state
+between batches run one per partition of the op-id space, saved as its :meth:`head`,
+its operations' entries (:meth:`Resolver.op_entry`) and its seen ids
+(:meth:`Resolver.take_seen_changes`), and brought back by :meth:`Resolver.restore_ops`.
 """
 
 from __future__ import annotations
@@ -430,76 +431,12 @@ class Resolver:
     def take_seen_changes(self) -> list[tuple[str, int | None]]:
         """The ids seen (with the ``ts_ms`` of their first watch) and forgotten (with
         None) since the last call or :meth:`track_seen_changes`: a caller can append
-        these to a log instead of saving the whole set again (see :meth:`snapshot`)."""
+        these to a log instead of saving the whole set again."""
         changes = self._seen_changes
         if changes is None:
             raise RuntimeError("call track_seen_changes() first")
         self._seen_changes = {}
         return list(changes.items())
-
-    def snapshot(self, with_seen: bool = True) -> tuple[Any, ...]:
-        """Everything needed to go on later, as plain values (picklable, compact).
-        Without ``with_seen``, the seen ids (which a retention bounds by the rate, not
-        by what is pending) are left out: the caller keeps them another way, as the
-        log of :meth:`take_seen_changes`, and gives them back to :meth:`restore`."""
-        ops: list[tuple[Any, ...]] = [(_event_fields(op.event), op.seen_updates)
-                                      for op in self.pending.values()]
-        book = self.schedules
-        ops += [entry for schedule_id in book.ids()
-                if (entry := book.entry(schedule_id)) is not None]
-        seen: list[str] | None = None
-        seen_at: list[tuple[int, str]] | None = None
-        if with_seen:
-            seen = [*self._seen, *self._lingering]
-            seen_at = ([] if self.dedupe_retention_ms is None
-                       else [(ts, op_id) for op_id, ts in self._seen.items()])
-        return (2, self.now, self.values, self.update_counts, seen, ops,
-                self.applied, self.ignored_cancels, self.dedupe_retention_ms,
-                seen_at, list(self._lingering), self._schedule_counts())
-
-    @classmethod
-    def restore(cls, snapshot: tuple[Any, ...], seen: dict[str, int] | None = None,
-                ) -> Resolver:
-        """The resolver :meth:`snapshot` saved; ``seen`` gives back what a snapshot
-        taken without the seen ids leaves out: each id seen, with the ``ts_ms`` of its
-        first watch (the changes of :meth:`take_seen_changes` applied in order)."""
-        version = snapshot[0]
-        if version != 2:
-            raise ValueError(f"snapshot version {version} is not supported")
-        (_, now, values, counts, seen_ids, ops, applied, ignored, retention, seen_at,
-         lingering) = snapshot[:11]
-        resolver = cls(now, retention)
-        resolver._set_schedule_counts(snapshot[11:])
-        resolver.values = values
-        resolver.update_counts = counts
-        if seen_ids is not None:
-            # Without a retention no id is forgotten, so the time of its first watch is
-            # never read, and snapshots leave it out.
-            resolver._seen = ({op_id: ts for ts, op_id in seen_at} if retention is not None
-                              else dict.fromkeys(seen_ids, 0))
-        elif seen is not None:
-            # In the log's order, which is the order first seen; the lingering ids are
-            # past their retention and move apart.
-            resolver._seen = dict(seen)
-            for op_id in lingering:
-                resolver._seen.pop(op_id, None)
-        else:
-            raise ValueError("the snapshot was taken without its seen op ids: pass seen")
-        if retention is not None:
-            resolver._seen_order = deque(resolver._seen)
-        resolver._lingering = set(lingering)
-        resolver.applied = applied
-        resolver.ignored_cancels = ignored
-        if now is not None:
-            resolver.advance_to(now)
-            for entry in ops:
-                if entry[0] == SCHEDULE_ENTRY:
-                    resolver.schedules.restore(entry)
-                else:
-                    fields, seen_updates = entry
-                    resolver._register(_event_from_fields(fields), seen_updates)
-        resolver._linger_unseen()
-        return resolver
 
     def track_op_changes(self) -> None:
         """Keep the ids of the operations that change for :meth:`take_op_changes`."""
@@ -550,18 +487,17 @@ class Resolver:
         book = self.schedules
         return book.skipped, book.ignored, book.finished
 
-    def _set_schedule_counts(self, counts: tuple[Any, ...]) -> None:
-        if counts:  # a head saved before schedules holds none
-            book = self.schedules
-            book.skipped, book.ignored, book.finished = counts[0]
+    def _set_schedule_counts(self, counts: tuple[int, int, int]) -> None:
+        book = self.schedules
+        book.skipped, book.ignored, book.finished = counts
 
     def head(self) -> tuple[Any, ...]:
-        """What :meth:`snapshot` holds besides the seen ids and the pending
-        operations, which a caller saves apart (:meth:`take_seen_changes`,
-        :meth:`op_entry`); :meth:`restore_ops` takes all three back. A resolver that
-        applied updates (values and counts) is saved whole instead."""
+        """What the resolver holds besides the seen ids and the pending operations,
+        which a caller saves apart (:meth:`take_seen_changes`, :meth:`op_entry`);
+        :meth:`restore_ops` takes all three back. Only an op stage's resolver is saved:
+        one that applied updates (values and counts) holds what a head leaves out."""
         if self.values or self.update_counts:
-            raise ValueError("a resolver holding values is saved whole: use snapshot()")
+            raise ValueError("a resolver holding values cannot be saved as a head")
         return (self.now, self.applied, self.ignored_cancels, self.dedupe_retention_ms,
                 self._schedule_counts())
 
@@ -569,10 +505,27 @@ class Resolver:
     def restore_ops(cls, head: tuple[Any, ...], ops: Iterable[tuple[Any, ...]],
                     seen: dict[str, int]) -> Resolver:
         """The resolver saved as its :meth:`head`, its operations' entries (in the
-        order they were first added) and its seen ids."""
-        now, applied, ignored, retention = head[:4]
-        return cls.restore((2, now, {}, {}, None, list(ops), applied, ignored, retention,
-                            None, [], *head[4:]), seen)
+        order they were first added) and its seen ids (each with the ``ts_ms`` of its
+        first watch: the changes of :meth:`take_seen_changes` applied in order)."""
+        now, applied, ignored, retention, counts = head
+        resolver = cls(now, retention)
+        resolver._set_schedule_counts(counts)
+        resolver._seen = dict(seen)  # in the order first seen
+        if retention is not None:
+            resolver._seen_order = deque(resolver._seen)
+        resolver.applied = applied
+        resolver.ignored_cancels = ignored
+        if now is not None:
+            resolver.advance_to(now)
+            for entry in ops:
+                if entry[0] == SCHEDULE_ENTRY:
+                    resolver.schedules.restore(entry)
+                else:
+                    fields, seen_updates = entry
+                    resolver._register(_event_from_fields(fields), seen_updates)
+        # A pending operation whose id the seen ids lack is past its retention.
+        resolver._linger_unseen()
+        return resolver
 
     def catch_up_ops(self, head: tuple[Any, ...], later: dict[str, Any],
                      seen: dict[str, int]) -> bool:
@@ -621,7 +574,7 @@ class Resolver:
             self._seen_order = deque(self._seen)
         self.applied = applied
         self.ignored_cancels = ignored
-        self._set_schedule_counts(head[4:])
+        self._set_schedule_counts(head[4])
         if self._seen_changes is not None:
             self._seen_changes = {}
         if self._op_changes is not None:
