@@ -863,7 +863,7 @@ def test_a_log_cut_short_at_a_line_is_refused_naming_its_last_batch(
     lines = path.read_bytes().splitlines(keepends=True)
     assert len(lines) == 2
     path.write_bytes(lines[0])
-    why = (r"\(missing segments 1 to 1, of 0 to 1" if cut.startswith("seen")
+    why = (r"\(missing 1 of the segments 0 to 1" if cut.startswith("seen")
            else r"\(cut short: its last batch is 0, not 1\)")
     where = path.parent if cut.startswith("seen") else path
     with pytest.raises(ValueError, match=rf"lacks what its state relies on: {where} {why}"):

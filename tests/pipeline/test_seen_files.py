@@ -108,8 +108,19 @@ def test_a_segment_the_state_relies_on_and_cannot_find_is_named(tmp_path: Path) 
     restored = SeenFiles(tmp_path, None)
     restored.read(1, 0, 2)
     assert restored.lacking(0, 2) == [
-        f"{tmp_path} (missing segments 0 to 1, of 0 to 1 that the state relies on)"]
+        f"{tmp_path} (missing 2 of the segments 0 to 1 that the state relies on)"]
     assert SeenFiles(tmp_path, None).lacking(0, 0) == []
+
+
+def test_a_range_of_segments_no_state_could_name_is_refused_at_once(tmp_path: Path) -> None:
+    files = SeenFiles(tmp_path, None)
+    files.append(0, [("a", 0)], 0)
+    restored = SeenFiles(tmp_path, None)
+    restored.read(0, 0, 10**18)  # a corrupt state: counted, not listed
+    assert restored.lacking(0, 10**18) == [
+        f"{tmp_path} (missing {10**18 - 1} of the segments 0 to {10**18 - 1} that the "
+        "state relies on)"]
+    assert restored.lacking(5, 2) == [f"{tmp_path} (the state names segments 5 to 1)"]
 
 
 @pytest.mark.parametrize("line", ['[0, [["a", 1]]]\n', '[0, [[0, 1, "!", "x"]]]\n'])

@@ -83,11 +83,15 @@ class SeenFiles:
 
     def lacking(self, first: int, next_segment: int) -> list[str]:
         """What :meth:`read` did not find of the segments the state relies on."""
-        missing = [n for n in range(first, next_segment) if n not in self.log.segments]
+        if not 0 <= first <= next_segment:
+            return [f"{self.directory} (the state names segments {first} to "
+                    f"{next_segment - 1})"]
+        # read() took only numbers in the range: counted, not listed, for any range.
+        missing = next_segment - first - len(self.log.segments)
         if not missing:
             return []
-        return [f"{self.directory} (missing segments {missing[0]} to {missing[-1]}, of "
-                f"{first} to {next_segment - 1} that the state relies on)"]
+        return [f"{self.directory} (missing {missing} of the segments {first} to "
+                f"{next_segment - 1} that the state relies on)"]
 
     def append(self, batch_id: int, changes: list[tuple[str, int | None]], now: int | None,
                ) -> None:
