@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.test_seen_log import SegmentStore
-from tickwheel.pipeline.contract.events import compact_wire
+from tickwheel.pipeline.contract.events import compact_wire, is_quarantined
 from tickwheel.pipeline.contract.routing import partition_of, route
 from tickwheel.pipeline.engines.partitioned import run_partitioned
 from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
@@ -351,7 +351,7 @@ def run_in_batches(lines: list[str], partitions: int, batches: int,
     size = -(-len(lines) // batches)
     for b in range(batches):
         rows = [compact_wire(text) for text in lines[b * size:(b + 1) * size] if text.strip()]
-        top = max((fields[0] for fields in rows if len(fields) != 3), default=None)
+        top = max((fields[0] for fields in rows if not is_quarantined(fields)), default=None)
         by_key, by_op = route(rows, partitions)
         last = b == batches - 1
         points = []

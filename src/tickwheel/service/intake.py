@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tickwheel.pipeline.contract.events import MAX_ROW_CHARS, Reason, parse_wire
+from tickwheel.pipeline.contract.events import MAX_ROW_CHARS, Reason, is_quarantined, parse_wire
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -168,7 +168,7 @@ def _stamped(line: str, now_ms: int) -> str:
     stamped = (f'{{"ts_ms":{now_ms}}}' if rest.startswith("}")
                else f'{{"ts_ms":{now_ms},{line[1:]}')
     fields = parse_wire(stamped)
-    if len(fields) == 3 and fields[1] == Reason.DUPLICATE_FIELD.value:
+    if is_quarantined(fields) and fields[1] == Reason.DUPLICATE_FIELD.value:
         return line  # it has its own ts_ms (or repeats a field: refused as it is)
     return stamped
 
@@ -208,7 +208,7 @@ def _problem(line: str, max_ts_ms: int | None) -> str | None:
     if len(line) > MAX_ROW_CHARS:
         return Reason.TOO_LONG.value
     fields = parse_wire(line)
-    if len(fields) == 3:  # the quarantined form: (raw, reason, ts_ms)
+    if is_quarantined(fields):
         return str(fields[1])
     if max_ts_ms is not None and fields[0] > max_ts_ms:
         return Reason.FUTURE.value

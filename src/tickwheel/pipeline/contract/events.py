@@ -46,6 +46,7 @@ __all__ = [
     "compact_wire",
     "event_from_wire",
     "from_wire",
+    "is_quarantined",
     "is_utf8",
     "line_of",
     "new_event",
@@ -241,6 +242,12 @@ def _string(row: dict[str, Any], name: str, ts: int | None) -> str:
 #: row is its :func:`canonical_line` (see :func:`compact_wire`).
 Wire = tuple[Any, ...]
 
+
+def is_quarantined(fields: Wire) -> bool:
+    """Whether a row in wire form is a quarantined one, ``(raw, reason, ts_ms)``."""
+    return len(fields) == 3
+
+
 _REASONS: dict[str, Reason] = {r.value: r for r in Reason}
 
 
@@ -362,13 +369,13 @@ def compact_wire(line: str) -> Wire:
     # ASCII without a backslash: no string in the row needed an escape, so no
     # encoder would write it differently (control characters cannot appear unescaped
     # in a line that parsed). A canonical line names each field once.
-    if (len(fields) != 3 and line.isascii() and "\\" not in line
+    if (not is_quarantined(fields) and line.isascii() and "\\" not in line
             and canonical_line(fields) == line):
         return fields
     refused = _repeated_name(line, row)
     if refused is not None:
         return refused
-    if len(fields) == 3:  # malformed
+    if is_quarantined(fields):
         return (line, fields[1], fields[2])
     return (fields[0], fields[1], line, *fields[3:])
 
@@ -448,7 +455,7 @@ def to_wire(row: Event | Quarantined) -> Wire:
 
 
 def from_wire(fields: Wire) -> Event | Quarantined:
-    if len(fields) == 3:
+    if is_quarantined(fields):
         return Quarantined(fields[0], _REASONS[fields[1]], fields[2])
     return event_from_wire(fields)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
-from tickwheel.pipeline.contract.events import Wire
+from tickwheel.pipeline.contract.events import Wire, is_quarantined
 
 __all__ = ["partition_of", "route"]
 
@@ -38,7 +38,7 @@ def route(rows: Iterable[Wire], partitions: int) -> tuple[list[list[Wire]], list
     by_key: list[list[Wire]] = [[] for _ in range(partitions)]
     by_op: list[list[Wire]] = [[] for _ in range(partitions)]
     for fields in rows:
-        if len(fields) == 3:  # malformed: (raw, reason, ts_ms)
+        if is_quarantined(fields):
             by_op[partition_of(fields[0], partitions)].append(fields)
             continue
         kind = fields[1]

@@ -40,6 +40,7 @@ from tickwheel.pipeline.contract.events import (
     Reason,
     Wire,
     compact_wire,
+    is_quarantined,
     to_wire,
     wire_line,
 )
@@ -82,6 +83,7 @@ from tickwheel.pipeline.io.outputs import (
     take_output,
     write_atomically,
 )
+from tickwheel.pipeline.semantics.key_stage import is_progress
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
@@ -202,10 +204,10 @@ def _stat_of(path: Path) -> tuple[int, int] | None:
 def _future_as_malformed(rows: list[Wire], limit: int) -> list[Wire]:
     """Rows whose ts_ms is past ``limit`` in the malformed rows' wire form, with the
     reason ``future``: the stages quarantine and count them as they do a bad row."""
-    if all(len(fields) == 3 or fields[0] <= limit for fields in rows):
+    if all(is_quarantined(fields) or fields[0] <= limit for fields in rows):
         return rows
     return [(wire_line(fields), Reason.FUTURE.value, fields[0])
-            if len(fields) != 3 and fields[0] > limit else fields for fields in rows]
+            if not is_quarantined(fields) and fields[0] > limit else fields for fields in rows]
 
 
 def _rows_of(path: Path) -> list[Wire]:
@@ -439,7 +441,7 @@ class LocalFollowEngine:
         if clock_ms is not None:
             rows = _future_as_malformed(rows, clock_ms + self.max_future_ms)
         by_key, by_op = route(rows, 1)
-        top = max((fields[0] for fields in rows if len(fields) != 3), default=None)
+        top = max((fields[0] for fields in rows if not is_quarantined(fields)), default=None)
         quarantine += self.keys.take(by_key[0], top)
         end = None if clock_ms is None else clock_ms - self.lateness_ms
         point, progress = self.keys.release(end)
@@ -500,7 +502,7 @@ class LocalFollowEngine:
             return None
         due = self.ops.stage.next_deadline()
         for fields in self.ops.held:
-            if len(fields) != 6 and fields[1] == "watch":
+            if not is_progress(fields) and fields[1] == "watch":
                 deadline = max(fields[0], fields[5])
                 due = deadline if due is None else min(due, deadline)
         return None if due is None else due + self.lateness_ms + 1

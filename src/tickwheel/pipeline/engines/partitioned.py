@@ -15,7 +15,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tickwheel.pipeline.contract.events import Quarantined, Reason, Wire, compact_wire
+from tickwheel.pipeline.contract.events import (
+    Quarantined,
+    Reason,
+    Wire,
+    compact_wire,
+    is_quarantined,
+)
 from tickwheel.pipeline.contract.routing import partition_of, route
 from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, key_order
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
@@ -63,7 +69,7 @@ def run_partitioned(lines: Iterable[str], partitions: int,
     started = time.process_time()
     rows = [compact_wire(line) for line in lines if line.strip()]
     result.rows_in = len(rows)
-    end = max((fields[0] for fields in rows if len(fields) != 3), default=None)
+    end = max((fields[0] for fields in rows if not is_quarantined(fields)), default=None)
     by_key, by_op = route(rows, partitions)
     result.route_cpu_s = time.process_time() - started
     del rows
@@ -90,9 +96,10 @@ def run_partitioned(lines: Iterable[str], partitions: int,
         _count_shuffled(result, own)
         started = time.process_time()
         result.quarantine.extend(Quarantined(fields[0], Reason(fields[1]), fields[2])
-                                 for fields in by_op[p] if len(fields) == 3)
+                                 for fields in by_op[p] if is_quarantined(fields))
         op = OpStage(dedupe_retention_ms=dedupe_retention_ms)
-        op.apply_staged(sorted((fields for fields in own if len(fields) != 3), key=op_order))
+        op.apply_staged(sorted((fields for fields in own if not is_quarantined(fields)),
+                               key=op_order))
         if end is not None and (op.now is None or end > op.now):
             op.advance_to(end)
         outcomes, duplicates = op.drain()

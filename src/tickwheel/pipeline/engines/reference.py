@@ -45,6 +45,7 @@ from tickwheel.pipeline.contract.events import (
     Reason,
     Wire,
     from_wire,
+    is_quarantined,
     parse_wire,
     to_wire,
     wire_line,
@@ -151,7 +152,7 @@ class ReferenceEngine:
         become no :class:`Event` on the way."""
         result = self._result
         result.rows_in += 1
-        if len(fields) == 3:
+        if is_quarantined(fields):
             refused = from_wire(fields)
             assert isinstance(refused, Quarantined)
             result.quarantine.append(refused)

@@ -37,11 +37,19 @@ from typing import Any
 from tickwheel.pipeline.contract.events import Wire
 from tickwheel.pipeline.contract.routing import partition_of
 
-__all__ = ["ERROR_PROGRESS", "INIT", "VALUE_PROGRESS", "KeyStage", "Progress", "key_order"]
+__all__ = ["ERROR_PROGRESS", "INIT", "VALUE_PROGRESS", "KeyStage", "Progress", "is_progress",
+           "key_order"]
 
 #: A progress row: ``(ts_ms, kind, op_id, watch_ts_ms, key, amount)``, where ``amount``
 #: is a satisfied target or an ``any_update`` (1), a sum's part, or an error string.
 Progress = tuple[int, str, str, int, str, "int | str"]
+
+
+
+def is_progress(fields: tuple[Any, ...]) -> bool:
+    """Whether a row an op stage holds is stage 1's progress (not a row of the log)."""
+    return len(fields) == 6
+
 
 INIT = "init"
 VALUE_PROGRESS = "value"

@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from tickwheel.pipeline.contract.events import Condition, Event, Wire, event_from_wire
-from tickwheel.pipeline.semantics.key_stage import ERROR_PROGRESS, INIT, Progress
+from tickwheel.pipeline.semantics.key_stage import ERROR_PROGRESS, INIT, Progress, is_progress
 from tickwheel.pipeline.semantics.resolver import CANCEL, SCHEDULE, TICK, Resolver, _LogOperation
 
 __all__ = ["OpStage", "op_order"]
@@ -25,7 +25,7 @@ def op_order(fields: Wire | Progress) -> int:
     ``init`` 0, ``value`` 1, ``error`` 2, cancel 3, tick 4, schedule rows 5."""
     ts: int = fields[0]
     kind = fields[1]
-    if len(fields) == 6:
+    if is_progress(fields):
         return ts * 8 + (0 if kind == INIT else 1 if kind != ERROR_PROGRESS else 2)
     if kind == "watch":
         return ts * 8
@@ -89,7 +89,7 @@ class OpStage(Resolver):
         watches: list[Event] | None = None
         while i < n and rows[i][0] * 8 == op_order(rows[i]):  # watches and init
             fields = rows[i]
-            if len(fields) == 6:
+            if is_progress(fields):
                 if initial is None:
                     initial = {}
                 initial.setdefault((fields[2], fields[3]), {})[fields[4]] = fields[5]

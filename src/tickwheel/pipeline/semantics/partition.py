@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tickwheel.pipeline.contract.events import Quarantined, Reason, Wire, wire_line
-from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, key_order
+from tickwheel.pipeline.contract.events import Quarantined, Reason, Wire, is_quarantined, wire_line
+from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, is_progress, key_order
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY
@@ -333,7 +333,7 @@ class OpPartition(_Partition):
         held = self.held
         self.rows_in += len(rows)
         for fields in rows:
-            if len(fields) == 3:  # malformed: (raw, reason, ts_ms)
+            if is_quarantined(fields):
                 out.append(Quarantined(fields[0], Reason(fields[1]), fields[2]))
             elif self._late(fields[0]):
                 out.append(Quarantined(wire_line(fields), Reason.LATE, fields[0]))
@@ -366,7 +366,7 @@ class OpPartition(_Partition):
     def _released(self, due: list[Any], stage: OpStage,
                   ) -> tuple[list[OutcomeRow], list[Quarantined]]:
         outcomes, duplicates = stage.drain()
-        applied = sum(1 for fields in due if len(fields) != 6)
+        applied = sum(1 for fields in due if not is_progress(fields))
         self.rows_applied += applied - len(duplicates)
         self._count_quarantined(duplicates)
         by_outcome = self.outcomes_by_outcome
@@ -376,7 +376,7 @@ class OpPartition(_Partition):
         return outcomes, duplicates
 
     def status(self) -> PartitionStatus:
-        held = sum(1 for fields in self.held if len(fields) != 6)
+        held = sum(1 for fields in self.held if not is_progress(fields))
         book = self.stage.schedules
         return self._status(len(self.stage.pending), self.stage.ignored_cancels, held,
                             len(book), book.skipped)

@@ -33,7 +33,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tickwheel.pipeline.contract.events import Quarantined, Reason, compact_wire, to_wire, wire_line
+from tickwheel.pipeline.contract.events import (
+    Quarantined,
+    Reason,
+    compact_wire,
+    is_quarantined,
+    to_wire,
+    wire_line,
+)
 from tickwheel.pipeline.contract.limits import FOLLOW_FIRES_PER_BATCH
 from tickwheel.pipeline.contract.routing import partition_of, route
 from tickwheel.pipeline.io.log_reader import json_lines, json_stream, open_input, parquet_events
@@ -169,11 +176,11 @@ def packer(labels: list[int], lateness_ms: int, max_future_ms: int | None = None
     def cut(rows: list[Any], clock: int | None) -> list[tuple[int, int, int, bytes]]:
         if max_future_ms is not None and clock is not None:
             limit = clock + max_future_ms
-            if any(len(fields) != 3 and fields[0] > limit for fields in rows):
+            if any(not is_quarantined(fields) and fields[0] > limit for fields in rows):
                 rows = [(wire_line(fields), Reason.FUTURE.value, fields[0])
-                        if len(fields) != 3 and fields[0] > limit else fields
+                        if not is_quarantined(fields) and fields[0] > limit else fields
                         for fields in rows]
-        top = max((fields[0] for fields in rows if len(fields) != 3), default=NONE)
+        top = max((fields[0] for fields in rows if not is_quarantined(fields)), default=NONE)
         by_key, by_op = route(rows, partitions)
         chunks = [(labels[p], KEY_ROWS, top, encoded(by_key[p])) for p in range(partitions)]
         chunks += [(labels[q], FORWARD + q, NONE, encoded(by_op[q]))
