@@ -15,11 +15,8 @@ import pytest
 from tests.conftest import wait_for
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tests.pipeline.spark_helpers import (
-    expected_outcomes,
-    expected_quarantine,
     outcomes_of,
     quarantine_of,
-    reference,
     spark_rows_in,
     write_files,
 )
@@ -149,29 +146,6 @@ def test_bad_arguments_are_refused_before_spark_starts(
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.spark
-def test_spark_submit_runs_it_on_its_master_with_the_reference_engines_outcomes(
-        tmp_path: Path) -> None:
-    import pyspark
-
-    lines = random_log(11, rows=1_200)
-    write_files(lines, tmp_path / "in", files=3)
-    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-         spark_job.__file__, "--input", str(tmp_path / "in"), "--output",
-         str(tmp_path / "out"), "--lateness-ms", str(LATENESS_MS)],
-        env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    # spark-submit's master, not the embedded default: local[1] makes one partition.
-    assert "1 partition per stage" in done.stdout, done.stdout
-    expected = reference(tmp_path / "in")
-    assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
-    assert quarantine_of(tmp_path / "out") == expected_quarantine(expected)
-    assert f"{len(lines):,} rows in" in done.stdout
-
-
 def _python_driver(session: int) -> int | None:
     """The Python process that spark-submit started for the job, in its session."""
     for entry in Path("/proc").iterdir():
@@ -186,8 +160,11 @@ def _python_driver(session: int) -> int | None:
 
 
 @pytest.mark.spark
-def test_spark_submit_follows_until_sigterm_and_stops_between_micro_batches(
+def test_spark_submit_runs_it_on_its_master_until_sigterm_between_micro_batches(
         tmp_path: Path) -> None:
+    """The job as spark-submit starts it: on spark-submit's master (local[1], one
+    partition, not the embedded default), following its input until SIGTERM, with the
+    local engine's outcomes. The batch path is the engine's own (test_spark_engine)."""
     import pyspark
 
     from tickwheel.pipeline.engines.follow import LocalFollowEngine
@@ -217,6 +194,8 @@ def test_spark_submit_follows_until_sigterm_and_stops_between_micro_batches(
             os.killpg(child.pid, signal.SIGKILL)
     assert child.returncode == 0, errors[-3000:]
     assert "SIGTERM: stopping after this micro-batch" in output, output
+    assert "1 partition per stage" in output, output
+    assert f"{len(lines):,} rows in" in output, output
     local = LocalFollowEngine(inbox, tmp_path / "local", lateness_ms=LATENESS_MS)
     local.step()
     assert outcomes_of(out) == outcomes_of(tmp_path / "local")
