@@ -54,7 +54,7 @@ class SeenFiles:
         self.retention_ms = retention_ms
         self.span_ms = (None if retention_ms is None
                         else max(retention_ms // FILES_PER_RETENTION, MIN_SPAN_MS))
-        self.log = SeenLog(merge_at=None)
+        self.log = SeenLog(merge_at=None, keeps_ids=False)
         self._files: dict[int, _File] = {}  # by the number of their first segment
 
     def read(self, committed: int, first: int, next_segment: int) -> dict[str, int]:
@@ -78,7 +78,7 @@ class SeenFiles:
                 path.unlink()
                 continue
             self._files[number] = _File(batches, first_latest, last)
-        self.log = SeenLog.read(found.items(), next_segment, merge_at=None)
+        self.log = SeenLog.read(found.items(), next_segment, merge_at=None, keeps_ids=False)
         return self.log.hand_over_ids()
 
     def lacking(self, first: int, next_segment: int) -> list[str]:

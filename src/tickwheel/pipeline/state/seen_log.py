@@ -66,18 +66,22 @@ class SeenLog:
     watch, in the order first seen), which segments are stored (number: latest
     ``ts_ms``, bytes), the number the next one takes, and the digest of the log up to
     the last one written. With ``merge_at``, that many stored segments are merged into
-    one; None suits a store for which many segments cost little (files grouped by time)."""
+    one; None suits a store for which many segments cost little (files grouped by time).
+    Without ``keeps_ids``, the log gives its ids to the partition it restores
+    (:meth:`hand_over_ids`) and keeps its segments only, so that they are not held
+    twice; only a log that never merges can (a merge writes the ids kept)."""
 
     __slots__ = ("_keeps_ids", "_order", "bytes", "digest", "ids", "merge_at", "next",
                  "segments")
 
-    def __init__(self, merge_at: int | None = MAX_SEGMENTS) -> None:
+    def __init__(self, merge_at: int | None = MAX_SEGMENTS, keeps_ids: bool = True) -> None:
+        assert keeps_ids or merge_at is None, "a log that merges keeps its ids"
         self.merge_at = merge_at
         self.ids: dict[str, int] = {}
         # (op_id, ts_ms) in the order seen, to forget from the front in O(1) each; an
         # id seen again has a later pair, and only its latest counts.
         self._order: deque[tuple[str, int]] = deque()
-        self._keeps_ids = True
+        self._keeps_ids = keeps_ids
         self.segments: dict[int, tuple[int, int]] = {}
         self.next = 0
         self.bytes = 0  # of the segments stored
@@ -85,10 +89,10 @@ class SeenLog:
 
     @classmethod
     def read(cls, segments: Iterable[tuple[int, SeenSegment]], next_segment: int,
-             merge_at: int | None = MAX_SEGMENTS) -> SeenLog:
+             merge_at: int | None = MAX_SEGMENTS, keeps_ids: bool = True) -> SeenLog:
         """The log of the stored ``(number, segment)`` pairs (in any order); the next
         segment takes the number ``next_segment``."""
-        log = cls(merge_at)
+        log = cls(merge_at, keeps_ids)
         for number, segment in sorted(segments):
             log._apply(number, segment)
         log.next = next_segment
@@ -100,14 +104,11 @@ class SeenLog:
         return next(iter(self.segments), self.next)
 
     def hand_over_ids(self) -> dict[str, int]:
-        """The ids, given to the partition that restores them: from here on the log
-        keeps its segments only, so that the ids are not held twice. Only a log that
-        never merges can (a merge writes the ids kept)."""
-        assert self.merge_at is None, "a log that merges keeps its ids"
+        """The ids a log that does not keep them read, given to the partition that
+        restores them."""
+        assert not self._keeps_ids, "a log that keeps its ids holds on to them"
         ids = self.ids
         self.ids = {}
-        self._order.clear()
-        self._keeps_ids = False
         return ids
 
     def catch_up(self, next_segment: int,
@@ -177,12 +178,12 @@ class SeenLog:
 
     def _apply(self, number: int, segment: SeenSegment) -> None:
         ids = self.ids
-        order = self._order
         pairs: list[tuple[str, int]] = decode(segment.blob)
         for op_id, ts in pairs:
             ids.pop(op_id, None)
             ids[op_id] = ts
-            order.append((op_id, ts))
+        if self._keeps_ids:
+            self._order.extend(pairs)
         self.segments[number] = (segment.latest, len(segment.blob))
         self.bytes += len(segment.blob)
         self.digest = segment.digest
