@@ -504,9 +504,9 @@ class Resolver:
     @classmethod
     def restore_ops(cls, head: tuple[Any, ...], ops: Iterable[tuple[Any, ...]],
                     seen: dict[str, int]) -> Resolver:
-        """The resolver saved as its :meth:`head`, its operations' entries (in the
-        order they were first added) and its seen ids (each with the ``ts_ms`` of its
-        first watch: the changes of :meth:`take_seen_changes` applied in order)."""
+        """The resolver saved as its :meth:`head`, its operations' entries (in
+        registration order) and its seen ids (each with the ``ts_ms`` of its first
+        watch: the changes of :meth:`take_seen_changes` applied in order)."""
         now, applied, ignored, retention, counts = head
         resolver = cls(now, retention)
         resolver._set_schedule_counts(counts)

@@ -14,8 +14,8 @@ edge, and no id is written twice. Segments are numbered in time order and remove
 the front, so the stored ones are always the numbers from :attr:`SeenLog.first` to
 :attr:`SeenLog.next`. Forgotten ids are not written: a reader takes the ids of the
 segments that remain, and the resolver forgets those past the retention before it
-judges the next watch; a pending operation whose id is no longer among them is past
-its retention and still pending, which the resolver restores as such.
+judges the next watch; a pending operation whose id is missing from them is past its
+retention and still pending, which the resolver restores as such.
 
 Two stores keep the segments: files for the local engine
 (:class:`~tickwheel.pipeline.state.seen_files.SeenFiles`) and, in the Spark engine, a
@@ -52,8 +52,8 @@ class SeenSegment(NamedTuple):
 
 class SeenWrite(NamedTuple):
     """What a batch changes in the store: ``segment`` to store under ``number`` (None
-    if no id is new), and the numbers of the segments to remove (every one before
-    ``segment`` if ``merged``: they were merged into it)."""
+    if no id is new), and the numbers of the segments to remove (every stored one if
+    ``merged``: ``segment`` holds all their ids)."""
 
     segment: SeenSegment | None
     number: int
@@ -113,9 +113,10 @@ class SeenLog:
 
     def catch_up(self, next_segment: int,
                  segment_of: Callable[[int], SeenSegment | None]) -> bool:
-        """Take the segments written since this older copy of the log was, if its last
-        segment is still stored as it has it (``segment_of(n)``: segment ``n``, or None
-        if none is stored). False, and the copy left as it was, if not."""
+        """Bring this older copy up to the stored log of ``next_segment`` segments by
+        applying the segments it lacks, provided the store still holds this copy's last
+        segment with the same digest (``segment_of(n)``: segment ``n``, or None if none
+        is stored). Returns False, changing nothing, otherwise."""
         if self.next > next_segment:
             return False
         if self.next:
@@ -152,12 +153,14 @@ class SeenLog:
                 op_id, ts = order.popleft()
                 if ids.get(op_id) == ts:
                     del ids[op_id]
-            for number, (latest, size) in list(self.segments.items()):
+            # Segments are in time order: those past the horizon are a prefix, found
+            # without copying the rest (a file store keeps a segment per batch).
+            for number, (latest, _) in self.segments.items():
                 if latest >= horizon:
-                    break  # segments are in time order: the rest are later
-                del self.segments[number]
-                self.bytes -= size
+                    break
                 removed.append(number)
+            for number in removed:
+                self.bytes -= self.segments.pop(number)[1]
         merged = (self.merge_at is not None and len(self.segments) >= self.merge_at
                   and bool(new))
         if merged:
