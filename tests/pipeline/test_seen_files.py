@@ -132,3 +132,14 @@ def test_a_file_tickwheel_did_not_write_is_refused(tmp_path: Path, line: str) ->
     (tmp_path / "seen.txt").write_text("")
     with pytest.raises(ValueError, match="not a file of seen op ids"):
         SeenFiles(tmp_path, None).read(0, 0, 1)
+
+
+def test_a_symlink_among_the_files_is_refused_not_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.log"
+    SeenFiles(tmp_path / "x", None).append(0, [("a", 0)], 0)
+    (tmp_path / "x" / "0000000000.log").rename(elsewhere)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    (seen / "0000000000.log").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match=r"0000000000\.log is not a file of seen op ids"):
+        SeenFiles(seen, None).read(0, 0, 1)

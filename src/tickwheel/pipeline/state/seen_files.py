@@ -130,7 +130,8 @@ class SeenFiles:
         numbered: list[tuple[int, Path]] = []
         for path in self.directory.iterdir():
             match = _NAME.fullmatch(path.name)
-            if match is None or not path.is_file():
+            # A symlink is refused: a checkpoint never makes a read leave its directory.
+            if match is None or path.is_symlink() or not path.is_file():
                 raise ValueError(f"{path} is not a file of seen op ids")
             numbered.append((int(match[1]), path))
         return sorted(numbered)
