@@ -257,3 +257,24 @@ def test_shared_bucket_positions_stay_exact_when_threads_grow_them_at_once() -> 
     assert all(n == got for n, got in seen)
     assert all(_bucket.position(n) == n for n in range(0, 1 << 17, 97))
     assert len(_bucket._positions) <= 1 << 16  # bounded; past it, plain ints
+
+
+def test_a_bucket_keeps_its_earliest_expiration_and_rescans_only_when_that_task_leaves(
+        ) -> None:
+    clock = ManualClock(0)
+    t = TimingWheelTimer(tick_ms=1, wheel_size=4, clock=clock, executor=None)
+    tasks = {delay: t.schedule(delay, lambda: None) for delay in (200, 210, 220, 230)}
+    bucket = tasks[200]._owner
+    assert all(task._owner is bucket for task in tasks.values())  # one far bucket
+    assert isinstance(bucket, Bucket)
+    assert bucket.earliest_expiration() == 200
+    tasks[220].cancel()  # not the earliest: nothing to learn again
+    assert bucket.earliest_known
+    assert t.next_expiration_ms() == 200
+    tasks[200].cancel()
+    assert not bucket.earliest_known
+    assert t.next_expiration_ms() == 210
+    assert bucket.earliest_known
+    t.schedule(205, lambda: None)
+    assert t.next_expiration_ms() == 205
+    t.close()

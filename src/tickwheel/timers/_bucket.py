@@ -54,7 +54,8 @@ class Bucket(TaskOwner):
     to its timer only to take that lock and keep the timer's counters exact on cancel.
     """
 
-    __slots__ = ("_tasks", "_timer", "expiration", "queued", "serial")
+    __slots__ = ("_tasks", "_timer", "earliest", "earliest_known", "expiration", "queued",
+                 "serial")
 
     def __init__(self, timer: TimerBase) -> None:
         self._tasks: list[TimerEntry] = []
@@ -66,6 +67,11 @@ class Bucket(TaskOwner):
         # with it, and a level is made after the levels below it, so at one tick the
         # finer bucket, whose tasks expire first, flushes first.
         self.serial = next(_serials)
+        # The least expiration among the tasks, while ``earliest_known``: kept on
+        # append, and forgotten only when a task that holds it leaves, so that
+        # :meth:`earliest_expiration` scans a bucket once per such removal, not per call.
+        self.earliest = 0
+        self.earliest_known = False
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -87,6 +93,22 @@ class Bucket(TaskOwner):
         task._index = positions[n] if n < len(positions) else position(n)
         tasks.append(task)
         task._owner = self
+        expiration = task._expiration
+        if n == 0:
+            self.earliest, self.earliest_known = expiration, True
+        elif expiration < self.earliest:
+            self.earliest = expiration
+
+    def earliest_expiration(self) -> int | None:
+        """The least expiration (ms) of the tasks held, or None when there are none.
+        Caller holds the lock."""
+        tasks = self._tasks
+        if not tasks:
+            return None
+        if not self.earliest_known:
+            self.earliest = min(task._expiration for task in tasks)
+            self.earliest_known = True
+        return self.earliest
 
     def unlink(self, task: TimerEntry) -> None:
         """Remove ``task`` (which must be in this bucket) in O(1). Caller holds the lock."""
@@ -97,6 +119,8 @@ class Bucket(TaskOwner):
             tasks[index] = last
             last._index = index
         task._owner = None
+        if task._expiration == self.earliest:
+            self.earliest_known = False
 
     def drain(self) -> list[TimerEntry]:
         """Take every task out. Caller holds the lock."""
@@ -105,6 +129,7 @@ class Bucket(TaskOwner):
         for task in out:
             task._owner = None
         self.queued = False
+        self.earliest_known = False
         return out
 
     def due_at(self, expiration: int) -> bool:
@@ -129,6 +154,8 @@ class Bucket(TaskOwner):
                 tasks[index] = last
                 last._index = index
             task._owner = None
+            if task._expiration == self.earliest:
+                self.earliest_known = False
             timer._size -= 1
             if cancelling:
                 timer._cancelled += 1

@@ -84,11 +84,11 @@ class TimingWheelTimer(TimerBase):
         pending. Exact, where :meth:`next_due_ms` gives the next bucket, whose flush may
         only demote its tasks: a caller that pays for each wake (a batch that writes its
         state) waits for this instead. It looks into the first buckets of the delay
-        queue until one starts after the best found, so it costs their tasks."""
+        queue until one starts after the best found; a bucket scans its tasks only after
+        the one due first in it leaves."""
         with self._lock:
             # Tasks already due may have expired after a task whose tick has not come.
-            due = self._due.tasks
-            best: int | None = min(task._expiration for task in due) if due else None
+            best = self._due.earliest_expiration()
             tick_ms = self._tick_ms
             queue = self._queue.copy()
             while queue:
@@ -99,10 +99,9 @@ class TimingWheelTimer(TimerBase):
                     break
                 if not bucket.queued or bucket.expiration != flush_at:
                     continue  # stale
-                for task in bucket.tasks:
-                    expiration = task._expiration
-                    if best is None or expiration < best:
-                        best = expiration
+                earliest = bucket.earliest_expiration()
+                if earliest is not None and (best is None or earliest < best):
+                    best = earliest
             return best
 
     def pending_entries(self) -> list[TimerEntry]:

@@ -76,6 +76,11 @@ class TimingWheel:
             task._index = positions[n] if n < len(positions) else position(n)
             tasks.append(task)
             task._owner = bucket
+            expiration = task._expiration
+            if n == 0:
+                bucket.earliest, bucket.earliest_known = expiration, True
+            elif expiration < bucket.earliest:
+                bucket.earliest = expiration
             # A slot is reused only once its previous span is flushed, so a bucket
             # holds one expiration at a time.
             if bucket.queued and bucket.expiration == flush_at:
