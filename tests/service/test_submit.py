@@ -328,10 +328,76 @@ def test_a_torn_last_record_is_dropped(tmp_path: Path, clock: ManualClock) -> No
     journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
     journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d1", 1)])
     journal.close()
-    with (tmp_path / "state" / "keys.jsonl").open("ab") as keys:
+    newest = key_segments(tmp_path / "state")[-1]
+    with newest.open("ab") as keys:
         keys.write(b'{"file":"submit-')
     reopened = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
     assert reopened.replay("k-1") is not None
+    assert newest.read_bytes().endswith(b"]]}\n")  # cut off, durably, before the next
+    reopened.land([Submission(['{"ts_ms":2,"type":"tick"}'], "k-2", "d2", 2)])
+    reopened.close()
+    again = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    assert again.replay("k-1") is not None and again.replay("k-2") is not None
+
+
+def key_segments(state: Path) -> list[Path]:
+    return sorted(state.glob("keys-*.jsonl"))
+
+
+def test_the_key_log_closes_segments_and_drops_those_whose_keys_are_all_forgotten(
+        tmp_path: Path, clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock, max_keys=4,
+                            key_segment_bytes=200)
+    for i in range(12):
+        journal.land([Submission([f'{{"ts_ms":{i},"type":"tick"}}'], f"k-{i}", "d", i)])
+    segments = key_segments(tmp_path / "state")
+    # The newest four keys are kept, in at most three segments (two records each, and
+    # the open one); every segment before them went, none was rewritten.
+    assert [journal.replay(f"k-{i}") is not None for i in range(12)] == [False] * 8 + [True] * 4
+    assert 2 <= len(segments) <= 3
+    journal.close()
+    reopened = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock, max_keys=4,
+                             key_segment_bytes=200)
+    assert [reopened.replay(f"k-{i}") is not None for i in range(12)] == [False] * 8 + [True] * 4
+    reopened.close()
+    for _ in range(3):  # a start opens a segment; an empty one goes at the next start
+        SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock, max_keys=4).close()
+    assert len(key_segments(tmp_path / "state")) <= len(segments) + 1
+
+
+def test_keys_past_their_ttl_take_their_segments_with_them(tmp_path: Path,
+                                                           clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock,
+                            key_ttl_ms=1_000, key_segment_bytes=1)
+    journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d", 1)])
+    first = key_segments(tmp_path / "state")[0]
+    clock.now += 1_001
+    journal.land([Submission(['{"ts_ms":2,"type":"tick"}'], "k-2", "d", 2)])
+    assert journal.replay("k-1") is None and journal.replay("k-2") is not None
+    assert not first.exists()
+    journal.close()
+
+
+def test_the_single_key_file_of_earlier_versions_is_read(tmp_path: Path,
+                                                         clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    receipt = journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d1", 1)])[0]
+    journal.close()
+    [segment] = key_segments(tmp_path / "state")
+    segment.rename(tmp_path / "state" / "keys.jsonl")
+    reopened = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    assert reopened.replay("k-1") == ("d1", receipt)
+    assert not (tmp_path / "state" / "keys.jsonl").exists()
+
+
+def test_a_symlink_among_the_key_segments_is_refused(tmp_path: Path,
+                                                     clock: ManualClock) -> None:
+    SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock).close()
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text('{"file":"submit-0000000000001-000000.jsonl","at":1,"keys":[]}\n')
+    (tmp_path / "state" / "keys-000000007.jsonl").symlink_to(outside)
+    with pytest.raises(OSError, match="not a key segment"):
+        SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
 
 
 def test_stale_temporaries_of_a_crashed_commit_are_removed(tmp_path: Path,
@@ -475,7 +541,7 @@ def test_a_journal_write_that_fails_takes_its_keys_back(tmp_path: Path,
     with pytest.raises(OSError):
         journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d1", 1)])
     journal.close()
-    assert (tmp_path / "state" / "keys.jsonl").read_bytes() == b""
+    assert [path.read_bytes() for path in key_segments(tmp_path / "state")] == [b""]
     assert SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock).replay("k-1") is None
 
 

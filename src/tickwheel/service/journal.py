@@ -5,11 +5,12 @@ fsync'd and renamed into the input directory (then the directory fsync'd), named
 ``submit-<ms>-<seq>.jsonl`` so that names only grow. The engines read it as any other
 input file. Only then is any request of it answered.
 
-The keys of a commit's requests are appended to ``keys.jsonl`` (fsync'd) *before* its
-file is written. The writer is serial, so only the journal's last record can name a file
-that never landed (a crash between the two writes): at start that record counts only if
-its file, or a later one, is there. A key is answered again, not written again, for
-``key_ttl_ms`` and within the newest ``max_keys``.
+The keys of a commit's requests are appended to a :class:`~tickwheel.service.key_log.KeyLog`
+(fsync'd) *before* its file is written. The writer is serial, so only the log's last
+record can name a file that never landed (a crash between the two writes): at start that
+record counts only if its file, or a later one, is there. A key is answered again, not
+written again, for ``key_ttl_ms`` and within the newest ``max_keys``; a segment of the
+log goes once none of its keys is kept.
 
 Once the engine has committed a file (its rows are in the checkpoint), the journal
 retires it (:meth:`SubmitJournal.retire`), so that a long-running service's input
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import re
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tickwheel.pipeline.io.files import fsync_directory, write_bytes_atomically
+from tickwheel.service.key_log import SEGMENT_BYTES, KeyedRequest, KeyLog, KeyRecord
 
 __all__ = [
     "DEFAULT_KEY_TTL_MS",
@@ -51,10 +52,8 @@ log = logging.getLogger(__name__)
 SUBMIT_PREFIX: Final = "submit-"
 DEFAULT_KEY_TTL_MS: Final = 24 * 3_600_000
 DEFAULT_MAX_KEYS: Final = 1_000_000
-_KEYS_FILE: Final = "keys.jsonl"
 _NAME = re.compile(r"submit-(\d{13})-(\d{6})\.jsonl")
 _TEMPORARY = re.compile(r"\.submit-\d{13}-\d{6}\.jsonl\.[0-9a-f]{8}\.tmp")
-_COMPACT_FLOOR_BYTES: Final = 1 << 20
 
 #: Which of the named input files the engine has committed.
 CommittedInputs = Callable[[Sequence[str]], Collection[str]]
@@ -95,23 +94,24 @@ class JournalStats:
 class SubmitJournal:
     def __init__(self, input_dir: Path, state_dir: Path, *, clock: Callable[[], int],
                  key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
-                 max_keys: int = DEFAULT_MAX_KEYS) -> None:
+                 max_keys: int = DEFAULT_MAX_KEYS,
+                 key_segment_bytes: int = SEGMENT_BYTES) -> None:
         self.input_dir = input_dir
         self.state_dir = state_dir
         self._clock = clock
         self.key_ttl_ms = key_ttl_ms
         self.max_keys = max_keys
-        self._keys: OrderedDict[str, tuple[str, Receipt, int]] = OrderedDict()
+        # key -> (body digest, receipt, when landed, the key log's segment)
+        self._keys: OrderedDict[str, tuple[str, Receipt, int, int]] = OrderedDict()
+        self._segment_keys: dict[int, int] = {}  # keys kept, by segment
         self._last_name = (0, 0)
         self._files = self._rows = self._retired = 0
         self._landed: deque[str] = deque()  # in name order: the order they landed
         input_dir.mkdir(parents=True, exist_ok=True)
         state_dir.mkdir(parents=True, exist_ok=True)
         self._scan_input()
+        self._key_log = KeyLog(state_dir, segment_bytes=key_segment_bytes)
         self._load_keys()
-        self._rewrite_keys()
-        self._journal = (state_dir / _KEYS_FILE).open("ab")
-        self._compact_at = max(_COMPACT_FLOOR_BYTES, 2 * self._journal.tell())
 
     # -- start -------------------------------------------------------------------
 
@@ -131,27 +131,18 @@ class SubmitJournal:
         self._landed.extend(sorted(landed))  # fixed width: name order is time order
 
     def _load_keys(self) -> None:
-        path = self.state_dir / _KEYS_FILE
-        if not path.exists():
-            return
-        records: list[dict[str, Any]] = []
-        with path.open("rb") as lines:
-            for raw in lines:
-                try:
-                    record = json.loads(raw)
-                except ValueError:
-                    log.warning("%s: a torn record at its end, dropped", path)
-                    break  # only the last can be torn: it was never answered
-                records.append(record)
-        if records and not self._landed_file(records[-1]["file"]):
-            records.pop()  # its file never landed: nothing of it was answered
         cutoff = self._clock() - self.key_ttl_ms
-        for record in records:
-            at = int(record["at"])
-            if at < cutoff:
-                continue
-            for key, digest, accepted, ts_ms in record["keys"]:
-                self._remember(key, digest, Receipt(record["file"], accepted, ts_ms), at)
+        loaded = self._key_log.load(self._landed_file)
+        for number, records in loaded:
+            for record in records:
+                if record.at < cutoff:
+                    continue
+                for request in record.requests:
+                    self._remember(request, Receipt(record.file, request.accepted,
+                                                    request.ts_ms), record.at, number)
+        for number, _ in loaded:
+            if number not in self._segment_keys:
+                self._key_log.remove(number)  # none of its keys is kept
 
     def _landed_file(self, name: str) -> bool:
         """Whether the file ``name`` landed: it is there, or a later one is (it was
@@ -159,31 +150,32 @@ class SubmitJournal:
         return ((self.input_dir / name).exists()
                 or (bool(self._landed) and name < self._landed[-1]))
 
-    def _remember(self, key: str, digest: str, receipt: Receipt, at: int) -> None:
-        self._keys[key] = (digest, receipt, at)
-        self._keys.move_to_end(key)
+    def _remember(self, request: KeyedRequest, receipt: Receipt, at: int,
+                  segment: int) -> None:
+        if request.key in self._keys:
+            self._forget(request.key)
+        self._keys[request.key] = (request.digest, receipt, at, segment)
+        self._segment_keys[segment] = self._segment_keys.get(segment, 0) + 1
         while len(self._keys) > self.max_keys:
-            self._keys.popitem(last=False)
+            self._forget(next(iter(self._keys)))
+
+    def _forget(self, key: str) -> None:
+        segment = self._keys.pop(key)[3]
+        left = self._segment_keys[segment] - 1
+        if left:
+            self._segment_keys[segment] = left
+        else:
+            del self._segment_keys[segment]
+            self._key_log.remove(segment)
 
     def _expire(self) -> None:
+        """Keys past their ttl forgotten: they are in landing order, so from the front."""
         cutoff = self._clock() - self.key_ttl_ms
         while self._keys:
-            key, (_, _, at) = next(iter(self._keys.items()))
+            key, (_, _, at, _) = next(iter(self._keys.items()))
             if at >= cutoff:
                 break
-            del self._keys[key]
-
-    def _rewrite_keys(self) -> None:
-        """The journal rewritten with the live keys only, whole then renamed."""
-        by_file: dict[str, dict[str, Any]] = {}
-        for key, (digest, receipt, at) in self._keys.items():
-            record = by_file.setdefault(receipt.file, {"file": receipt.file, "at": at,
-                                                       "keys": []})
-            record["at"] = max(record["at"], at)
-            record["keys"].append([key, digest, receipt.accepted, receipt.ts_ms])
-        data = "".join(json.dumps(r, separators=(",", ":")) + "\n"
-                       for r in by_file.values()).encode()
-        write_bytes_atomically(data, self.state_dir / _KEYS_FILE)
+            self._forget(key)
 
     # -- running -----------------------------------------------------------------
 
@@ -192,7 +184,7 @@ class SubmitJournal:
         found = self._keys.get(key)
         if found is None:
             return None
-        digest, receipt, at = found
+        digest, receipt, at, _ = found
         if at < self._clock() - self.key_ttl_ms:
             return None
         return digest, receipt
@@ -211,38 +203,27 @@ class SubmitJournal:
         name = self._next_name()
         receipts = [Receipt(name, len(s.lines), s.ts_ms) for s in batch]
         at = self._clock()
-        keyed = [[s.key, s.digest, r.accepted, r.ts_ms]
+        keyed = [(KeyedRequest(s.key, s.digest, r.accepted, r.ts_ms), r)
                  for s, r in zip(batch, receipts, strict=True) if s.key is not None]
-        mark = None
-        if keyed:
-            mark = self._journal.tell()
-            record = json.dumps({"file": name, "at": at, "keys": keyed},
-                                separators=(",", ":")) + "\n"
-            try:
-                self._journal.write(record.encode())
-                self._journal.flush()
-                os.fsync(self._journal.fileno())
-            except BaseException:
-                self._take_back(mark)
-                raise
+        segment = (self._key_log.append(KeyRecord(name, at, tuple(k for k, _ in keyed)))
+                   if keyed else None)
         try:
             data = "".join(f"{line}\n" for s in batch for line in s.lines).encode()
             write_bytes_atomically(data, self.input_dir / name)
             fsync_directory(self.input_dir)
         except BaseException:
-            if mark is not None:
-                self._take_back(mark)
+            if segment is not None:
+                self._key_log.take_back()
             with contextlib.suppress(OSError):  # landed but not synced: never answered
                 (self.input_dir / name).unlink()
             raise
-        for submission, receipt in zip(batch, receipts, strict=True):
-            if submission.key is not None:
-                self._remember(submission.key, submission.digest, receipt, at)
+        if segment is not None:
+            self._expire()
+            for request, receipt in keyed:
+                self._remember(request, receipt, at, segment)
         self._files += 1
         self._rows += sum(r.accepted for r in receipts)
         self._landed.append(name)
-        if keyed and self._journal.tell() > self._compact_at:
-            self._compact()
         return receipts
 
     def retire(self, committed: CommittedInputs) -> int:
@@ -262,21 +243,6 @@ class SubmitJournal:
         self._retired += retired
         return retired
 
-    def _take_back(self, mark: int) -> None:
-        """The journal cut back to before a commit that did not land: its keys must not
-        be answered as written. Shrinking a file needs no free space."""
-        self._journal.flush()
-        os.ftruncate(self._journal.fileno(), mark)
-        self._journal.seek(mark)
-        os.fsync(self._journal.fileno())
-
-    def _compact(self) -> None:
-        self._expire()
-        self._journal.close()
-        self._rewrite_keys()
-        self._journal = (self.state_dir / _KEYS_FILE).open("ab")
-        self._compact_at = max(_COMPACT_FLOOR_BYTES, 2 * self._journal.tell())
-
     @property
     def last_commit_ms(self) -> int:
         """The time in the newest file name landed, before a restart too: at least
@@ -288,7 +254,7 @@ class SubmitJournal:
                             len(self._landed))
 
     def close(self) -> None:
-        self._journal.close()
+        self._key_log.close()
 
 
 def is_disk_full(exc: OSError) -> bool:
