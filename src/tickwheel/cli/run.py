@@ -520,7 +520,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
     collector = _serve_metrics(metrics_port, "follow", _Live(), listen)
     server = None if listen is None else _start_submit(
         listen, input, follower.checkpoint_dir / SUBMIT_STATE,
-        lambda: asdict(follower.counts()), lambda: follower.counts().rows_in,
+        lambda: asdict(follower.counts()), lambda: follower.rows_read,
         follower.committed_inputs, max_future_ms if clock is ClockKind.wall else None, collector,
         follower.counts().release_ms)
     if server is not None:  # the rows it stamps are never late

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tickwheel.pipeline.contract.events import MAX_ROW_CHARS, Reason, is_quarantined, parse_wire
+from tickwheel.pipeline.contract.events import (
+    MAX_ROW_CHARS,
+    Reason,
+    Wire,
+    is_quarantined,
+    parse_wire,
+)
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -159,18 +165,23 @@ def _array_lines(text: str, now_ms: int) -> list[str | RefusedRow]:
     return out
 
 
-def _stamped(line: str, now_ms: int) -> str:
-    """``line`` with ``"ts_ms": now_ms`` first in its object if it has none: the raw
-    text kept (no parse and dump), and the engines' own parser judges the result."""
+def _stamped(line: str, now_ms: int) -> tuple[str, Wire]:
+    """``line`` with ``"ts_ms": now_ms`` first in its object if it has none, and its
+    fields as the engines parse it: the raw text kept (no parse and dump), and parsed
+    once where it names ``ts_ms`` or lacks it plainly."""
+    if '"ts_ms"' in line:  # most likely its own: then no stamp is needed
+        fields = parse_wire(line)
+        if not is_quarantined(fields):
+            return line, fields
     if not line.startswith("{"):
-        return line
+        return line, parse_wire(line)
     rest = line[1:].lstrip()
     stamped = (f'{{"ts_ms":{now_ms}}}' if rest.startswith("}")
                else f'{{"ts_ms":{now_ms},{line[1:]}')
     fields = parse_wire(stamped)
     if is_quarantined(fields) and fields[1] == Reason.DUPLICATE_FIELD.value:
-        return line  # it has its own ts_ms (or repeats a field: refused as it is)
-    return stamped
+        return line, parse_wire(line)  # its own ts_ms, spelt otherwise, or a repeat
+    return stamped, fields
 
 
 def read_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None) -> list[str]:
@@ -182,32 +193,39 @@ def read_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None) -> list
     if text.startswith("["):
         candidates = _array_lines(text, now_ms)
         shown: list[str] = [c if isinstance(c, str) else "" for c in candidates]
+        checked: list[tuple[str, Wire] | RefusedRow] = []
+        if len(shown) <= MAX_ROWS_PER_REQUEST:
+            checked = [c if isinstance(c, RefusedRow) else (c, parse_wire(c))
+                       for c in candidates]
     else:
         shown = [line.strip() for line in text.splitlines() if line.strip()]
-        candidates = [_stamped(line, now_ms) for line in shown]
-    if len(candidates) > MAX_ROWS_PER_REQUEST:
-        raise IntakeError(f"{len(candidates):,} rows in one request: at most "
+        if len(shown) > MAX_ROWS_PER_REQUEST:  # before any row is parsed
+            checked = []
+        else:
+            checked = [_stamped(line, now_ms) for line in shown]
+    if len(shown) > MAX_ROWS_PER_REQUEST:
+        raise IntakeError(f"{len(shown):,} rows in one request: at most "
                           f"{MAX_ROWS_PER_REQUEST:,}, split it")
     lines: list[str] = []
     refused: list[RefusedRow] = []
-    for index, line in enumerate(candidates):
-        if isinstance(line, RefusedRow):
-            refused.append(line)
+    for index, candidate in enumerate(checked):
+        if isinstance(candidate, RefusedRow):
+            refused.append(candidate)
             continue
-        reason = _problem(line, max_ts_ms)
+        line, fields = candidate
+        reason = _problem(line, fields, max_ts_ms)
         if reason is not None:
             refused.append(RefusedRow(index, reason, shown[index][:_SHOWN_CHARS]))
             continue
         lines.append(line)
     if refused:
-        raise IntakeError(f"{len(refused)} of {len(candidates)} rows refused", tuple(refused))
+        raise IntakeError(f"{len(refused)} of {len(checked)} rows refused", tuple(refused))
     return lines
 
 
-def _problem(line: str, max_ts_ms: int | None) -> str | None:
+def _problem(line: str, fields: Wire, max_ts_ms: int | None) -> str | None:
     if len(line) > MAX_ROW_CHARS:
         return Reason.TOO_LONG.value
-    fields = parse_wire(line)
     if is_quarantined(fields):
         return str(fields[1])
     if max_ts_ms is not None and fields[0] > max_ts_ms:

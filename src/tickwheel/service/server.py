@@ -316,16 +316,17 @@ class SubmitServer:
         says it is too large)."""
         from aiohttp import web
 
-        too_large = self._json(413, {"error": f"the body is over {self.max_body_bytes:,} "
-                                              "bytes: split it"})
         if request.content_length is not None and request.content_length > self.max_body_bytes:
-            self._counts["refused_too_large"] += 1
-            return too_large
+            return self._too_large()
         try:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            self._counts["refused_too_large"] += 1
-            return too_large
+            return self._too_large()
+
+    def _too_large(self) -> web.Response:
+        self._counts["refused_too_large"] += 1
+        return self._json(413, {"error": f"the body is over {self.max_body_bytes:,} "
+                                         "bytes: split it"})
 
     async def _post_events(self, request: web.Request) -> web.Response:
         self._counts["requests"] += 1

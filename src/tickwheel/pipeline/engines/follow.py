@@ -602,6 +602,12 @@ class LocalFollowEngine:
         read = self._checkpoint.files_read
         return [name for name in names if name in read]
 
+    @property
+    def rows_read(self) -> int:
+        """The rows read by the batches committed so far: a submit server asks on every
+        request, so it is a field, where :meth:`counts` builds a snapshot."""
+        return self._counts.rows_in
+
     def counts(self) -> FollowCounts:
         """The counters after the last batch: a snapshot, safe to read from any thread
         (the metrics export reads it while batches run), with the input files skipped
