@@ -18,6 +18,7 @@ from tickwheel.pipeline.contract.events import compact_wire, is_quarantined
 from tickwheel.pipeline.contract.routing import partition_of, route
 from tickwheel.pipeline.engines.partitioned import run_partitioned
 from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
+from tickwheel.pipeline.semantics import partition
 from tickwheel.pipeline.semantics.key_stage import (
     ERROR_PROGRESS,
     INIT,
@@ -392,9 +393,11 @@ def run_in_batches(lines: list[str], partitions: int, batches: int,
 def test_micro_batches_and_saved_states_change_no_outcome(
         seed: int, partitions: int, batches: int, retention: int | None, save: bool,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # Small chunks and early rewrites, so that a log of a few hundred rows has both.
+    # Small chunks and early rewrites, so that a log of a few hundred rows has both;
+    # and the rows a partition releases handed to its stage a few at a time.
     monkeypatch.setattr(entry_log, "REWRITE_SLACK", 8)
     monkeypatch.setattr(entry_log, "CHUNK_ENTRIES", 5)
+    monkeypatch.setattr(partition, "PIECE_ROWS", 3)
     lines = random_log(seed)
     expected = reference(lines, retention)
     caught_up: list[int] = []
