@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tickwheel.pipeline.io.files import write_bytes_atomically
 from tickwheel.pipeline.state.batch_log import BatchLog
 
@@ -81,3 +83,15 @@ def test_a_rewrite_of_many_records_reads_back_whole_across_its_lines(tmp_path: P
     restarted = BatchLog(log.path)
     assert restarted.read(committed=9) == records
     assert (restarted.last_committed, restarted.last_batch) == (9, 10)
+
+
+def test_a_log_planted_as_a_symlink_is_neither_read_nor_appended_to(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.log"
+    outside.write_bytes(b'[0, ["secret"]]\n')
+    (tmp_path / "files.log").symlink_to(outside)
+    log = BatchLog(tmp_path / "files.log")
+    with pytest.raises(ValueError, match="symbolic link"):
+        log.read()
+    with pytest.raises(ValueError, match="symbolic link"):
+        log.append(1, ["x"])
+    assert outside.read_bytes() == b'[0, ["secret"]]\n'

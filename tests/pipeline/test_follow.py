@@ -737,6 +737,22 @@ def test_a_log_of_the_checkpoint_that_tickwheel_did_not_write_is_refused_by_name
         engine(tmp_path, None)
 
 
+@pytest.mark.parametrize("name", ["keys.log", "ops.log", "files.log", "state",
+                                  "tickwheel.json"])
+def test_a_file_of_the_checkpoint_replaced_by_a_symlink_is_refused_not_followed(
+        tmp_path: Path, inbox: Path, name: str) -> None:
+    clock = WallClock(1_000)
+    land(inbox, "a.jsonl", [watch(500, "a", 10**9, ["k"])])
+    engine(tmp_path, clock, dedupe_retention_ms=60_000).step()
+    path = tmp_path / "out" / "_checkpoint" / name
+    assert path.is_file()
+    outside = tmp_path / f"outside-{name}"
+    path.rename(outside)  # the same bytes, now outside the checkpoint
+    path.symlink_to(outside)
+    with pytest.raises(ValueError, match=rf"{name} is a symbolic link"):
+        engine(tmp_path, clock, dedupe_retention_ms=60_000)
+
+
 @pytest.mark.parametrize(("name", "line"), [
     ("0000000000.log", "garbage"),
     ("0000000000.log", '[0, [["op", "not a time"]]]'),

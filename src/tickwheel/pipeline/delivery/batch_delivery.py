@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from tickwheel.pipeline.delivery.sink import OutcomeSink
 from tickwheel.pipeline.io._arrow import open_parquet
 from tickwheel.pipeline.io.compaction import covered_batches
-from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.files import read_bytes_nofollow, write_bytes_atomically
 from tickwheel.pipeline.io.outputs import outcome_rows
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class BatchDelivery:
     def last_settled(self) -> int:
         """The mark: the last batch whose outcomes were settled (-1 for none)."""
         try:
-            return int(self.mark.read_text())
+            return int(read_bytes_nofollow(self.mark))
         except FileNotFoundError:
             return -1
 

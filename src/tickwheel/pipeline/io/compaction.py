@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tickwheel.pipeline.io._arrow import open_parquet
-from tickwheel.pipeline.io.files import fsync_directory
+from tickwheel.pipeline.io.files import fsync_directory, read_bytes_nofollow
 from tickwheel.pipeline.io.outputs import conform, covered_batches, write_tables_atomically
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def settled_batch(committed: int, delivered_mark: Path) -> int:
     been used (its mark exists), delivered too; a later start delivers the files of
     every batch after the mark, one by one."""
     try:
-        return min(committed, int(delivered_mark.read_text()))
+        return min(committed, int(read_bytes_nofollow(delivered_mark)))
     except (FileNotFoundError, ValueError):
         return committed
 

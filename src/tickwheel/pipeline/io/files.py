@@ -8,17 +8,62 @@ the umask's, as for any file the user writes. Readers skip names that start with
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["fsync_directory", "is_temporary_of", "open_temporary", "write_bytes_atomically"]
+__all__ = ["append_synced", "fsync_directory", "is_temporary_of", "open_temporary",
+           "read_bytes_nofollow", "truncate_nofollow", "write_bytes_atomically"]
 
 _FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
           | getattr(os, "O_CLOEXEC", 0))
 _SUFFIX = re.compile(r"[0-9a-f]{8}\.tmp")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_nofollow(path: Path, flags: int) -> int:
+    """A descriptor of ``path`` itself; ValueError if it is a symbolic link (a
+    checkpoint's files are read and written only inside it, whatever is planted there)."""
+    try:
+        return os.open(path, flags | _NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{path} is a symbolic link, which tickwheel does not "
+                             "follow out of its own directories") from None
+        raise
+
+
+def read_bytes_nofollow(path: Path) -> bytes:
+    """The file's bytes (FileNotFoundError if there is none, ValueError if it is a
+    symbolic link)."""
+    with os.fdopen(_open_nofollow(path, os.O_RDONLY), "rb") as file:
+        return file.read()
+
+
+def append_synced(path: Path, data: bytes) -> None:
+    """``data`` appended to ``path`` (created if missing, never through a symbolic
+    link) and fsync'd."""
+    fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def truncate_nofollow(path: Path, size: int) -> None:
+    """``path`` cut to ``size`` bytes, and fsync'd."""
+    fd = _open_nofollow(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def open_temporary(path: Path, prefix: str | None = None) -> tuple[BinaryIO, Path]:

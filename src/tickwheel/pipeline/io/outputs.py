@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined
 from tickwheel.pipeline.io._arrow import open_parquet, pyarrow_modules
-from tickwheel.pipeline.io.files import is_temporary_of, open_temporary
+from tickwheel.pipeline.io.files import is_temporary_of, open_temporary, read_bytes_nofollow
 from tickwheel.pipeline.io.input_dir import within
 from tickwheel.pipeline.io.ownership import LOCK_FILE, RunOwner, hold_run_directories
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
@@ -449,7 +449,7 @@ def _check_columns(path: Path, table: pa.Table) -> None:
 def checkpoint_id(checkpoint: Path) -> str | None:
     """The id of a Spark engine's checkpoint (None for a new one)."""
     try:
-        return str(json.loads((checkpoint / "tickwheel.json").read_text())["id"])
+        return str(json.loads(read_bytes_nofollow(checkpoint / "tickwheel.json"))["id"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -457,7 +457,7 @@ def checkpoint_id(checkpoint: Path) -> str | None:
 def output_owner(output: Path) -> str | None:
     """The id of the Spark checkpoint whose outputs ``output`` holds, if any."""
     try:
-        return str(json.loads((output / OWNER_FILE).read_text())["checkpoint"])
+        return str(json.loads(read_bytes_nofollow(output / OWNER_FILE))["checkpoint"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.files import read_bytes_nofollow, write_bytes_atomically
 from tickwheel.pipeline.io.input_dir import input_files, is_plain_name
 from tickwheel.pipeline.io.log_reader import input_bytes
 from tickwheel.pipeline.state.batch_log import BatchLog
@@ -225,11 +225,12 @@ def committed_inputs(checkpoint_dir: Path, names: Iterable[str]) -> list[str]:
     asks for them again, and they may be deleted. Reads the log as the source appends
     to it, without repairing it (that is the source's)."""
     try:
-        end = int(json.loads((checkpoint_dir / COMMITTED_INPUT).read_bytes())["next"])
+        end = int(json.loads(read_bytes_nofollow(checkpoint_dir / COMMITTED_INPUT))["next"])
+        published = BatchLog(checkpoint_dir / PUBLISHED_LOG).read(repair=False)
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return []  # none yet, or not a file this engine wrote: none taken as committed
     numbers: dict[str, int] = {}
-    for record in BatchLog(checkpoint_dir / PUBLISHED_LOG).read(repair=False):
+    for record in published:
         if isinstance(record, list) and len(record) == 2 and isinstance(record[1], str):
             if record[0] == _GONE:
                 numbers.pop(record[1], None)
@@ -242,8 +243,8 @@ def skipped_files(checkpoint_dir: Path) -> dict[str, str]:
     """The input files the source's last listing skipped (name: reason); none before
     its first."""
     try:
-        skipped: dict[str, str] = json.loads((checkpoint_dir / SKIPPED_FILES).read_bytes())
-    except FileNotFoundError:
+        skipped: dict[str, str] = json.loads(read_bytes_nofollow(checkpoint_dir / SKIPPED_FILES))
+    except (FileNotFoundError, ValueError):
         return {}
     return skipped
 
@@ -251,15 +252,15 @@ def skipped_files(checkpoint_dir: Path) -> dict[str, str]:
 def input_gone(checkpoint_dir: Path) -> str | None:
     """Why the source could not list the input directory at its last listing, or None."""
     try:
-        return (checkpoint_dir / INPUT_GONE).read_text()
-    except FileNotFoundError:
+        return read_bytes_nofollow(checkpoint_dir / INPUT_GONE).decode(errors="replace")
+    except (FileNotFoundError, ValueError):
         return None
 
 
 def changed_files(checkpoint_dir: Path) -> dict[str, int]:
     """The input files seen to change after they were numbered, with how many times."""
     try:
-        changed: dict[str, int] = json.loads((checkpoint_dir / CHANGED_FILES).read_bytes())
-    except FileNotFoundError:
+        changed: dict[str, int] = json.loads(read_bytes_nofollow(checkpoint_dir / CHANGED_FILES))
+    except (FileNotFoundError, ValueError):
         return {}
     return changed

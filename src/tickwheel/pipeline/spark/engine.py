@@ -65,7 +65,7 @@ from tickwheel.pipeline.contract.limits import (
 from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
 from tickwheel.pipeline.delivery.sink import OutcomeSink
 from tickwheel.pipeline.io.compaction import batch_files, compact, settled_batch
-from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.files import read_bytes_nofollow, write_bytes_atomically
 from tickwheel.pipeline.io.input_dir import (
     check_spark_paths,
     input_dir_problem,
@@ -296,7 +296,7 @@ class SparkEngine:
     def _settle_partitions(self, partitions: int | None) -> tuple[int, list[int]]:
         meta = self.checkpoint_dir / "tickwheel.json"
         if meta.exists():
-            saved = json.loads(meta.read_text())
+            saved = json.loads(read_bytes_nofollow(meta))
             same_input(saved.get("input"), self.input_dir, self.checkpoint_dir)
             if saved.get("engine", "spark") != "spark":
                 raise ValueError(f"the checkpoint {self.checkpoint_dir} belongs to the "

@@ -11,11 +11,15 @@ its batch never committed, and runs again.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.files import (
+    append_synced,
+    read_bytes_nofollow,
+    truncate_nofollow,
+    write_bytes_atomically,
+)
 
 __all__ = ["REWRITE_LINE_RECORDS", "BatchLog"]
 
@@ -41,13 +45,12 @@ class BatchLog:
         and writes its own again. ``repair=False`` reads a log another process may be
         appending to: a line not yet whole is skipped, not cut off."""
         try:
-            text = self.path.read_bytes()
+            text = read_bytes_nofollow(self.path)
         except FileNotFoundError:
             return []
         whole = text.rfind(b"\n") + 1
         if whole < len(text) and repair:  # torn by a crash: its batch never committed
-            with open(self.path, "r+b") as log_file:
-                log_file.truncate(whole)
+            truncate_nofollow(self.path, whole)
         records: list[Any] = []
         count = 0
         for line in text[:whole].decode("utf-8").splitlines():
@@ -76,10 +79,7 @@ class BatchLog:
             return
         # ensure_ascii (the default): a path's undecodable bytes, which Python holds as
         # lone surrogates, are written as escapes and come back as they were.
-        with open(self.path, "ab") as out:
-            out.write((json.dumps([batch_id, records]) + "\n").encode("ascii"))
-            out.flush()
-            os.fsync(out.fileno())
+        append_synced(self.path, (json.dumps([batch_id, records]) + "\n").encode("ascii"))
         self.records += len(records)
         self.last_batch = max(self.last_batch, batch_id)
 

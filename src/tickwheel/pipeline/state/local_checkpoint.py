@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.pipeline.io.files import read_bytes_nofollow, write_bytes_atomically
 from tickwheel.pipeline.io.input_dir import is_plain_name, same_input
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.state.batch_log import BatchLog
@@ -116,7 +116,7 @@ class LocalCheckpoint:
         meta = self.directory / "tickwheel.json"
         wanted = self.settings._asdict()
         if meta.exists():
-            saved = json.loads(meta.read_text())
+            saved = json.loads(read_bytes_nofollow(meta))
             same_input(saved.get("input"), input_dir, self.directory)
             if saved.get("engine") != "local" or saved.get("format") != (
                     LOCAL_CHECKPOINT_FORMAT):
@@ -144,7 +144,7 @@ class LocalCheckpoint:
         None for a checkpoint that has committed no batch (what a first batch left
         uncommitted is deleted)."""
         try:
-            blob = self.state_path.read_bytes()
+            blob = read_bytes_nofollow(self.state_path)
         except FileNotFoundError:
             self._read_seen_ids(-1, (0, 0))
             return None
@@ -215,7 +215,7 @@ class LocalCheckpoint:
     def planned(self, batch_id: int) -> BatchPlan | None:
         """The plan of ``batch_id`` written before a crash, if there is one."""
         try:
-            planned = json.loads(self.plan_path.read_text())
+            planned = json.loads(read_bytes_nofollow(self.plan_path))
         except (FileNotFoundError, ValueError):
             return None
         if not isinstance(planned, dict) or planned.get("batch") != batch_id:
