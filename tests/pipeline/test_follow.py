@@ -24,6 +24,7 @@ import pytest
 
 from tests.conftest import eventually, wait_for
 from tests.pipeline.logs import LATENESS_MS, random_log
+from tickwheel.pipeline.contract.events import compact_wire
 from tickwheel.pipeline.engines import follow
 from tickwheel.pipeline.engines.follow import LocalFollowEngine, wall_clock_ms
 from tickwheel.pipeline.engines.reference import ReferenceEngine
@@ -1141,3 +1142,48 @@ def test_an_owner_that_loses_its_checkpoint_while_writing_does_not_commit(
         assert successor.batch_id == -1  # nothing was committed: the batch runs again
         successor.step()
     assert [o[:2] for o in outcomes(tmp_path / "out")] == [("a", "expired")]
+
+
+# -- rows handed over by an intake in the same process ----------------------------
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def test_rows_handed_over_for_a_file_are_taken_instead_of_parsing_it(
+        tmp_path: Path, inbox: Path) -> None:
+    land(inbox, "a.jsonl", [watch(1_000, "on-disk", 1_050)])
+    follower = engine(tmp_path, None)
+    # Rows that differ from the file's: which ones resolve tells which were read.
+    follower.offer_rows("a.jsonl", [compact_wire(watch(1_000, "handed", 1_050))],
+                        _stat(inbox / "a.jsonl"))
+    land(inbox, "b.jsonl", [watch(2_000, "later", 10**9)])
+    follower.step()
+    assert [o[0] for o in outcomes(tmp_path / "out")] == ["handed"]
+
+
+def test_rows_handed_over_for_a_file_that_changed_since_are_not_taken(
+        tmp_path: Path, inbox: Path) -> None:
+    land(inbox, "a.jsonl", [watch(1_000, "on-disk", 1_050)])
+    follower = engine(tmp_path, None)
+    size, mtime = _stat(inbox / "a.jsonl")
+    follower.offer_rows("a.jsonl", [compact_wire(watch(1_000, "handed", 1_050))],
+                        (size + 1, mtime))
+    land(inbox, "b.jsonl", [watch(2_000, "later", 10**9)])
+    follower.step()
+    assert [o[0] for o in outcomes(tmp_path / "out")] == ["on-disk"]
+
+
+def test_rows_handed_over_after_their_file_was_read_are_not_kept(
+        tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    land(inbox, "a.jsonl", [watch(1_000, "a", 10**9)])
+    follower = engine(tmp_path, None)
+    follower.step()
+    follower.offer_rows("a.jsonl", [compact_wire(watch(1_000, "a", 10**9))],
+                        _stat(inbox / "a.jsonl"))
+    assert follower._offered == {}  # late: it would never be taken
+    monkeypatch.setattr(follow, "MAX_OFFERED_ROWS", 1)
+    follower.offer_rows("b.jsonl", [compact_wire(watch(2_000, "b", 10**9))] * 2, (1, 1))
+    assert follower._offered == {}  # past the bound: parsed from disk when read

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("aiohttp")
 
 from tests.conftest import eventually
-from tickwheel.pipeline.contract.events import parse_wire
+from tickwheel.pipeline.contract.events import compact_wire, parse_wire
 from tickwheel.service.journal import Receipt, Submission, SubmitJournal
 from tickwheel.service.server import SubmitServer, parse_listen
 
@@ -54,7 +54,7 @@ def post(server: SubmitServer, body: bytes | str, **headers: str) -> httpx.Respo
 
 def landed_rows(input_dir: Path) -> list[dict[str, object]]:
     return [json.loads(line) for path in sorted(input_dir.glob("submit-*.jsonl"))
-            for line in path.read_text().splitlines()]
+            for line in path.read_text().split("\n") if line]
 
 
 # -- what it takes --------------------------------------------------------------
@@ -66,6 +66,30 @@ def test_one_row_an_array_and_json_lines_are_taken(server: SubmitServer) -> None
     answer = post(server, f"{json.dumps(watch('d'))}\n\n{json.dumps(watch('e'))}\n")
     assert answer.status_code == 200 and answer.json()["accepted"] == 2
     assert [r["op_id"] for r in landed_rows(server.input_dir)] == list("abcde")
+
+
+def test_json_lines_end_where_the_engines_end_them(server: SubmitServer) -> None:
+    # A JSON string may hold U+2028 (a line break to str.splitlines, not to a log
+    # reader); \r\n ends a line; a byte order mark before the first row is left out.
+    odd = json.dumps(watch("a\u2028b"), ensure_ascii=False)
+    body = "\ufeff" + odd + "\r\n" + json.dumps(watch("c")) + "\r\n"
+    answer = post(server, body.encode())
+    assert answer.status_code == 200 and answer.json()["accepted"] == 2
+    assert [r["op_id"] for r in landed_rows(server.input_dir)] == ["a\u2028b", "c"]
+
+
+def test_an_engine_alongside_is_handed_the_rows_as_it_would_parse_the_file(
+        tmp_path: Path, clock: ManualClock) -> None:
+    handed: list[tuple[str, list[object], tuple[int, int]]] = []
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      hand_over=lambda *args: handed.append(args)) as server:
+        post(server, "\n".join(json.dumps(r) for r in [watch("a"), watch("b", ts_ms=5)]))
+        post(server, json.dumps([{"type": "cancel", "op_id": "a"}]))
+    assert len(handed) == 2
+    for name, rows, (size, mtime_ns) in handed:
+        path = server.input_dir / name
+        assert rows == [compact_wire(line) for line in path.read_text().splitlines()]
+        assert (size, mtime_ns) == (path.stat().st_size, path.stat().st_mtime_ns)
 
 
 def test_an_answer_names_the_file_that_holds_the_rows_on_disk(server: SubmitServer) -> None:

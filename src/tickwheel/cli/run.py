@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from tickwheel.dispatch import TaskProcessor
     from tickwheel.metrics import TickwheelCollector
     from tickwheel.pipeline.spark import SparkEngine
+    from tickwheel.service.journal import HandOver
     from tickwheel.service.server import SubmitServer
     from tickwheel.service.webhook import WebhookProcessor
 
@@ -463,7 +464,8 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
                   committed_inputs: Callable[[Sequence[str]], Collection[str]],
                   max_future_ms: int | None,
                   collector: TickwheelCollector | None,
-                  release_ms: int | None, floor_file: Path | None = None) -> SubmitServer:
+                  release_ms: int | None, floor_file: Path | None = None,
+                  hand_over: HandOver | None = None) -> SubmitServer:
     """The submit API, serving from now on (exit 2 if its address cannot be bound);
     it stamps no row below ``release_ms``, the engine's time at start."""
     from tickwheel.service.server import SubmitServer
@@ -471,7 +473,8 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
     server = SubmitServer(input, state_dir, host=address[0], port=address[1], status=status,
                           rows_read=rows_read, committed_inputs=committed_inputs,
                           metrics=_metrics_text(), max_future_ms=max_future_ms,
-                          min_stamp_ms=release_ms or 0, floor_file=floor_file)
+                          min_stamp_ms=release_ms or 0, floor_file=floor_file,
+                          hand_over=hand_over)
     try:
         server.start()
     except OSError as exc:
@@ -522,7 +525,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
         listen, input, follower.checkpoint_dir / SUBMIT_STATE,
         lambda: asdict(follower.counts()), lambda: follower.rows_read,
         follower.committed_inputs, max_future_ms if clock is ClockKind.wall else None, collector,
-        follower.counts().release_ms)
+        follower.counts().release_ms, hand_over=follower.offer_rows)
     if server is not None:  # the rows it stamps are never late
         follower.time_floor = server.time_floor
     last_print = 0.0

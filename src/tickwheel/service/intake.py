@@ -18,16 +18,18 @@ from tickwheel.pipeline.contract.events import (
     MAX_ROW_CHARS,
     Reason,
     Wire,
+    compact_wire,
     is_quarantined,
-    parse_wire,
 )
 
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_ROWS_PER_REQUEST",
     "IntakeError",
+    "ParsedRows",
     "RefusedRow",
     "TimeStamper",
+    "read_parsed_rows",
     "read_rows",
 ]
 
@@ -137,7 +139,7 @@ def _text(body: bytes) -> str:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise IntakeError(f"the body is not UTF-8 (byte {exc.start})") from None
-    stripped = text.strip()
+    stripped = text.removeprefix("\ufeff").strip()  # a byte order mark, as the engines
     if not stripped:
         raise IntakeError("the body holds no rows")
     return stripped
@@ -170,17 +172,17 @@ def _stamped(line: str, now_ms: int) -> tuple[str, Wire]:
     fields as the engines parse it: the raw text kept (no parse and dump), and parsed
     once where it names ``ts_ms`` or lacks it plainly."""
     if '"ts_ms"' in line:  # most likely its own: then no stamp is needed
-        fields = parse_wire(line)
+        fields = compact_wire(line)
         if not is_quarantined(fields):
             return line, fields
     if not line.startswith("{"):
-        return line, parse_wire(line)
+        return line, compact_wire(line)
     rest = line[1:].lstrip()
     stamped = (f'{{"ts_ms":{now_ms}}}' if rest.startswith("}")
                else f'{{"ts_ms":{now_ms},{line[1:]}')
-    fields = parse_wire(stamped)
+    fields = compact_wire(stamped)
     if is_quarantined(fields) and fields[1] == Reason.DUPLICATE_FIELD.value:
-        return line, parse_wire(line)  # its own ts_ms, spelt otherwise, or a repeat
+        return line, compact_wire(line)  # its own ts_ms, spelt otherwise, or a repeat
     return stamped, fields
 
 
@@ -189,16 +191,34 @@ def read_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None) -> list
     event-log lines, each with ``ts_ms`` (``now_ms`` where a row has none);
     :class:`IntakeError` naming every row an engine would quarantine (and ``future``
     past ``max_ts_ms``), in which case none is taken."""
+    return read_parsed_rows(body, now_ms, max_ts_ms=max_ts_ms).lines
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRows:
+    """A request's rows as event-log lines, and each in the wire form the engines parse
+    it into (:func:`~tickwheel.pipeline.contract.events.compact_wire`)."""
+
+    lines: list[str]
+    rows: list[Wire]
+
+
+def read_parsed_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None,
+                     ) -> ParsedRows:
+    """:func:`read_rows`, with each row's wire form."""
     text = _text(body)
     if text.startswith("["):
         candidates = _array_lines(text, now_ms)
         shown: list[str] = [c if isinstance(c, str) else "" for c in candidates]
         checked: list[tuple[str, Wire] | RefusedRow] = []
         if len(shown) <= MAX_ROWS_PER_REQUEST:
-            checked = [c if isinstance(c, RefusedRow) else (c, parse_wire(c))
+            checked = [c if isinstance(c, RefusedRow) else (c, compact_wire(c))
                        for c in candidates]
     else:
-        shown = [line.strip() for line in text.splitlines() if line.strip()]
+        # Lines end as the engines end them (not at str.splitlines' other breaks,
+        # which a JSON string may hold).
+        ends = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+        shown = [line.strip() for line in ends.split("\n") if line.strip()]
         if len(shown) > MAX_ROWS_PER_REQUEST:  # before any row is parsed
             checked = []
         else:
@@ -207,6 +227,7 @@ def read_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None) -> list
         raise IntakeError(f"{len(shown):,} rows in one request: at most "
                           f"{MAX_ROWS_PER_REQUEST:,}, split it")
     lines: list[str] = []
+    rows: list[Wire] = []
     refused: list[RefusedRow] = []
     for index, candidate in enumerate(checked):
         if isinstance(candidate, RefusedRow):
@@ -218,9 +239,10 @@ def read_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None) -> list
             refused.append(RefusedRow(index, reason, shown[index][:_SHOWN_CHARS]))
             continue
         lines.append(line)
+        rows.append(fields)
     if refused:
         raise IntakeError(f"{len(refused)} of {len(checked)} rows refused", tuple(refused))
-    return lines
+    return ParsedRows(lines, rows)
 
 
 def _problem(line: str, fields: Wire, max_ts_ms: int | None) -> str | None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from tickwheel.pipeline.contract.events import Wire
 from tickwheel.pipeline.io.files import fsync_directory, write_bytes_atomically
 from tickwheel.service.key_log import SEGMENT_BYTES, KeyedRequest, KeyLog, KeyRecord
 
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_MAX_KEYS",
     "SUBMIT_PREFIX",
     "CommittedInputs",
+    "HandOver",
     "JournalStats",
     "Receipt",
     "Submission",
@@ -57,6 +59,9 @@ _TEMPORARY = re.compile(r"\.submit-\d{13}-\d{6}\.jsonl\.[0-9a-f]{8}\.tmp")
 
 #: Which of the named input files the engine has committed.
 CommittedInputs = Callable[[Sequence[str]], Collection[str]]
+#: An engine in the same process given a file's rows as landed: (name, rows, (size,
+#: mtime_ns)), so that it need not parse again what the intake parsed.
+HandOver = Callable[[str, list[Wire], tuple[int, int]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,7 @@ class Submission:
     key: str | None
     digest: str
     ts_ms: int
+    rows: Sequence[Wire] | None = None  # the lines' wire form, for an engine alongside
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +101,14 @@ class SubmitJournal:
     def __init__(self, input_dir: Path, state_dir: Path, *, clock: Callable[[], int],
                  key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
                  max_keys: int = DEFAULT_MAX_KEYS,
-                 key_segment_bytes: int = SEGMENT_BYTES) -> None:
+                 key_segment_bytes: int = SEGMENT_BYTES,
+                 hand_over: HandOver | None = None) -> None:
         self.input_dir = input_dir
         self.state_dir = state_dir
         self._clock = clock
         self.key_ttl_ms = key_ttl_ms
         self.max_keys = max_keys
+        self.hand_over = hand_over
         # key -> (body digest, receipt, when landed, the key log's segment)
         self._keys: OrderedDict[str, tuple[str, Receipt, int, int]] = OrderedDict()
         self._segment_keys: dict[int, int] = {}  # keys kept, by segment
@@ -224,7 +232,18 @@ class SubmitJournal:
         self._files += 1
         self._rows += sum(r.accepted for r in receipts)
         self._landed.append(name)
+        self._hand_over(name, batch)
         return receipts
+
+    def _hand_over(self, name: str, batch: Sequence[Submission]) -> None:
+        if self.hand_over is None or any(s.rows is None for s in batch):
+            return
+        try:
+            stat = os.stat(self.input_dir / name, follow_symlinks=False)
+            self.hand_over(name, [row for s in batch for row in s.rows or ()],
+                           (stat.st_size, stat.st_mtime_ns))
+        except Exception:  # landed all the same: the engine reads the file instead
+            log.exception("handing %s over to the engine", name)
 
     def retire(self, committed: CommittedInputs) -> int:
         """Delete the files landed that the engine has ``committed``, all but the

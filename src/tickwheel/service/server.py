@@ -11,6 +11,8 @@
   :meth:`SubmitServer.time_floor` bounds the engine's time so that such a row is
   never late, however long its commit or the engine's batch takes; with
   ``floor_file``, the floor is also written there for an engine in another process.
+- ``hand_over``: an engine in this process given each landed file's rows as parsed, so
+  that it need not parse them again (it reads the file if it changed since).
 - 503 with ``Retry-After`` when the engine is behind by more than ``max_backlog_rows``
   or the disk is (nearly) full; 413 for a body over ``max_body_bytes``.
 - ``GET /v1/status``: the engine's and the intake's counters as JSON;
@@ -38,10 +40,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from tickwheel.pipeline.io.files import write_bytes_atomically
-from tickwheel.service.intake import MAX_BODY_BYTES, IntakeError, TimeStamper, read_rows
+from tickwheel.service.intake import MAX_BODY_BYTES, IntakeError, TimeStamper, read_parsed_rows
 from tickwheel.service.journal import (
     DEFAULT_KEY_TTL_MS,
     CommittedInputs,
+    HandOver,
     Receipt,
     Submission,
     SubmitJournal,
@@ -148,10 +151,12 @@ class SubmitServer:
                  key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
                  retire_interval_s: float = RETIRE_INTERVAL_S,
                  free_bytes: Callable[[Path], int] | None = None,
-                 min_stamp_ms: int = 0, floor_file: Path | None = None) -> None:
+                 min_stamp_ms: int = 0, floor_file: Path | None = None,
+                 hand_over: HandOver | None = None) -> None:
         self.host, self.port = host, port
         self.input_dir = input_dir
-        self.journal = SubmitJournal(input_dir, state_dir, clock=clock, key_ttl_ms=key_ttl_ms)
+        self.journal = SubmitJournal(input_dir, state_dir, clock=clock, key_ttl_ms=key_ttl_ms,
+                                     hand_over=hand_over)
         self._status = status
         self._rows_read = rows_read
         self._read_at_start = 0 if rows_read is None else rows_read()
@@ -360,12 +365,12 @@ class SubmitServer:
         stamp = self._stamper.stamp()
         bound = None if self.max_future_ms is None else self._clock() + self.max_future_ms
         try:
-            lines = read_rows(body, stamp, max_ts_ms=bound)
+            parsed = read_parsed_rows(body, stamp, max_ts_ms=bound)
         except IntakeError as exc:
             self._stamper.settle(stamp)
             self._counts["refused_bad"] += 1
             return self._json(400, exc.as_json())
-        return await self._commit(Submission(lines, key, digest, stamp))
+        return await self._commit(Submission(parsed.lines, key, digest, stamp, parsed.rows))
 
     async def _commit(self, submission: Submission) -> web.Response:
         """Answered once the next group commit has landed ``submission``."""

@@ -107,6 +107,9 @@ FOLLOW_THAW_EVERY_S = 600.0
 _CHECKS_PER_LISTING = 256
 #: Batches that deadlines call for come no closer together than this.
 MIN_STEP_MS = 100
+#: Rows an intake in this process may hold handed over (:meth:`LocalFollowEngine.offer_rows`)
+#: and not yet read, at most: past that, files are parsed from disk as they are read.
+MAX_OFFERED_ROWS = 200_000
 
 
 def wall_clock_ms() -> int:
@@ -282,6 +285,12 @@ class LocalFollowEngine:
         self._files_changed = 0
         self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
         self._input_gone = False  # the input directory was gone at the last listing
+        # Rows handed over by an intake in this process, by input file, with the
+        # (size, mtime) the file had then; taken when the file is read.
+        self._offered: dict[str, tuple[tuple[int, int], list[Wire]]] = {}
+        self._offered_rows = 0
+        self._read_upto = ""  # the last input file name read: an offer of it is late
+        self._offer_lock = threading.Lock()
         self._checkpoint = LocalCheckpoint(
             checkpoint, input_dir,
             CheckpointSettings(lateness_ms, dedupe_retention_ms,
@@ -432,7 +441,7 @@ class LocalFollowEngine:
         for name in names:
             path = self.input_dir / name
             before = _stat_of(path)
-            rows += _rows_of(path)
+            rows += self._offered_or_read(name, path, before)
             if before is not None:
                 self._read_stats[name] = before
                 if _stat_of(path) != before:
@@ -469,6 +478,31 @@ class LocalFollowEngine:
                  batch_id, batch.files, batch.rows, batch.outcomes, batch.quarantined,
                  batch.pending)
         return batch
+
+    def offer_rows(self, name: str, rows: list[Wire], stat: tuple[int, int]) -> None:
+        """The rows of input file ``name`` as an intake in this process wrote and parsed
+        them (its size and mtime_ns then in ``stat``): a batch takes them rather than
+        parse the file again, unless the file has changed since. Any thread may call
+        it; rows past :data:`MAX_OFFERED_ROWS` not yet read are not kept."""
+        with self._offer_lock:
+            # Batches read files in name order, and an intake lands them in name order:
+            # a file at or before the last read was read from disk already.
+            if (name <= self._read_upto or name in self._offered
+                    or self._offered_rows + len(rows) > MAX_OFFERED_ROWS):
+                return
+            self._offered[name] = (stat, rows)
+            self._offered_rows += len(rows)
+
+    def _offered_or_read(self, name: str, path: Path, stat: tuple[int, int] | None,
+                         ) -> list[Wire]:
+        with self._offer_lock:
+            self._read_upto = max(self._read_upto, name)
+            offered = self._offered.pop(name, None)
+            if offered is not None:
+                self._offered_rows -= len(offered[1])
+        if offered is not None and offered[0] == stat:
+            return offered[1]
+        return _rows_of(path)
 
     def _write_outputs(self, batch_id: int, outcomes: list[OutcomeRow],
                        quarantine: list[Quarantined]) -> None:
