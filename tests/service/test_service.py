@@ -183,6 +183,18 @@ def test_listen_options_are_checked_before_any_work(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_key_segment_planted_as_a_symlink_is_refused_at_start(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    state = tmp_path / "out" / "_checkpoint" / "submit"
+    state.mkdir(parents=True)
+    (tmp_path / "elsewhere.jsonl").write_text("")
+    (state / "keys-000000000.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    refused = _cli("run", "--follow", "--input", str(tmp_path / "in"), "--output",
+                   str(tmp_path / "out"), "--listen", "0")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "not a key segment" in refused.stdout and "Traceback" not in refused.stderr
+
+
 def test_submit_from_the_shell(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     rows = tmp_path / "rows.jsonl"

@@ -470,11 +470,15 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
     it stamps no row below ``release_ms``, the engine's time at start."""
     from tickwheel.service.server import SubmitServer
 
-    server = SubmitServer(input, state_dir, host=address[0], port=address[1], status=status,
-                          rows_read=rows_read, committed_inputs=committed_inputs,
-                          metrics=_metrics_text(), max_future_ms=max_future_ms,
-                          min_stamp_ms=release_ms or 0, floor_file=floor_file,
-                          hand_over=hand_over)
+    try:
+        server = SubmitServer(input, state_dir, host=address[0], port=address[1],
+                              status=status, rows_read=rows_read,
+                              committed_inputs=committed_inputs, metrics=_metrics_text(),
+                              max_future_ms=max_future_ms, min_stamp_ms=release_ms or 0,
+                              floor_file=floor_file, hand_over=hand_over)
+    except (OSError, ValueError) as exc:  # its keys or input files, as a start finds them
+        print_error(f"the submit API's state in {state_dir}: {exc}")
+        raise typer.Exit(2) from exc
     try:
         server.start()
     except OSError as exc:
