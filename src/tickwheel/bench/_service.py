@@ -275,7 +275,7 @@ def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds:
             _stop_service(child)
             receiver.stop()
     # What the phase wrote (hundreds of MB at 20,000 rows a second) on disk before the
-    # next starts: its write-back would otherwise slow the next phase's fsyncs.
+    # next starts, so that its write-back does not overlap the next phase's fsyncs.
     os.sync()
     return result
 
