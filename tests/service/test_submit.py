@@ -420,7 +420,7 @@ def test_a_symlink_among_the_key_segments_is_refused(tmp_path: Path,
     outside = tmp_path / "outside.jsonl"
     outside.write_text('{"file":"submit-0000000000001-000000.jsonl","at":1,"keys":[]}\n')
     (tmp_path / "state" / "keys-000000007.jsonl").symlink_to(outside)
-    with pytest.raises(OSError, match="not a key segment"):
+    with pytest.raises(ValueError, match="not a key segment"):
         SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
 
 

@@ -30,7 +30,6 @@ __all__ = [
     "RefusedRow",
     "TimeStamper",
     "read_parsed_rows",
-    "read_rows",
 ]
 
 #: The largest request body taken; a larger one is answered 413 unread.
@@ -186,14 +185,6 @@ def _stamped(line: str, now_ms: int) -> tuple[str, Wire]:
     return stamped, fields
 
 
-def read_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None) -> list[str]:
-    """The rows of ``body`` (one JSON object, a JSON array of them, or JSON Lines) as
-    event-log lines, each with ``ts_ms`` (``now_ms`` where a row has none);
-    :class:`IntakeError` naming every row an engine would quarantine (and ``future``
-    past ``max_ts_ms``), in which case none is taken."""
-    return read_parsed_rows(body, now_ms, max_ts_ms=max_ts_ms).lines
-
-
 @dataclass(frozen=True, slots=True)
 class ParsedRows:
     """A request's rows as event-log lines, and each in the wire form the engines parse
@@ -205,27 +196,26 @@ class ParsedRows:
 
 def read_parsed_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None,
                      ) -> ParsedRows:
-    """:func:`read_rows`, with each row's wire form."""
+    """The rows of ``body`` (one JSON object, a JSON array of them, or JSON Lines) as
+    event-log lines, each with ``ts_ms`` (``now_ms`` where a row has none), and in
+    their wire form; :class:`IntakeError` naming every row an engine would quarantine
+    (and ``future`` past ``max_ts_ms``), in which case none is taken."""
     text = _text(body)
+    candidates: list[str | RefusedRow] | None = None
     if text.startswith("["):
         candidates = _array_lines(text, now_ms)
         shown: list[str] = [c if isinstance(c, str) else "" for c in candidates]
-        checked: list[tuple[str, Wire] | RefusedRow] = []
-        if len(shown) <= MAX_ROWS_PER_REQUEST:
-            checked = [c if isinstance(c, RefusedRow) else (c, compact_wire(c))
-                       for c in candidates]
     else:
         # Lines end as the engines end them (not at str.splitlines' other breaks,
         # which a JSON string may hold).
         ends = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
         shown = [line.strip() for line in ends.split("\n") if line.strip()]
-        if len(shown) > MAX_ROWS_PER_REQUEST:  # before any row is parsed
-            checked = []
-        else:
-            checked = [_stamped(line, now_ms) for line in shown]
-    if len(shown) > MAX_ROWS_PER_REQUEST:
+    if len(shown) > MAX_ROWS_PER_REQUEST:  # before a row of JSON Lines is parsed
         raise IntakeError(f"{len(shown):,} rows in one request: at most "
                           f"{MAX_ROWS_PER_REQUEST:,}, split it")
+    checked: list[tuple[str, Wire] | RefusedRow] = (
+        [_stamped(line, now_ms) for line in shown] if candidates is None
+        else [c if isinstance(c, RefusedRow) else (c, compact_wire(c)) for c in candidates])
     lines: list[str] = []
     rows: list[Wire] = []
     refused: list[RefusedRow] = []

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tickwheel.pipeline.io.files import fsync_directory
+from tickwheel.pipeline.io.files import fsync_directory, read_bytes_nofollow, truncate_nofollow
 
 __all__ = ["SEGMENT_BYTES", "KeyLog", "KeyRecord", "KeyedRequest"]
 
@@ -37,7 +37,6 @@ SEGMENT_BYTES: Final = 4 << 20
 _SEGMENT = re.compile(r"keys-(\d{9})\.jsonl")
 #: The single file of earlier versions, read as the first segment.
 _LEGACY = "keys.jsonl"
-_READ_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS: Final = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
                         | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
 
@@ -113,12 +112,9 @@ class KeyLog:
               ) -> list[KeyRecord]:
         path = self._path(number)
         try:
-            fd = os.open(path, _READ_FLAGS)
-        except OSError as exc:  # a symlink planted in the checkpoint is not followed
-            raise OSError(exc.errno, f"{path}: not a key segment of this server "
-                                     f"({exc.strerror})") from None
-        with open(fd, "rb") as segment:
-            data = segment.read()
+            data = read_bytes_nofollow(path)
+        except (ValueError, IsADirectoryError) as exc:  # planted in the checkpoint
+            raise ValueError(f"{path}: not a key segment of this server ({exc})") from None
         records: list[KeyRecord] = []
         ends: list[int] = []
         start = 0
@@ -135,24 +131,15 @@ class KeyLog:
             ends.append(end + 1)
             start = end + 1
         if newest and records and not landed(records[-1].file):
-            records.pop()  # its file never landed: nothing of it was answered
+            records.pop()  # its file is not in the input: it answers no request
             ends.pop()
         keep = ends[-1] if ends else 0
         if keep < len(data):
             if not newest:
                 raise OSError(f"{path}: {len(data) - keep:,} bytes past its last record, "
                               "in a segment that a start should have cut short")
-            self._truncate(path, keep)
+            truncate_nofollow(path, keep)
         return records
-
-    @staticmethod
-    def _truncate(path: Path, size: int) -> None:
-        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
-        try:
-            os.ftruncate(fd, size)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _open_next(self) -> None:
         self.close()
@@ -162,8 +149,8 @@ class KeyLog:
         fsync_directory(self.directory)
 
     def append(self, record: KeyRecord) -> int:
-        """``record`` on disk (fsync'd); the number of its segment. An OSError leaves
-        the segment as it was."""
+        """``record`` on disk (fsync'd); the number of its segment. On an OSError the
+        segment holds only the records before it."""
         if self._fd is None:
             raise ValueError("load() the log before appending to it")
         if self._size >= self.segment_bytes:

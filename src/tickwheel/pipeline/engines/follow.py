@@ -486,7 +486,7 @@ class LocalFollowEngine:
         it; rows past :data:`MAX_OFFERED_ROWS` not yet read are not kept."""
         with self._offer_lock:
             # Batches read files in name order, and an intake lands them in name order:
-            # a file at or before the last read was read from disk already.
+            # rows of a file at or before the last one read would never be taken.
             if (name <= self._read_upto or name in self._offered
                     or self._offered_rows + len(rows) > MAX_OFFERED_ROWS):
                 return
