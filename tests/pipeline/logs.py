@@ -13,8 +13,10 @@ LATENESS_MS = 1_000
 def random_log(seed: int, rows: int = 1_500) -> list[str]:
     """Few keys and timestamps, so there are ties; updates before watches; cancels of
     completed, expired and unknown operations; errors; multi-key operations of every
-    keyed condition; duplicate op ids; malformed rows; disorder within the bound."""
+    keyed condition; duplicate op ids, and copies of a watch in another text; malformed
+    rows; disorder within the bound."""
     rng = random.Random(seed)
+    copies = random.Random(seed + 31)  # apart, so that the rest of the log is unchanged
     keys = [f"k{i}" for i in range(6)]
     lines: list[tuple[int, str]] = []
     op_ids: list[str] = []
@@ -58,7 +60,10 @@ def random_log(seed: int, rows: int = 1_500) -> list[str]:
         # Most rows in the compact form, which travels without its text (see
         # compact_wire), and the rest as json.dumps writes them, which keeps it.
         compact = len(lines) % 4 != 0
-        lines.append((ts, json.dumps(row, separators=(",", ":")) if compact else json.dumps(row)))
+        texts = (json.dumps(row, separators=(",", ":")), json.dumps(row))
+        lines.append((ts, texts[0] if compact else texts[1]))
+        if row["type"] == "watch" and copies.random() < 0.03:  # sent twice: one watch
+            lines.append((ts, texts[1] if compact else texts[0]))
     lines += schedule_rows(random.Random(seed + 7_919), 10_000, ts)
     # Disorder within the bound: each row moves back by less than the lateness.
     jittered = sorted(lines, key=lambda item: item[0] - rng.randrange(LATENESS_MS // 2))

@@ -159,6 +159,27 @@ def test_duplicate_op_ids_keep_only_a_unique_earliest_watch() -> None:
     assert result.rows_applied == 1
 
 
+def test_copies_of_one_watch_are_one_watch_and_the_least_text_is_kept() -> None:
+    spaced = json.dumps(watch(1, "a", ["k"], 100))
+    compact = json.dumps(watch(1, "a", ["k"], 100), separators=(",", ":"))
+    reordered = json.dumps({"condition": "any_update", "deadline_ms": 100, "keys": ["k"],
+                            "op_id": "a", "type": "watch", "ts_ms": 1})
+    for order in ([spaced, compact, reordered], [reordered, compact, spaced]):
+        result = run("\n".join([*order, json.dumps(update(2, "k", 1))]))
+        assert [(o.op_id, o.outcome) for o in result.outcomes] == [("a", OutcomeKind.COMPLETED)]
+        assert sorted(q.raw for q in result.quarantine) == sorted({spaced, compact, reordered}
+                                                                   - {min(order)})
+        assert {q.reason for q in result.quarantine} == {Reason.DUPLICATE_OP_ID}
+
+
+def test_two_different_watches_of_one_id_at_one_time_are_both_quarantined() -> None:
+    result = run([watch(1, "a", ["k"], 100), watch(1, "a", ["k"], 101),
+                  watch(1, "b", ["k"], 100), watch(1, "b", ["j"], 100),
+                  watch(2, "a", ["k"], 100), update(3, "k", 1)])
+    assert result.outcomes == []
+    assert [q.reason for q in result.quarantine] == [Reason.DUPLICATE_OP_ID] * 5
+
+
 def test_a_dedupe_retention_forgets_an_op_id_once_it_passed_and_the_operation_resolved(
         ) -> None:
     rows = [watch(1, "a", [], 5, "none"),

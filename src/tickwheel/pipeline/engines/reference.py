@@ -7,7 +7,9 @@ It resolves an event log with the :class:`~tickwheel.Purgatory` on a
    watermark (the largest ``ts_ms`` of a well-formed row read before it, minus the
    lateness bound); late and malformed rows go to the quarantine with a reason.
 2. Of the well-formed watches sharing an ``op_id``, a unique earliest one is kept;
-   every other is quarantined (two at the earliest ``ts_ms`` are both quarantined).
+   every other is quarantined. At the earliest ``ts_ms``, copies of one watch (equal
+   but for their text) are one watch, the least text kept; two different watches are
+   both quarantined.
    With ``dedupe_retention_ms``, an id is remembered only while its operation is
    pending and until time passes its first watch's ``ts_ms`` plus the retention; a
    later watch of it starts a new operation.

@@ -9,9 +9,10 @@ calls as the caller likes, and resolves delayed operations with a
 - at one ``ts_ms``: watches, then updates with a value, then updates with an error,
   then cancels, so no outcome depends on the order rows arrived in;
 - of the watches sharing an ``op_id``, a unique earliest one is applied and every
-  other is quarantined as ``duplicate_op_id`` (two at the earliest ``ts_ms`` are both
-  quarantined), which a stream can decide as it goes: every later watch of an id
-  already seen is a duplicate; with ``dedupe_retention_ms`` an id is remembered only
+  other is quarantined as ``duplicate_op_id`` (at the earliest ``ts_ms``, copies of
+  one watch are one watch, and two different watches are both quarantined), which a
+  stream can decide as it goes: every later watch of an id already seen is a
+  duplicate; with ``dedupe_retention_ms`` an id is remembered only
   while its operation is pending and until time passes its first watch's ``ts_ms`` +
   ``dedupe_retention_ms`` (then a watch of it starts a new operation), so memory stays
   bounded on an endless stream;
@@ -202,6 +203,25 @@ class _ResolverClock:
 
     def now_ms(self) -> int:
         return self.ms
+
+
+def _copies_kept(watches: list[Event], counts: dict[str, int]) -> dict[str, Event]:
+    """Of the op ids watched more than once at one ``ts_ms``, those whose watches are
+    copies of one watch (equal but for their text), each with the copy kept: the least
+    text, so that which copy is kept depends on no arrival order. A producer that sends a
+    watch twice has sent one watch; two different watches of one id are ambiguous."""
+    groups: dict[str, list[Event]] = {}
+    for ev in watches:
+        op_id = ev.op_id
+        assert op_id is not None
+        if counts[op_id] > 1:
+            groups.setdefault(op_id, []).append(ev)
+    kept: dict[str, Event] = {}
+    for op_id, group in groups.items():
+        first = group[0][3:]
+        if all(ev[3:] == first for ev in group):
+            kept[op_id] = min(group, key=line_of)
+    return kept
 
 
 class Resolver:
@@ -605,10 +625,12 @@ class Resolver:
         retention = self.dedupe_retention_ms
         if retention is not None:
             self._forget_before(ts - retention)
+        kept = _copies_kept(watches, counts) if len(counts) < len(watches) else None
         for ev in watches:
-            assert ev.op_id is not None
-            if (ev.op_id in seen or counts[ev.op_id] > 1
-                    or (lingering and ev.op_id in lingering)):
+            op_id = ev.op_id
+            assert op_id is not None
+            if (op_id in seen or (lingering and op_id in lingering)
+                    or (counts[op_id] > 1 and (kept is None or kept.get(op_id) is not ev))):
                 self.quarantine.append(Quarantined(line_of(ev), Reason.DUPLICATE_OP_ID, ev.ts_ms))
             else:
                 self.applied += 1
