@@ -179,6 +179,9 @@ def test_two_components_are_never_exported_under_one_name() -> None:
 def test_a_webhook_and_a_submit_api_are_exported() -> None:
     from dataclasses import dataclass
 
+    from tickwheel._histogram import Histogram
+    from tickwheel.service.server import IntakeStats
+
     @dataclass
     class Delivered:
         delivered: int = 7
@@ -187,19 +190,15 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
         dead_letters: int = 3
         lag_ms: int | None = 250
 
-    @dataclass
-    class Taken:
-        requests: int = 5
-        accepted_rows: int = 40
-        commits: int = 2
-        replayed: int = 1
-        refused_bad: int = 1
-        refused_busy: int = 0
-        refused_too_large: int = 0
-        backlog_rows: int = 12
-        keys: int = 4
-        retired_files: int = 7
-        unretired_files: int = 2
+    acks, waits, lands = Histogram(), Histogram(), Histogram()
+    acks.record_many([3, 14, 40])
+    waits.record_many([1, 9, 9])
+    lands.record(4)
+    taken = IntakeStats(requests=5, accepted_rows=40, commits=2, replayed=1, refused_bad=1,
+                        refused_busy=0, refused_too_large=0, backlog_rows=12, keys=4,
+                        retired_files=7, unretired_files=2, writing_requests=0,
+                        floor_lag_ms=0, ack_ms=acks.snapshot(),
+                        commit_wait_ms=waits.snapshot(), land_ms=lands.snapshot())
 
     class Source:
         def __init__(self, stats: object) -> None:
@@ -210,7 +209,7 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
 
     registry = prometheus_client.CollectorRegistry()
     registry.register(TickwheelCollector().add_webhook("hook", Source(Delivered()))
-                      .add_intake("api", Source(Taken())))
+                      .add_intake("api", Source(taken)))
     value = registry.get_sample_value
     assert value("tickwheel_webhook_dead_letters_total", {"webhook": "hook"}) == 3
     assert value("tickwheel_webhook_lag_ms", {"webhook": "hook"}) == 250
@@ -218,3 +217,8 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
     assert value("tickwheel_intake_backlog_rows", {"intake": "api"}) == 12
     assert value("tickwheel_intake_retired_files_total", {"intake": "api"}) == 7
     assert value("tickwheel_intake_unretired_files", {"intake": "api"}) == 2
+    assert value("tickwheel_intake_ack_ms_count", {"intake": "api"}) == 3
+    assert value("tickwheel_intake_ack_ms_bucket", {"intake": "api", "le": "20"}) == 2
+    assert value("tickwheel_intake_commit_wait_ms_sum", {"intake": "api"}) == 19
+    assert value("tickwheel_intake_land_ms_bucket", {"intake": "api", "le": "2"}) == 0
+    assert value("tickwheel_intake_land_ms_bucket", {"intake": "api", "le": "5"}) == 1

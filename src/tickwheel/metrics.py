@@ -293,9 +293,12 @@ class TickwheelCollector(Collector):
              ("writing_requests", "Requests stamped and not yet landed or refused"),
              ("floor_lag_ms", "How far the time floor, which holds the engine's clock, "
                               "stands behind the wall clock")],
-            [])
+            [("ack_ms", "Milliseconds from a request's arrival to its acknowledgement"),
+             ("commit_wait_ms", "Milliseconds a request waited for its group commit"),
+             ("land_ms", "Milliseconds a group commit took to land its file")])
         for name, server in self._intakes.items():
-            intakes.add(name, asdict(server.stats()))
+            intake = server.stats()
+            intakes.add(name, {f: getattr(intake, f) for f in intake.__dataclass_fields__})
         yield from intakes.all()
 
     def _collect_pipelines(self) -> Iterator[Metric]:

@@ -168,6 +168,28 @@ def test_a_request_being_written_holds_the_time_floor(tmp_path: Path,
         assert (stats.writing_requests, stats.floor_lag_ms) == (0, 0)
 
 
+def test_the_time_a_request_waits_and_a_commit_lands_is_measured(tmp_path: Path,
+                                                                 clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as server:
+        held = _HeldDisk(tmp_path / "in", tmp_path / "state2", clock=clock)
+        held.entered, held.release = threading.Event(), threading.Event()
+        server.journal = held
+        sender = threading.Thread(target=lambda: post(server, json.dumps(watch("a"))))
+        sender.start()
+        assert held.entered.wait(30)
+        time.sleep(0.06)  # the commit is stuck this long, so it is what is measured
+        held.release.set()
+        sender.join()
+        assert post(server, "this is not JSON").status_code == 400  # refused: not timed
+        stats = server.stats()
+        assert (stats.ack_ms.count, stats.commit_wait_ms.count, stats.land_ms.count) == (1, 1, 1)
+        assert stats.land_ms.maximum >= 55 and stats.ack_ms.maximum >= stats.land_ms.maximum
+        assert stats.commit_wait_ms.maximum < 55
+        status = httpx.get(f"{server.url}/v1/status").json()["intake"]
+        assert status["land_ms"]["count"] == 1 and status["land_ms"]["max"] >= 55
+        assert set(status["ack_ms"]) == {"count", "mean", "p50", "p99", "max"}
+
+
 def test_a_refused_request_holds_no_floor(server: SubmitServer, clock: ManualClock) -> None:
     assert post(server, json.dumps({"type": "nope"})).status_code == 400
     clock.now += 5_000

@@ -184,7 +184,7 @@ def _phases(text: str) -> tuple[str, ...]:
 
 
 def _service(args: argparse.Namespace) -> int:
-    from tickwheel.bench._service import run_service, service_table
+    from tickwheel.bench._service import ack_table, run_service, service_table
 
     results = run_service(args.engines, args.seconds, args.batch_rate, args.single_rate,
                           args.fire_rate, args.master, args.phases)
@@ -192,6 +192,9 @@ def _service(args: argparse.Namespace) -> int:
           "latency from when each request is due; ratio to the bare aiohttp server's p99 "
           "in parentheses; fire delay from each deadline to the webhook's receipt\n")
     print(service_table(results))
+    print("\nwhere the acknowledgement time went, as the service measured it (from a "
+          "request's arrival; a commit's land includes its hand-over to the writer thread)\n")
+    print(ack_table(results))
     return 0
 
 

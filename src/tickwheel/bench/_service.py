@@ -32,8 +32,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["PHASES", "PhaseResult", "run_service", "service_table"]
+__all__ = ["PHASES", "PhaseResult", "ack_table", "run_service", "service_table"]
 
 _FIRE_IN_MS = 2_000
 _MAX_IN_FLIGHT = 512
@@ -61,6 +62,7 @@ class PhaseResult:
     overloaded: int = 0  # requests not sent: too many in flight
     latency_ms: list[float] = field(default_factory=list)
     fire_delay_ms: list[float] = field(default_factory=list)
+    intake: dict[str, Any] = field(default_factory=dict)  # /v1/status's, after the load
 
     @property
     def rows_s(self) -> float:
@@ -266,6 +268,8 @@ def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds:
             child, url = _start_service(engine, work, receiver.url, master)
         try:
             _load_elsewhere(url, result, seconds, fire=phase == "fire", scratch=work)
+            if not bare:
+                result.intake = _intake_status(url)
             if phase == "fire":  # the last deadlines, the lateness and delivery
                 deadline = time.monotonic() + _FIRE_IN_MS / 1000 + 30
                 while len(receiver.seen) < result.rows_acked and time.monotonic() < deadline:
@@ -278,6 +282,14 @@ def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds:
     # next starts, so that its write-back does not overlap the next phase's fsyncs.
     os.sync()
     return result
+
+
+def _intake_status(url: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/v1/status", timeout=30) as answer:
+        intake: dict[str, Any] = json.loads(answer.read())["intake"]
+    return intake
 
 
 def _wait_for(url: str) -> None:
@@ -332,6 +344,26 @@ def service_table(results: list[PhaseResult]) -> str:
             f"| {r.engine} | {r.phase} ({r.rows_per_request}/request) | {r.target_rows_s:,} | "
             f"{r.rows_s:,.0f} | {_percentile(r.latency_ms, 0.5):,.1f} | {p99:,.1f}{ratio} | "
             f"{r.errors + r.overloaded:,} | {fire} |")
+    return "\n".join(lines)
+
+
+def ack_table(results: list[PhaseResult]) -> str:
+    """Where a request's time went, as the service measured it (its /v1/status
+    histograms: means, and the upper bound of the bucket that holds the p99)."""
+    lines = ["| engine | phase | commits/s | requests/commit | ack mean ms (p99 within) | "
+             "commit wait mean ms (p99 within) | commit land mean ms (p99 within) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if not r.intake:
+            continue
+        ack, wait, land = (r.intake[k] for k in ("ack_ms", "commit_wait_ms", "land_ms"))
+        commits = land["count"]
+        lines.append(
+            f"| {r.engine} | {r.phase} ({r.rows_per_request}/request) | "
+            f"{commits / r.seconds if r.seconds else 0:,.0f} | "
+            f"{ack['count'] / commits if commits else 0:,.1f} | "
+            f"{ack['mean']:.1f} ({ack['p99']}) | {wait['mean']:.1f} ({wait['p99']}) | "
+            f"{land['mean']:.1f} ({land['p99']}) |")
     return "\n".join(lines)
 
 

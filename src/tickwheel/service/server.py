@@ -35,10 +35,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel.pipeline.io.files import write_bytes_atomically
 from tickwheel.service.intake import MAX_BODY_BYTES, IntakeError, TimeStamper, read_parsed_rows
 from tickwheel.service.journal import (
@@ -121,12 +122,28 @@ class IntakeStats:
     unretired_files: int  # input files landed and not yet retired
     writing_requests: int  # stamped, and not yet landed or refused
     floor_lag_ms: int  # how far the time floor stands behind the clock (time_floor)
+    ack_ms: HistogramSnapshot  # from a request's arrival to its 200, rows written
+    commit_wait_ms: HistogramSnapshot  # from a request's turn to its group commit's start
+    land_ms: HistogramSnapshot  # a group commit: the file, the keys, their fsyncs
+
+    def as_json(self) -> dict[str, Any]:
+        """The counters, and each histogram as its count, mean, p50, p99 and maximum
+        (the upper bound of the bucket that holds a quantile)."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            out[name] = value if not isinstance(value, HistogramSnapshot) else {
+                "count": value.count, "mean": round(value.mean, 2),
+                "p50": value.quantile(0.5), "p99": value.quantile(0.99),
+                "max": value.maximum}
+        return out
 
 
 @dataclass(slots=True)
 class _Waiting:
     submission: Submission
     done: asyncio.Future[Receipt]
+    queued: float  # time.perf_counter() when it joined the queue
 
 
 class _Busy(Exception):
@@ -179,6 +196,7 @@ class SubmitServer:
         self._counts = dict.fromkeys(("requests", "accepted_rows", "commits", "replayed",
                                       "refused_bad", "refused_busy", "refused_too_large"), 0)
         self._waiting: list[_Waiting] = []
+        self._ack_ms, self._commit_wait_ms, self._land_ms = Histogram(), Histogram(), Histogram()
         self._inflight: dict[str, asyncio.Future[Receipt]] = {}
         self._wake: asyncio.Event | None = None
         self._stopping: asyncio.Event | None = None
@@ -297,7 +315,10 @@ class SubmitServer:
                            keys=journal.keys, retired_files=journal.retired,
                            unretired_files=journal.unretired,
                            writing_requests=self._stamper.held(),
-                           floor_lag_ms=max(0, self._clock() - floor))
+                           floor_lag_ms=max(0, self._clock() - floor),
+                           ack_ms=self._ack_ms.snapshot(),
+                           commit_wait_ms=self._commit_wait_ms.snapshot(),
+                           land_ms=self._land_ms.snapshot())
 
     def _check_room(self) -> None:
         behind = self.backlog_rows()
@@ -344,6 +365,7 @@ class SubmitServer:
                                          "bytes: split it"})
 
     async def _post_events(self, request: web.Request) -> web.Response:
+        arrived = time.perf_counter()
         self._counts["requests"] += 1
         key = request.headers.get("Idempotency-Key")
         if key is not None and not _valid_key(key):
@@ -370,15 +392,16 @@ class SubmitServer:
             self._stamper.settle(stamp)
             self._counts["refused_bad"] += 1
             return self._json(400, exc.as_json())
-        return await self._commit(Submission(parsed.lines, key, digest, stamp, parsed.rows))
+        return await self._commit(Submission(parsed.lines, key, digest, stamp, parsed.rows),
+                                  arrived)
 
-    async def _commit(self, submission: Submission) -> web.Response:
+    async def _commit(self, submission: Submission, arrived: float) -> web.Response:
         """Answered once the next group commit has landed ``submission``."""
         done: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
         key = submission.key
         if key is not None:
             self._inflight[key] = done
-        self._waiting.append(_Waiting(submission, done))
+        self._waiting.append(_Waiting(submission, done, time.perf_counter()))
         assert self._wake is not None
         self._wake.set()
         try:
@@ -388,7 +411,9 @@ class SubmitServer:
         finally:
             if key is not None and self._inflight.get(key) is done:
                 del self._inflight[key]
-        return self._json(200, receipt.as_json())
+        response = self._json(200, receipt.as_json())
+        self._ack_ms.record(round((time.perf_counter() - arrived) * 1000))
+        return response
 
     async def _replay(self, key: str, digest: str) -> web.Response | None:
         """The answer already given for ``key`` (or being given), or None."""
@@ -427,6 +452,8 @@ class SubmitServer:
             if not batch:
                 continue
             last = time.monotonic()
+            started = time.perf_counter()
+            self._commit_wait_ms.record_many(round((started - w.queued) * 1000) for w in batch)
             try:
                 receipts = await self._write(self.journal.land, [w.submission for w in batch])
             except OSError as exc:
@@ -439,6 +466,7 @@ class SubmitServer:
             finally:  # landed (the engine lists them) or refused: time need not wait
                 for waiting in batch:
                     self._stamper.settle(waiting.submission.ts_ms)
+            self._land_ms.record(round((time.perf_counter() - started) * 1000))
             self._counts["commits"] += 1
             for waiting, receipt in zip(batch, receipts, strict=True):
                 self._counts["accepted_rows"] += receipt.accepted
@@ -480,7 +508,7 @@ class SubmitServer:
 
     async def _get_status(self, request: web.Request) -> web.Response:
         status = {} if self._status is None else dict(self._status())
-        return self._json(200, {"engine": status, "intake": asdict(self.stats())})
+        return self._json(200, {"engine": status, "intake": self.stats().as_json()})
 
     async def _get_metrics(self, request: web.Request) -> web.Response:
         from aiohttp import web
