@@ -26,6 +26,7 @@ def test_the_main_job_runs_and_its_engines_agree(tmp_path: Path) -> None:
     assert agreed is not None and int(agreed[1].replace(",", "")) > 0, out
     assert re.search(r"delivered through the batching dispatcher: [\d,]+ outcomes in .*, "
                      r"0 undelivered", out), out
+    assert "every acknowledged row was applied once, and every outcome arrived" in out
     plot = re.search(r"plot: (\S+\.png)", out)
     assert plot is not None and Path(plot[1]).is_file()
     assert Path(plot[1]) == output / "spark" / "report.png"
@@ -58,3 +59,21 @@ def test_the_schedules_part_goes_through_the_dst_weekend_and_the_stall(
     assert "coupons on the hour, New York     47 fired,  1 skipped" in out
     assert "tags every 15 minutes            193 fired,  0 skipped" in out
     assert "the 01:30 backup ran at: 11-01 01:30 EDT, 11-02 01:30 EST" in out
+
+
+@pytest.mark.realtime
+def test_the_service_part_loses_nothing_across_its_kill_9(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("aiohttp")
+    from tickwheel.demo import HEARTBEAT_MS, ORDERS_AFTER, ORDERS_BEFORE, service
+
+    service(tmp_path / "service")
+    out = capsys.readouterr().out
+    cancelled = ORDERS_BEFORE // 4
+    heard = re.search(r"the webhook heard: (\d+) expired, (\d+) cancelled, (\d+) heartbeats "
+                      rf"\({HEARTBEAT_MS} ms apart, 0 missing\)", out)
+    assert heard is not None, out
+    assert (int(heard[1]), int(heard[2])) == (ORDERS_BEFORE + ORDERS_AFTER - cancelled,
+                                              cancelled)
+    assert int(heard[3]) >= 8  # beats through the kill and the restart, none missing
+    assert "(replayed=True) and not written twice" in out

@@ -1,4 +1,4 @@
-"""The main job (``make run``), in three parts.
+"""The main job (``make run``), in four parts.
 
 1. Request timeouts on a real clock, as a broker sees them: requests arrive with a
    timeout, most get their response in time (the timeout is cancelled), the rest time
@@ -13,16 +13,29 @@
    and the notifier must hear of every outcome; the report shows outcomes, latencies
    and quarantined rows, and a plot.
 
+4. The scheduler as a service: ``tickwheel run --follow --clock wall --listen`` takes
+   "do X at T" rows, cancels and a recurring schedule over HTTP and delivers the
+   outcomes to a webhook (a stand-in here, on loopback); it is killed with -9 in the
+   middle and restarted on its checkpoint. Every outcome must arrive, and every
+   occurrence of the schedule, none twice once the receiver drops resends by id.
+
 ``python -m tickwheel.demo --events N`` sizes the workload (2.5M events by default,
 about three minutes on a 2-core machine). It exits non-zero when anything disagrees.
 """
 from __future__ import annotations
 
+import itertools
+import json
 import random
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from tickwheel import (
     HashedWheelTimer,
@@ -43,6 +56,8 @@ TIMEOUT_RANGE_MS = (100, 800)
 ANSWERED = 0.8
 #: The pipeline's workload: about three minutes for the whole job on a 2-core machine.
 DEFAULT_EVENTS = 2_500_000
+#: The service part: "do X at T" rows before and after the kill, and the schedule's period.
+ORDERS_BEFORE, ORDERS_AFTER, HEARTBEAT_MS = 200, 100, 500
 
 
 def drive(timer: TimerBase, seed: int = 7) -> dict[str, float]:
@@ -132,11 +147,11 @@ def _empty_or_absent(path: Path) -> bool:
     return not path.exists() or (path.is_dir() and not any(path.iterdir()))
 
 
-def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
+def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> Path:
     """The main job: a workload from the broker models, resolved by the Spark engine
     (local mode) and by the reference engine, which must agree row for row. Everything
     it writes goes to ``output`` (a new temporary directory by default), which must be
-    empty or absent: a checkpoint or a log left there would change the run."""
+    empty or absent: a checkpoint or a log left there would change the run. Returns it."""
     import tempfile
     import time as _time
 
@@ -218,6 +233,7 @@ def pipeline(events: int = DEFAULT_EVENTS, output: Path | None = None) -> None:
           f"{delivery.undelivered:,} undelivered")
     if notifier.told != told:
         raise SystemExit("the notifier was not told every outcome exactly as resolved")
+    return out
 
 
 class _Notifier:
@@ -261,6 +277,131 @@ def _spark(out: Path, on_batch: Callable[[int, int, int], None],
     return result.seconds, result.batches, delivery
 
 
+class _Webhook:
+    """A stand-in for the user's endpoint: a stdlib HTTP server on loopback that keeps
+    every outcome it is sent, resends included."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._received: list[dict[str, Any]] = []
+        received, lock = self._received, self._lock
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                with lock:
+                    received.extend(body["outcomes"])
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def received(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._received)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _start_service(work: Path, webhook: str) -> tuple[subprocess.Popen[str], str]:
+    """``tickwheel run --follow --listen`` as a user starts it; its API's URL."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--clock", "wall",
+         "--lateness-ms", "100", "--trigger-ms", "100", "--input", str(work / "in"),
+         "--output", str(work / "out"), "--listen", "127.0.0.1:0", "--deliver-to", webhook],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert child.stdout is not None
+    url, lines = "", []
+    for line in child.stdout:
+        lines.append(line)
+        found = re.search(r"taking rows at (http://\S+)/v1/events", line)
+        url = found.group(1) if found else url
+        if line.startswith("following"):
+            break
+    if not url:
+        child.kill()
+        raise SystemExit("the service did not start:\n" + "".join(lines))
+    # Its output drained, or a full pipe would stop it.
+    threading.Thread(target=lambda: [None for _ in child.stdout or ()], daemon=True).start()
+    return child, url
+
+
+def service(work: Path) -> None:
+    """Part 4: rows over HTTP, outcomes to a webhook, and a kill -9 in the middle."""
+    from tickwheel.client import Client
+
+    print("\nthe scheduler as a service: tickwheel run --follow --clock wall --listen "
+          "127.0.0.1:0 --deliver-to <a webhook here>", flush=True)
+    (work / "in").mkdir(parents=True)
+    hook = _Webhook()
+    child: subprocess.Popen[str] | None = None
+    try:
+        child, url = _start_service(work, hook.url)
+        start = time.time_ns() // 1_000_000
+        orders = [Client.watch_row(f"order-{i}", start + 1_500 + 3 * i)
+                  for i in range(ORDERS_BEFORE)]
+        with Client(url) as client:
+            client.schedule("heartbeat", Schedule(every_ms=HEARTBEAT_MS))
+            client.submit(orders, idempotency_key="orders-1")
+            client.submit([Client.cancel_row(f"order-{i}") for i in range(0, ORDERS_BEFORE, 4)])
+        time.sleep(2.0)  # the first deadlines fire and are delivered, the rest are pending
+        child.kill()  # SIGKILL: no shutdown, no flush
+        child.wait()
+        print(f"  {ORDERS_BEFORE} \"do X at T\" rows, {ORDERS_BEFORE // 4} cancels and a "
+              f"schedule every {HEARTBEAT_MS} ms acknowledged, then kill -9", flush=True)
+        child, url = _start_service(work, hook.url)
+        now = time.time_ns() // 1_000_000
+        with Client(url) as client:
+            again = client.submit(orders, idempotency_key="orders-1")  # a client's retry
+            client.submit([Client.watch_row(f"order-{i}", now + 1_000 + 3 * i)
+                           for i in range(ORDERS_BEFORE, ORDERS_BEFORE + ORDERS_AFTER)])
+        print(f"  restarted on its checkpoint, {ORDERS_AFTER} more rows; the first request "
+              f"retried with its Idempotency-Key\n  is answered again "
+              f"(replayed={again.replayed}) and not written twice", flush=True)
+        want = ORDERS_BEFORE + ORDERS_AFTER
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(
+                {o["op_id"] for o in hook.received() if o["op_id"].startswith("order-")}) < want:
+            time.sleep(0.1)
+        time.sleep(1.0)  # a few more beats
+        child.terminate()
+        child.wait(timeout=60)
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+        hook.close()
+    _service_summary(hook.received(), want)
+
+
+def _service_summary(received: list[dict[str, Any]], want: int) -> None:
+    unique = {o["id"]: o for o in received}
+    kinds: dict[str, int] = {}
+    for o in unique.values():
+        if o["op_id"].startswith("order-"):
+            kinds[o["outcome"]] = kinds.get(o["outcome"], 0) + 1
+    beats = sorted(int(o["op_id"].split("@")[1]) for o in unique.values()
+                   if o["op_id"].startswith("heartbeat@"))
+    gaps = [b - a for a, b in itertools.pairwise(beats) if b - a != HEARTBEAT_MS]
+    orders = sum(kinds.values())
+    print(f"  the webhook heard: {kinds.get('expired', 0)} expired, "
+          f"{kinds.get('cancelled', 0)} cancelled, {len(beats)} heartbeats "
+          f"({HEARTBEAT_MS} ms apart, {len(gaps)} missing);\n  "
+          f"{len(received) - len(unique)} outcomes sent again after the kill (at least "
+          "once: the receiver drops them by id)")
+    if orders != want or kinds.get("cancelled", 0) != ORDERS_BEFORE // 4 or gaps or not beats:
+        raise SystemExit(f"the service lost outcomes: {orders} of {want} orders, "
+                         f"heartbeat gaps {gaps[:5]}")
+    print("  every acknowledged row was applied once, and every outcome arrived")
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -293,7 +434,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"requests neither answered nor timed out on: {', '.join(lost)}")
     print("\nevery request was either answered or timed out exactly once")
     schedules()
-    pipeline(args.events, args.output)
+    out = pipeline(args.events, args.output)
+    service(out / "service")
 
 
 if __name__ == "__main__":
