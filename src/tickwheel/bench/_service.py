@@ -12,9 +12,10 @@ omission). Phases:
 - ``fire``: "do X in 2 s" rows, ``fire_rate`` a second in requests of 100, with
   ``--lateness-ms 100``: the delay from each deadline to the webhook's receipt of it.
 
-The anchor: the same ``batch`` and ``single`` loads against a bare aiohttp server that
-answers 200 without validating or writing anything, in a process of its own: what the
-HTTP stack alone costs on this machine.
+The anchors, each in a process of its own, under the same ``batch`` and ``single``
+loads: a bare aiohttp server that answers 200 without validating or writing anything
+(what the HTTP stack alone costs on this machine), and the submit server alone, with no
+engine reading what it lands (what a durable acknowledgement costs before any engine).
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ app = web.Application()
 app.router.add_post("/v1/events", ok)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 """
+_INTAKE_SERVER = """
+import signal, sys, threading
+from pathlib import Path
+from tickwheel.service.server import SubmitServer
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+work = Path(sys.argv[1])
+with SubmitServer(work / "in", work / "state", port=int(sys.argv[2])):
+    stop.wait()
+"""
+#: The anchors' names in the results, by their ``_phase`` argument.
+_ANCHORS = {"bare": "bare aiohttp", "intake": "intake alone"}
 
 
 @dataclass
@@ -156,9 +169,18 @@ def _start_service(engine: str, work: Path, webhook: str, master: str) -> tuple[
     return child, url
 
 
-def _start_bare(port: int) -> subprocess.Popen[str]:
-    child = subprocess.Popen([sys.executable, "-c", _BARE_SERVER, str(port)], text=True)
-    return child
+def _start_anchor(anchor: str, work: Path) -> tuple[subprocess.Popen[str], str]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ([_BARE_SERVER, str(port)] if anchor == "bare"
+            else [_INTAKE_SERVER, str(work), str(port)])
+    child = subprocess.Popen([sys.executable, "-c", *args], text=True)
+    url = f"http://127.0.0.1:{port}"
+    _wait_for(url)
+    return child, url
 
 
 def _stop_service(child: subprocess.Popen[str]) -> None:
@@ -248,27 +270,23 @@ def _load_main(argv: list[str]) -> None:
 
 
 def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds: float,
-           master: str, bare: bool = False) -> PhaseResult:
-    result = PhaseResult("bare aiohttp" if bare else engine, phase, rows_per_request, rows_s)
+           master: str, anchor: str | None = None) -> PhaseResult:
+    """One phase against a fresh service of ``engine``, or against an anchor
+    (``bare`` or ``intake``, see the module doc)."""
+    name = engine if anchor is None else _ANCHORS[anchor]
+    result = PhaseResult(name, phase, rows_per_request, rows_s)
     receiver = _Receiver()
     receiver.start()
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-service-") as tmp:
         work = Path(tmp)
         (work / "in").mkdir()
-        if bare:
-            import socket
-
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            child = _start_bare(port)
-            url = f"http://127.0.0.1:{port}"
-            _wait_for(url)
-        else:
+        if anchor is None:
             child, url = _start_service(engine, work, receiver.url, master)
+        else:
+            child, url = _start_anchor(anchor, work)
         try:
             _load_elsewhere(url, result, seconds, fire=phase == "fire", scratch=work)
-            if not bare:
+            if anchor != "bare":
                 result.intake = _intake_status(url)
             if phase == "fire":  # the last deadlines, the lateness and delivery
                 deadline = time.monotonic() + _FIRE_IN_MS / 1000 + 30
@@ -312,7 +330,8 @@ PHASES = ("batch", "single", "fire")
 def run_service(engines: list[str], seconds: float, batch_rate: int, single_rate: int,
                 fire_rate: int, master: str = "local[2]",
                 phases: tuple[str, ...] = PHASES) -> list[PhaseResult]:
-    results = [_phase("", phase, per_request, rate, seconds, master, bare=True)
+    results = [_phase("", phase, per_request, rate, seconds, master, anchor=anchor)
+               for anchor in _ANCHORS
                for phase, per_request, rate in (("batch", 100, batch_rate),
                                                 ("single", 1, single_rate))
                if phase in phases]
