@@ -20,7 +20,7 @@
    occurrence of the schedule, none twice once the receiver drops resends by id.
 
 ``python -m tickwheel.demo --events N`` sizes the workload (2.5M events by default,
-about three minutes on a 2-core machine). It exits non-zero when anything disagrees.
+about seven minutes on a 2-core machine). It exits non-zero when anything disagrees.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ REQUESTS = 60_000
 ARRIVAL_WINDOW_S = 1.5
 TIMEOUT_RANGE_MS = (100, 800)
 ANSWERED = 0.8
-#: The pipeline's workload: about three minutes for the whole job on a 2-core machine.
+#: The pipeline's workload: about seven minutes for the whole job on a 2-core machine.
 DEFAULT_EVENTS = 2_500_000
 #: The service part: "do X at T" rows before and after the kill, and the schedule's period.
 ORDERS_BEFORE, ORDERS_AFTER, HEARTBEAT_MS = 200, 100, 500
