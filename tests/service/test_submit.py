@@ -184,7 +184,7 @@ def test_the_time_a_request_waits_and_a_commit_lands_is_measured(tmp_path: Path,
         stats = server.stats()
         assert (stats.ack_ms.count, stats.commit_wait_ms.count, stats.land_ms.count) == (1, 1, 1)
         assert stats.land_ms.maximum >= 55 and stats.ack_ms.maximum >= stats.land_ms.maximum
-        assert stats.commit_wait_ms.maximum < 55
+        assert stats.commit_wait_ms.maximum < stats.land_ms.maximum  # the hold is the land's
         status = httpx.get(f"{server.url}/v1/status").json()["intake"]
         assert status["land_ms"]["count"] == 1 and status["land_ms"]["max"] >= 55
         assert set(status["ack_ms"]) == {"count", "mean", "p50", "p99", "max"}
