@@ -26,7 +26,7 @@ def test_the_main_job_runs_and_its_engines_agree(tmp_path: Path) -> None:
     assert agreed is not None and int(agreed[1].replace(",", "")) > 0, out
     assert re.search(r"delivered through the batching dispatcher: [\d,]+ outcomes in .*, "
                      r"0 undelivered", out), out
-    assert "every acknowledged row was applied once, and every outcome arrived" in out
+    assert "each acknowledged row is applied once, and each outcome reaches the webhook" in out
     plot = re.search(r"plot: (\S+\.png)", out)
     assert plot is not None and Path(plot[1]).is_file()
     assert Path(plot[1]) == output / "spark" / "report.png"

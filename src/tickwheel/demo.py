@@ -27,9 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import re
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -311,31 +309,9 @@ class _Webhook:
         self._server.server_close()
 
 
-def _start_service(work: Path, webhook: str) -> tuple[subprocess.Popen[str], str]:
-    """``tickwheel run --follow --listen`` as a user starts it; its API's URL."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--clock", "wall",
-         "--lateness-ms", "100", "--trigger-ms", "100", "--input", str(work / "in"),
-         "--output", str(work / "out"), "--listen", "127.0.0.1:0", "--deliver-to", webhook],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert child.stdout is not None
-    url, lines = "", []
-    for line in child.stdout:
-        lines.append(line)
-        found = re.search(r"taking rows at (http://\S+)/v1/events", line)
-        url = found.group(1) if found else url
-        if line.startswith("following"):
-            break
-    if not url:
-        child.kill()
-        raise SystemExit("the service did not start:\n" + "".join(lines))
-    # Its output drained, or a full pipe would stop it.
-    threading.Thread(target=lambda: [None for _ in child.stdout or ()], daemon=True).start()
-    return child, url
-
-
 def service(work: Path) -> None:
     """Part 4: rows over HTTP, outcomes to a webhook, and a kill -9 in the middle."""
+    from tickwheel.bench._service import start_service
     from tickwheel.client import Client
 
     print("\nthe scheduler as a service: tickwheel run --follow --clock wall --listen "
@@ -344,7 +320,7 @@ def service(work: Path) -> None:
     hook = _Webhook()
     child: subprocess.Popen[str] | None = None
     try:
-        child, url = _start_service(work, hook.url)
+        child, url = start_service("local", work, hook.url)
         start = time.time_ns() // 1_000_000
         orders = [Client.watch_row(f"order-{i}", start + 1_500 + 3 * i)
                   for i in range(ORDERS_BEFORE)]
@@ -357,7 +333,7 @@ def service(work: Path) -> None:
         child.wait()
         print(f"  {ORDERS_BEFORE} \"do X at T\" rows, {ORDERS_BEFORE // 4} cancels and a "
               f"schedule every {HEARTBEAT_MS} ms acknowledged, then kill -9", flush=True)
-        child, url = _start_service(work, hook.url)
+        child, url = start_service("local", work, hook.url)
         now = time.time_ns() // 1_000_000
         with Client(url) as client:
             again = client.submit(orders, idempotency_key="orders-1")  # a client's retry
@@ -399,7 +375,7 @@ def _service_summary(received: list[dict[str, Any]], want: int) -> None:
     if orders != want or kinds.get("cancelled", 0) != ORDERS_BEFORE // 4 or gaps or not beats:
         raise SystemExit(f"the service lost outcomes: {orders} of {want} orders, "
                          f"heartbeat gaps {gaps[:5]}")
-    print("  every acknowledged row was applied once, and every outcome arrived")
+    print("  each acknowledged row is applied once, and each outcome reaches the webhook")
 
 
 def main(argv: list[str] | None = None) -> None:

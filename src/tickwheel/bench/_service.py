@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PHASES", "PhaseResult", "ack_table", "run_service", "service_table"]
+__all__ = ["PHASES", "PhaseResult", "ack_table", "run_service", "service_table",
+           "start_service"]
 
 _FIRE_IN_MS = 2_000
 _MAX_IN_FLIGHT = 512
@@ -142,8 +143,10 @@ class _Receiver:
         self._thread.join(timeout=30)
 
 
-def _start_service(engine: str, work: Path, webhook: str, master: str) -> tuple[
-        subprocess.Popen[str], str]:
+def start_service(engine: str, work: Path, webhook: str, master: str = "local[2]",
+                  ) -> tuple[subprocess.Popen[str], str]:
+    """``tickwheel run --follow --clock wall --listen`` on ``work/in`` as a user starts
+    it, delivering to ``webhook``; the process and its API's URL once it follows."""
     args = [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--clock", "wall",
             "--lateness-ms", "100", "--trigger-ms", "100", "--input", str(work / "in"),
             "--output", str(work / "out"), "--listen", "127.0.0.1:0", "--deliver-to", webhook,
@@ -281,7 +284,7 @@ def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds:
         work = Path(tmp)
         (work / "in").mkdir()
         if anchor is None:
-            child, url = _start_service(engine, work, receiver.url, master)
+            child, url = start_service(engine, work, receiver.url, master)
         else:
             child, url = _start_anchor(anchor, work)
         try:
