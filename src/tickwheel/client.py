@@ -213,7 +213,7 @@ class Client(_Rows):
 
     def submit(self, rows: Mapping[str, Any] | Iterable[Mapping[str, Any]], *,
                idempotency_key: str | None = None) -> Accepted:
-        """Rows of the event log (watch, update, cancel, tick), durably taken."""
+        """Rows of the event log (any of its row types, schedules too), durably taken."""
         import httpx
 
         body, key, headers = _request(rows, idempotency_key)

@@ -21,8 +21,8 @@ def submit(
     url: Annotated[str, typer.Argument(help="the service's address, as --listen printed it "
                                             "(http://127.0.0.1:PORT)")],
     files: Annotated[list[Path] | None, typer.Argument(
-        help="JSON Lines files of rows (watch, update, cancel, tick); - or none: standard "
-             "input")] = None,
+        help="JSON Lines files of the log's rows (watch, update, cancel, tick, and "
+             "schedule, unschedule, pause, resume); - or none: standard input")] = None,
     batch_rows: Annotated[int, typer.Option(
         min=1, max=100_000, help="rows per request")] = 1_000,
     idempotency_key: Annotated[str | None, typer.Option(
