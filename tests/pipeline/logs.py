@@ -10,19 +10,23 @@ from typing import Any
 LATENESS_MS = 1_000
 
 
-def random_log(seed: int, rows: int = 1_500) -> list[str]:
+def random_log(seed: int, rows: int = 1_500, gaps: bool = True) -> list[str]:
     """Few keys and timestamps, so there are ties; updates before watches; cancels of
     completed, expired and unknown operations; errors; multi-key operations of every
     keyed condition; duplicate op ids, and copies of a watch in another text; malformed
-    rows; disorder within the bound."""
+    rows; disorder within the bound; with ``gaps``, a few stretches of 1.5 to 15 s
+    without a row, in which schedules' occurrences are noticed late."""
     rng = random.Random(seed)
     copies = random.Random(seed + 31)  # apart, so that the rest of the log is unchanged
+    spacer = random.Random(seed + 61)
     keys = [f"k{i}" for i in range(6)]
     lines: list[tuple[int, str]] = []
     op_ids: list[str] = []
     ts = 10_000
     for _ in range(rows):
         ts += rng.choice((0, 0, 1, 3, 10))
+        if gaps and spacer.random() < 0.006:
+            ts += spacer.choice((1_500, 4_000, 15_000))
         roll = rng.random()
         row: dict[str, Any]
         if roll < 0.35:

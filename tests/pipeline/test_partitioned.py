@@ -28,6 +28,7 @@ from tickwheel.pipeline.semantics.key_stage import (
 )
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition, PartitionStatus
+from tickwheel.pipeline.semantics.row_times import times_of
 from tickwheel.pipeline.state import entry_log
 from tickwheel.pipeline.state.entry_log import EntryLog
 from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
@@ -150,6 +151,12 @@ def test_the_shuffles_carry_as_much_per_event_at_any_partition_count() -> None:
     assert max(rows) <= 1.1 * min(rows) and max(size) <= 1.1 * min(size)
     # Each update is applied once, in one partition, however many there are.
     assert len({r.rows_applied for r in runs}) == 1
+    # Row times go as runs, a few bytes for each pair of partitions in a log without
+    # gaps, however many rows it has.
+    assert all(r.runs_bytes <= 24 * n * n for r, n in zip(runs, (1, 4, 16, 64), strict=True))
+    longer = [json.dumps(r, separators=(",", ":")) for r in generate(
+        GeneratorConfig(events=40_000, seed=7))]
+    assert run_partitioned(longer, 16).runs_bytes == runs[2].runs_bytes
 
 
 def test_a_row_goes_to_one_partition_per_key_it_names_and_one_more() -> None:
@@ -357,17 +364,19 @@ def run_in_batches(lines: list[str], partitions: int, batches: int,
         last = b == batches - 1
         points = []
         progress: list[list[Any]] = [[] for _ in range(partitions)]
+        runs = []
         for p, part in enumerate(keys):
-            quarantined.extend(part.take(by_key[p], top))
+            quarantined.extend(part.take(by_key[p], top, times_of(by_op[p])))
             end = part.end_of_input_ms() if last else None
-            point, made = part.release(end)
+            point, made, released = part.release(end)
             points.append(point)
+            runs.append(released)
             for row in made:
                 progress[partition_of(row[2], partitions)].append(row)
         assert len(set(points)) == 1  # every partition stands at the same point
         for p, part in enumerate(ops):
             quarantined.extend(part.take(by_op[p], progress[p]))
-            done, duplicates = part.release(points[p])
+            done, duplicates = part.release(points[p], runs)
             outs.extend(done)
             quarantined.extend(duplicates)
         if save:
@@ -480,7 +489,7 @@ def test_a_batch_saves_what_it_changed_but_not_what_came_and_went_within_it() ->
     def batch(*lines: str) -> tuple[dict[Any, Any], dict[Any, Any]]:
         rows = sorted((compact_wire(text) for text in lines), key=key_order)
         keys.take(rows, max(r[0] for r in rows))
-        point, made = keys.release()
+        point, made, _ = keys.release()
         ops.take([r for r in rows if r[1] != "update"], made)
         ops.release(point)
         return dict(keys.entries(keys.take_changes())), dict(ops.entries(ops.take_changes()))
@@ -502,7 +511,7 @@ def test_a_row_below_the_point_time_has_reached_is_late_in_the_stage_that_owns_i
     keys, ops = KeyPartition(0, 1, 10), OpPartition(0, 10)
     on_time = compact_wire(update(100, "a", value=1))
     keys.take([on_time], 100)
-    point, _ = keys.release()
+    point, _, _ = keys.release()
     assert point == 90
     late_update = compact_wire(update(50, "a", value=2))
     late_watch = compact_wire(watch(50, "w", ["a"], 99, "any_update"))

@@ -23,6 +23,7 @@ from tickwheel.pipeline.io.outputs import write_outcomes
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.partition import OpHead, OpPartition
 from tickwheel.pipeline.semantics.resolver import OutcomeRow, Resolver
+from tickwheel.pipeline.semantics.row_times import GAP_MS, runs_of
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_KEY
 from tickwheel.pipeline.state.heads import decode_op_head, encode_head
 from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
@@ -134,10 +135,11 @@ def test_a_schedule_row_for_a_known_id_replaces_its_spec_from_its_time_on() -> N
 
 
 def test_a_cron_schedule_fires_in_its_zone_through_the_spring_forward_gap() -> None:
-    # 02:30 does not exist in New York on 2026-03-08: that day fires at 03:00 EDT.
+    # 02:30 does not exist in New York on 2026-03-08: that day fires at 03:00 EDT. The
+    # log's clock is a tick every minute.
     start = ms("2026-03-07T00:00:00")
     result = run([line(start, "schedule", cron="30 2 * * *", tz="America/New_York"),
-                  tick(ms("2026-03-10T00:00:00"))])
+                  *(tick(t) for t in range(start, ms("2026-03-10T00:00:00") + 1, 60_000))])
     assert [row[1] for row in fired(result)] == [
         ms("2026-03-07T07:30:00"), ms("2026-03-08T07:00:00"), ms("2026-03-09T06:30:00")]
 
@@ -191,6 +193,64 @@ def test_latest_fires_the_last_missed_occurrence_when_none_on_time_follows() -> 
     assert fired(result) == [("s@10000", 10_000, 9)]
 
 
+# -- misfires in event time: the log is the clock -------------------------------------
+
+
+def ticks(start: int, end: int, every: int = 500) -> list[str]:
+    return [tick(t) for t in range(start, end + 1, every)]
+
+
+@pytest.mark.parametrize(("misfire", "expected"), [
+    # Ticks every 0.5 s to 2,000, then none until 10,500: with a grace of 1 s, 3,000 to
+    # 9,000 are noticed late, at 10,500; 10,000 is on time.
+    ("latest", [("s@10000", 10_000, 7)]),
+    ("all", [("s@8000", 8_000, 5), ("s@9000", 9_000, 0), ("s@10000", 10_000, 0)]),
+    ("skip", [("s@10000", 10_000, 7)]),
+])
+def test_in_event_time_a_gap_in_the_log_is_decided_by_the_misfire_policy(
+        misfire: str, expected: list[tuple[str, int, int]]) -> None:
+    lines = [line(0, "schedule", every_ms=1_000, grace_ms=1_000, catchup_ms=3_000,
+                  misfire=misfire), *ticks(500, 2_000), *ticks(10_500, 12_000)]
+    result = run(lines)
+    assert fired(result) == [("s@1000", 1_000, 0), ("s@2000", 2_000, 0), *expected,
+                             ("s@11000", 11_000, 0), ("s@12000", 12_000, 0)]
+    assert result.skipped == sum(row[2] for row in expected)
+    # Partitions that each see some of the rows decide the same.
+    assert fired(run_partitioned(lines, 4).outcomes) == fired(result)
+
+
+def test_latest_fires_the_last_occurrence_a_gap_missed_when_none_on_time_follows() -> None:
+    result = run([line(0, "schedule", every_ms=1_000, grace_ms=400), *ticks(500, 2_000),
+                  *ticks(9_500, 10_000)])
+    # Noticed at 9,500: 3,000 to 8,000 are passed over, 9,000 fires, late.
+    assert fired(result) == [("s@1000", 1_000, 0), ("s@2000", 2_000, 0),
+                             ("s@9000", 9_000, 6), ("s@10000", 10_000, 0)]
+
+
+def test_a_stretch_of_a_second_or_less_without_a_row_is_continuous_time() -> None:
+    # A grace of 0: every occurrence between rows is noticed late, yet only a stretch
+    # longer than GAP_MS counts as a gap.
+    spec = line(0, "schedule", every_ms=100, grace_ms=0, misfire="skip")
+    dense = run([spec, *ticks(GAP_MS, 3 * GAP_MS, GAP_MS)])
+    assert [row[2] for row in fired(dense)] == [0] * 30
+    assert dense.skipped == 0
+    # Rows 1,001 ms apart: each stretch is a gap, and "skip" passes over all 30.
+    sparse = run([spec, *ticks(GAP_MS + 1, 3 * GAP_MS + 3, GAP_MS + 1)])
+    assert fired(sparse) == [] and sparse.skipped == 30
+
+
+def test_an_occurrence_after_the_last_row_waits_for_a_row_to_notice_it() -> None:
+    resolver = Resolver()
+    resolver.apply([parse_line(text) for text in (  # type: ignore[misc]
+        line(0, "schedule", every_ms=1_000), tick(2_500))])
+    resolver.advance_to(60_000)  # time alone, without a row, notices nothing
+    assert fired(resolver.drain()[0]) == [("s@1000", 1_000, 0), ("s@2000", 2_000, 0)]
+    resolver.apply([parse_line(tick(61_000))])  # type: ignore[list-item]
+    # Noticed at 61,000, within the default grace of 60 s from 2,000 on: all fire.
+    assert [row[0] for row in fired(resolver.drain()[0])] == [
+        f"s@{t}" for t in range(3_000, 62_000, 1_000)]
+
+
 def test_rows_that_change_nothing_are_counted_not_outcomes() -> None:
     resolver = Resolver()
     resolver.apply([parse_line(text) for text in (  # type: ignore[misc]
@@ -212,7 +272,7 @@ def test_only_the_next_occurrence_of_each_schedule_is_held() -> None:
     resolver = Resolver()
     resolver.apply([parse_line(line(0, "schedule", f"s{n}", every_ms=1 + n % 7))  # type: ignore[misc]
                     for n in range(1_000)])
-    resolver.advance_to(5_000)
+    resolver.apply([parse_line(tick(5_000))])  # type: ignore[list-item]
     outcomes, _ = resolver.drain()
     assert len(outcomes) > 1_000_000 // 1_000
     assert len(resolver.schedules) == 1_000
@@ -236,31 +296,40 @@ def test_the_partitioned_engine_fires_what_the_reference_engine_fires(partitions
 
 def test_a_restored_op_partition_fires_as_one_that_never_stopped() -> None:
     lines = [line(0, "schedule", "a", every_ms=300, jitter_ms=200),
-             line(0, "schedule", "b", cron="* * * * * *", tz="Asia/Kolkata"),
+             line(0, "schedule", "b", cron="* * * * * *", tz="Asia/Kolkata", grace_ms=500),
              line(1_500, "pause", "b"), line(4_000, "resume", "b"), tick(7_000)]
     rows_in = sorted((compact_wire(text) for text in lines), key=op_order)
+
+    def runs(after: int, point: int) -> list[list[int]]:
+        """What stage 1 would send with ``point``: the runs of the times released."""
+        return [runs_of(fields[0] for fields in rows_in if after <= fields[0] < point)]
 
     def uninterrupted() -> list[OutcomeRow]:
         part = OpPartition(0, 0)
         part.take(rows_in, [])
-        return part.release(7_001)[0]
+        return part.release(7_001, runs(0, 7_001))[0]
 
     part = OpPartition(0, 0)
     part.track_changes()
     part.take(rows_in, [])
-    first, _ = part.release(2_000)
+    first, _ = part.release(2_000, runs(0, 2_000))
     changed = part.entries(part.take_changes())
     assert {op_id for op_id, _ in changed} == {SCHEDULE_KEY + "a", SCHEDULE_KEY + "b"}
     restored = OpPartition.from_state(saved(part), changed, {})
     assert isinstance(restored.stage, OpStage)
-    second, _ = restored.release(7_001)
+    second, _ = restored.release(7_001, runs(2_000, 7_001))
     assert fired([*first, *second]) == fired(uninterrupted())
+    # In the log's gap from 4,000 to 7,000, "b" (a grace of 0.5 s) misses 5,000 and
+    # 6,000: the tick at 7,000 notices them late, and 7,000 on time.
+    assert [row for row in fired(uninterrupted()) if row[0].startswith("b")] == [
+        ("b@1000", 1_000, 0), ("b@4000", 4_000, 2), ("b@7000", 7_000, 2)]
     # An older copy caught up with what was saved since fires nothing twice.
     copy = OpPartition.from_state(saved(part), changed, {})
-    later, _ = part.release(5_000)
+    later, _ = part.release(5_000, runs(2_000, 5_000))
     assert later
     assert copy.catch_up(saved(part), dict(part.entries(part.take_changes())), {})
-    assert fired(copy.release(7_001)[0]) == fired(part.release(7_001)[0])
+    assert (fired(copy.release(7_001, runs(5_000, 7_001))[0])
+            == fired(part.release(7_001, runs(5_000, 7_001))[0]))
 
 
 # -- follow mode on a wall clock --------------------------------------------------------

@@ -371,8 +371,16 @@ def test_a_packer_passes_over_an_input_file_gone_before_it_reads_it(
          pa.array([None] * 3, pa.int64())], names=["path", "file", "clock"])
     with caplog.at_level(logging.WARNING):
         chunks = list(_tasks.packer([0], 1_000)(iter([batch])))
-    rows = [row for chunk in chunks for blob in chunk.column(3).to_pylist()
-            for row in _wire.decoded(blob)]
+    rows = []
+    for chunk in chunks:
+        for dest, blob in zip(chunk.column(1).to_pylist(), chunk.column(3).to_pylist(),
+                              strict=True):
+            if dest == _wire.KEY_ROWS:  # stage 1's rows, and stage 2's rows' times
+                key_rows, times = _wire.decoded(blob)
+                rows += key_rows
+                assert times == []  # the one row is an update: stage 1's
+            else:
+                rows += _wire.decoded(blob)
     assert [row[0] for row in rows] == [5]  # the file still there, and nothing else
     assert sum("went away before it was read" in r.message for r in caplog.records) == 2
 

@@ -86,6 +86,7 @@ from tickwheel.pipeline.io.outputs import (
 from tickwheel.pipeline.semantics.key_stage import is_progress
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
+from tickwheel.pipeline.semantics.row_times import times_of
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
 from tickwheel.pipeline.state.local_checkpoint import (
     BatchPlan,
@@ -451,11 +452,11 @@ class LocalFollowEngine:
             rows = _future_as_malformed(rows, clock_ms + self.max_future_ms)
         by_key, by_op = route(rows, 1)
         top = max((fields[0] for fields in rows if not is_quarantined(fields)), default=None)
-        quarantine += self.keys.take(by_key[0], top)
+        quarantine += self.keys.take(by_key[0], top, times_of(by_op[0]))
         end = None if clock_ms is None else clock_ms - self.lateness_ms
-        point, progress = self.keys.release(end)
+        point, progress, runs = self.keys.release(end)
         quarantine += self.ops.take(by_op[0], progress)
-        outcomes, duplicates = self.ops.release(point)
+        outcomes, duplicates = self.ops.release(point, [runs])
         quarantine += duplicates
         # Both stages are in this process: stage 1 can learn what stage 2 resolved,
         # and keeps registrations only of operations still pending.

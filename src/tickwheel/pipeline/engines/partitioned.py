@@ -10,6 +10,7 @@ its release point, which a run over a whole log has no need of).
 
 from __future__ import annotations
 
+import itertools
 import marshal
 import time
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from tickwheel.pipeline.contract.routing import partition_of, route
 from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, key_order
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
+from tickwheel.pipeline.semantics.row_times import merge_runs, runs_of, times_of
 
 __all__ = ["PartitionedResult", "run_partitioned"]
 
@@ -50,6 +52,10 @@ class PartitionedResult:
     shuffled_rows: int = 0
     shuffled_bytes: int = 0
     progress_rows: int = 0
+    # The runs of row times every stage 1 partition sends every stage 2 partition: a
+    # cost per batch (partitions squared, times the log's gaps), not per row, in blocks
+    # the shuffle has anyway, one per pair of partitions.
+    runs_bytes: int = 0
 
     @property
     def partition_cpu_s(self) -> list[float]:
@@ -75,9 +81,13 @@ def run_partitioned(lines: Iterable[str], partitions: int,
     del rows
 
     to_op: list[list[Progress]] = [[] for _ in range(partitions)]
+    # Each stage 1 partition's row times (its rows', and those of the stage 2 partition
+    # of its number), as runs, which every stage 2 partition takes: its schedules' clock.
+    runs: list[list[int]] = []
     for p in range(partitions):
         _count_shuffled(result, by_key[p])
         started = time.process_time()
+        runs.append(runs_of(itertools.chain(times_of(by_key[p]), times_of(by_op[p]))))
         stage = KeyStage(p, partitions)
         stage.apply(sorted(by_key[p], key=key_order))
         if end is not None and (stage.now is None or end > stage.now):
@@ -94,10 +104,12 @@ def run_partitioned(lines: Iterable[str], partitions: int,
         result.progress_rows += len(progress)
         own: list[Wire | Progress] = [*by_op[p], *progress]
         _count_shuffled(result, own)
+        result.runs_bytes += len(marshal.dumps(runs))
         started = time.process_time()
         result.quarantine.extend(Quarantined(fields[0], Reason(fields[1]), fields[2])
                                  for fields in by_op[p] if is_quarantined(fields))
         op = OpStage(dedupe_retention_ms=dedupe_retention_ms)
+        op.schedules.row_times.extend(merge_runs(runs))
         op.apply_staged(sorted((fields for fields in own if not is_quarantined(fields)),
                                key=op_order))
         if end is not None and (op.now is None or end > op.now):

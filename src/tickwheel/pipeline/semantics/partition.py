@@ -13,6 +13,12 @@ below it. A row below the release point reached before its micro-batch is late: 
 has passed it. Stage 1 judges updates, stage 2 every other row; a watch's copies that
 stage 1 finds late are dropped, and stage 2 quarantines the watch.
 
+Schedules read time from every row of the log (see
+:mod:`~tickwheel.pipeline.semantics.row_times`): a slice tells stage 1's partition of a
+number the times of its rows for stage 2's partition of that number, and each stage 1
+partition sends every stage 2 partition the runs of the times it released, which merge
+into the log's gaps exactly.
+
 So the outcomes do not depend on how the input was cut into micro-batches, and once the
 input has ended, every row is applied as the reference engine applies it.
 """
@@ -20,6 +26,7 @@ input has ended, every row is applied as the reference engine applies it.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -28,10 +35,11 @@ from tickwheel.pipeline.contract.events import Quarantined, Reason, Wire, is_qua
 from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, is_progress, key_order
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
+from tickwheel.pipeline.semantics.row_times import merge_runs, runs_of
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY
 
 __all__ = ["KeyHead", "KeyPartition", "OpHead", "OpPartition", "PartitionChanges",
-           "PartitionStatus"]
+           "PartitionStatus", "Released"]
 
 _LONG_MAX = 2**63 - 1
 #: Rows handed to a stage in one call, at most (more only within one ``ts_ms``): the
@@ -57,6 +65,16 @@ def _pieces(rows: list[Any]) -> Iterator[list[Any]]:
         start = end
 
 
+class Released(NamedTuple):
+    """What a stage 1 partition's :meth:`~KeyPartition.release` gives stage 2: the
+    release point, the progress rows, and the runs of row times released
+    (:func:`~tickwheel.pipeline.semantics.row_times.runs_of`)."""
+
+    point: int | None
+    progress: list[Progress]
+    runs: list[int]
+
+
 class KeyHead(NamedTuple):
     """What a key partition saves beside its entries (:meth:`KeyPartition.head`)."""
 
@@ -73,6 +91,7 @@ class KeyHead(NamedTuple):
     quarantined_by_reason: dict[str, int]
     stage_applied: int
     now: int | None
+    held_times: list[int]
 
 
 class OpHead(NamedTuple):
@@ -232,12 +251,20 @@ class KeyPartition(_Partition):
     def __init__(self, partition: int, partitions: int, lateness_ms: int) -> None:
         super().__init__(partition, lateness_ms)
         self.stage = KeyStage(partition, partitions)
+        #: The times of stage 2's rows that ride with this partition (see
+        #: :meth:`take`), not yet released.
+        self.held_times: list[int] = []
 
-    def take(self, rows: list[Wire], top_ms: int | None) -> list[Quarantined]:
+    def take(self, rows: list[Wire], top_ms: int | None,
+             times: Iterable[int] = ()) -> list[Quarantined]:
         """Hold a slice's rows for this partition (updates, and watches with a key
-        here); ``top_ms`` is the slice's largest ``ts_ms``. Returns the late updates."""
+        here); ``top_ms`` is the slice's largest ``ts_ms``, ``times`` those of its
+        well-formed rows for stage 2's partition of this number, whose lateness stage 2
+        judges by the same release point. Returns the late updates."""
         if top_ms is not None and (self.top_ms is None or top_ms > self.top_ms):
             self.top_ms = top_ms
+        release = self.release_ms
+        self.held_times += (ts for ts in times if release is None or ts >= release)
         late: list[Quarantined] = []
         held = self.held
         for fields in rows:
@@ -252,10 +279,12 @@ class KeyPartition(_Partition):
         self._count_quarantined(late)
         return late
 
-    def release(self, end_ms: int | None = None) -> tuple[int | None, list[Progress]]:
+    def release(self, end_ms: int | None = None) -> Released:
         """Apply the held rows below the release point (the largest ``ts_ms`` read less
         the lateness bound, or ``end_ms`` if that is later: the end of input); return
-        that point and the progress rows made."""
+        that point, the progress rows made, and the runs of the times released (this
+        partition's rows and those of stage 2's partition of its number), which every
+        stage 2 partition takes: together, every row's time."""
         point = self.release_ms
         if self.top_ms is not None:
             reached = self.top_ms - self.lateness_ms
@@ -263,7 +292,7 @@ class KeyPartition(_Partition):
         if end_ms is not None:
             point = end_ms if point is None else max(point, end_ms)
         if point is None:
-            return None, []
+            return Released(None, [], [])
         self.release_ms = point
         due = self._due(point, key_order)
         stage = self.stage
@@ -272,7 +301,12 @@ class KeyPartition(_Partition):
         self.rows_applied += sum(1 for fields in due if fields[1] == "update")
         if stage.now is None or point - 1 > stage.now:
             stage.advance_to(point - 1)
-        return point, stage.drain()
+        held_times = self.held_times
+        released = [ts for ts in held_times if ts < point]
+        if released:
+            self.held_times = [ts for ts in held_times if ts >= point]
+        runs = runs_of(itertools.chain(released, (fields[0] for fields in due)))
+        return Released(point, stage.drain(), runs)
 
     def end_of_input_ms(self) -> int | None:
         """Just past the latest row of the input read so far."""
@@ -308,7 +342,7 @@ class KeyPartition(_Partition):
         return KeyHead(self.partition, stage.partitions, self.lateness_ms, self.held,
                        self.release_ms, self.top_ms, self.rows_in, self.rows_applied,
                        self.quarantined, self.seq, self.quarantined_by_reason,
-                       stage.applied, stage.now)
+                       stage.applied, stage.now, self.held_times)
 
     @classmethod
     def from_state(cls, head: KeyHead, entries: Iterable[tuple[Any, Any]]) -> KeyPartition:
@@ -316,6 +350,7 @@ class KeyPartition(_Partition):
         order first saved)."""
         part = cls(head.partition, head.partitions, head.lateness_ms)
         part._take_progress(head)
+        part.held_times = list(head.held_times)
         part.stage.restore_entries(entries, head.stage_applied, head.now)
         return part
 
@@ -329,6 +364,7 @@ class KeyPartition(_Partition):
                 or (stage.now is not None and (head.now is None or head.now < stage.now))):
             return False
         self._take_progress(head)
+        self.held_times = list(head.held_times)
         stage.catch_up(later, head.stage_applied, head.now)
         return True
 
@@ -368,11 +404,16 @@ class OpPartition(_Partition):
         self._count_quarantined(out)
         return out
 
-    def release(self, point: int | None) -> tuple[list[OutcomeRow], list[Quarantined]]:
+    def release(self, point: int | None, runs: Iterable[list[int]] = (),
+                ) -> tuple[list[OutcomeRow], list[Quarantined]]:
         """Apply the held rows below ``point``, stage 1's release point (which it
         reached with every progress row below it sent); time then stands just before
-        it."""
+        it. ``runs`` are the runs of row times every stage 1 partition released with
+        it (:meth:`KeyPartition.release`): the log's clock, in event time."""
         stage = self.stage
+        times = merge_runs(runs)
+        if times:
+            stage.schedules.row_times.extend(times)
         if point is None or (self.release_ms is not None and point <= self.release_ms):
             if stage.now is None or not stage.schedules.behind(stage.now):
                 return [], []

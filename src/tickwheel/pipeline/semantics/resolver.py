@@ -50,6 +50,7 @@ from tickwheel.pipeline.contract.events import (
     line_of,
     new_event,
 )
+from tickwheel.pipeline.semantics.row_times import RowTimes
 from tickwheel.pipeline.semantics.schedule_book import (
     SCHEDULE_ENTRY,
     SCHEDULE_KEY,
@@ -276,7 +277,9 @@ class Resolver:
 
     def apply(self, events: Iterable[Event]) -> None:
         """Apply events sorted by :func:`order_key`, none earlier than ``now``."""
+        times = self.schedules.row_times
         for ts, group in itertools.groupby(events, key=lambda e: e.ts_ms):
+            times.see(ts)
             self.advance_to(ts)
             batch = list(group)
             self._watch_all([ev for ev in batch if ev.type is EventType.WATCH])
@@ -303,11 +306,13 @@ class Resolver:
         the Spark engine applies, becomes no :class:`Event` on the way."""
         n = len(rows)
         i = 0
+        times = self.schedules.row_times
         while i < n:
             ts = rows[i][0]
             end = i + 1
             while end < n and rows[end][0] == ts:
                 end += 1
+            times.see(ts)
             self.advance_to(ts)
             first_other = i
             while first_other < end and rows[first_other][1] == _WATCH:
@@ -395,11 +400,14 @@ class Resolver:
         else:
             self._clock.ms = t
         self._the_purgatory().advance_clock(0)
-        due = self.schedules.due
+        book = self.schedules
+        due = book.due
         if due and due[0][0] <= t:
             fires: list[Fire] = []
-            self.schedules.advance(t, fires, fire_limit)
+            book.advance(t, fires, fire_limit)
             self._record_fires(fires)
+        elif book.row_times.gaps:
+            book.row_times.forget_until(due[0][0] if due else t)
 
     def record(self, ev: Event, outcome: OutcomeKind, resolved_ms: int, error: str | None) -> None:
         assert ev.op_id is not None
@@ -519,7 +527,7 @@ class Resolver:
         if self.values or self.update_counts:
             raise ValueError("a resolver holding values cannot be saved as a head")
         return (self.now, self.applied, self.ignored_cancels, self.dedupe_retention_ms,
-                self._schedule_counts())
+                self._schedule_counts(), self.schedules.row_times.state())
 
     @classmethod
     def restore_ops(cls, head: tuple[Any, ...], ops: Iterable[tuple[Any, ...]],
@@ -527,9 +535,10 @@ class Resolver:
         """The resolver saved as its :meth:`head`, its operations' entries (in
         registration order) and its seen ids (each with the ``ts_ms`` of its first
         watch: the changes of :meth:`take_seen_changes` applied in order)."""
-        now, applied, ignored, retention, counts = head
+        now, applied, ignored, retention, counts, times = head
         resolver = cls(now, retention)
         resolver._set_schedule_counts(counts)
+        resolver.schedules.row_times = RowTimes(*times)
         resolver._seen = dict(seen)  # in the order first seen
         if retention is not None:
             resolver._seen_order = deque(resolver._seen)
@@ -561,6 +570,7 @@ class Resolver:
         lingering = self._lingering
         new = []
         book = self.schedules
+        book.row_times = RowTimes(*head[5])  # before time moves: see restore_ops
         for op_id, entry in later.items():
             if op_id.startswith(SCHEDULE_KEY):
                 # Before time moves: a series saved since has decided its occurrences

@@ -8,10 +8,13 @@ is counted as skipped.
 
 When an occurrence is noticed decides whether it misfired:
 
-- in event time (the default), time passes through every instant, as the log's rows
-  say it does: each occurrence is noticed at its own fire time, and fires. So the
-  outcomes do not depend on where an engine cuts its input into batches, nor on how it
-  partitions it;
+- in event time (the default), the log's rows are the clock (see
+  :mod:`~tickwheel.pipeline.semantics.row_times`): an occurrence is noticed at the
+  first row at or after its fire time, so one inside a gap of the log is noticed at the
+  gap's end, and one noticed more than its ``grace_ms`` late is decided by the
+  schedule's ``misfire`` policy. Every row of the log counts, whichever partition holds
+  it, so the outcomes do not depend on where an engine cuts its input into batches,
+  nor on how it partitions it;
 - with :attr:`ScheduleBook.clock_notices` (time follows a wall clock), an occurrence
   is noticed at the first reading of the clock at or after it; one noticed more than
   its ``grace_ms`` late (the service was down, or the clock stepped forward) is
@@ -29,6 +32,7 @@ import heapq
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
+from tickwheel.pipeline.semantics.row_times import RowTimes
 from tickwheel.schedules import Schedule
 
 __all__ = ["SCHEDULE_ENTRY", "SCHEDULE_KEY", "Fire", "ScheduleBook", "occurrence_id",
@@ -131,6 +135,8 @@ class ScheduleBook:
         self.due: list[tuple[int, str]] = []
         self._shared = _SharedInts()
         self.clock_notices = False
+        #: In event time, the log's row times known so far (the engine gives them).
+        self.row_times = RowTimes()
         self.skipped = 0
         self.ignored = 0  # unschedule, pause and resume rows that changed nothing
         self.finished = 0
@@ -186,18 +192,32 @@ class ScheduleBook:
             heapq.heappop(due)
         return None
 
+    def _decidable(self, now: int) -> int | None:
+        """Up to when occurrences can be decided at ``now``: in event time, no further
+        than the latest row known, as one after it is noticed by a row still to come."""
+        if self.clock_notices:
+            return now
+        frontier = self.row_times.frontier
+        return None if frontier is None else min(now, frontier)
+
     def behind(self, now: int) -> bool:
         """Whether occurrences that fire at or before ``now`` wait to be decided (an
         :meth:`advance` with a ``limit`` left them)."""
         fire = self.next_fire_ms()
-        return fire is not None and fire <= now
+        until = self._decidable(now)
+        return fire is not None and until is not None and fire <= until
 
     def advance(self, now: int, fires: list[Fire], limit: int | None = None) -> None:
-        """Time is ``now``: occurrences that fire at or before it are decided; with a
-        ``limit``, series by series until about that many fired (a catch-up of
-        millions then takes several calls, each of bounded memory)."""
+        """Time is ``now``: occurrences that fire at or before it are decided (in event
+        time, up to the latest row known); with a ``limit``, series by series until
+        about that many fired (a catch-up of millions then takes several calls, each of
+        bounded memory)."""
+        until = self._decidable(now)
+        if until is None:
+            return
         due = self.due
-        while due and due[0][0] <= now and (limit is None or len(fires) < limit):
+        times = self.row_times
+        while due and due[0][0] <= until and (limit is None or len(fires) < limit):
             fire_ms, schedule_id = heapq.heappop(due)
             series = self._series.get(schedule_id)
             if series is None or series.due_ms != fire_ms:
@@ -205,8 +225,9 @@ class ScheduleBook:
             series.due_ms = None
             occurrence = series.next_ms
             assert occurrence is not None
-            if self.clock_notices:
-                self._plan(schedule_id, series, now, fires, limit)
+            noticed = now if self.clock_notices else times.noticed_at(fire_ms)
+            if noticed is not None:  # on the wall clock, or in a gap of the log
+                self._plan(schedule_id, series, noticed, fires, limit)
             else:
                 self._fire(schedule_id, series, occurrence, fires)
                 series.after_ms = occurrence  # next_ms's object: shared already
@@ -216,6 +237,8 @@ class ScheduleBook:
                 else:
                     self._move_on(schedule_id, series)
             self._changed(schedule_id)
+        # The gaps before every occurrence still undecided are needed no more.
+        times.forget_until(min(due[0][0], until) if due else until)
 
     def _plan(self, schedule_id: str, series: _Series, now: int, fires: list[Fire],
               limit: int | None = None) -> None:

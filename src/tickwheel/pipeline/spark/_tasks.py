@@ -51,6 +51,7 @@ from tickwheel.pipeline.io.outputs import (
     quarantine_table,
 )
 from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition, PartitionChanges
+from tickwheel.pipeline.semantics.row_times import times_of
 from tickwheel.pipeline.spark._wire import (
     END,
     FORWARD,
@@ -182,7 +183,8 @@ def packer(labels: list[int], lateness_ms: int, max_future_ms: int | None = None
                         for fields in rows]
         top = max((fields[0] for fields in rows if not is_quarantined(fields)), default=NONE)
         by_key, by_op = route(rows, partitions)
-        chunks = [(labels[p], KEY_ROWS, top, encoded(by_key[p])) for p in range(partitions)]
+        chunks = [(labels[p], KEY_ROWS, top, encoded([by_key[p], times_of(by_op[p])]))
+                  for p in range(partitions)]
         chunks += [(labels[q], FORWARD + q, NONE, encoded(by_op[q]))
                    for q in range(partitions) if by_op[q]]
         return chunks
@@ -410,8 +412,9 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str,
                     for dest, ts, blob in zip(frame["dest"].tolist(), frame["ts"].tolist(),
                                               frame["rows"].tolist(), strict=True):
                         if dest == KEY_ROWS:
-                            quarantine += part.take(decoded(blob),
-                                                    None if ts == NONE else ts)
+                            key_rows, times = decoded(blob)
+                            quarantine += part.take(key_rows, None if ts == NONE else ts,
+                                                    times)
                         elif dest == END:
                             ended = True
                             if ts != NONE:
@@ -420,14 +423,16 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str,
                             forwarded.append((dest - FORWARD, blob))
                 if ended and end is None:  # after every chunk: the latest row is known
                     end = part.end_of_input_ms()
-                point, progress = part.release(end)
+                point, progress, runs = part.release(end)
                 by_op: list[list[Any]] = [[] for _ in range(partitions)]
                 for row in progress:
                     by_op[partition_of(row[2], partitions)].append(row)
                 out: list[tuple[Any, ...]] = [
                     (labels[q], NONE, blob, b"", None, None) for q, blob in forwarded]
-                out += [(labels[q], NONE, b"", encoded(rows_for_q), None, None)
-                        for q, rows_for_q in enumerate(by_op) if rows_for_q]
+                # The runs go to every stage 2 partition: its schedules read time from
+                # every row of the log.
+                out += [(labels[q], NONE, b"", encoded([rows_for_q, runs]), None, None)
+                        for q, rows_for_q in enumerate(by_op) if rows_for_q or runs]
                 # Late updates go to stage 2's partition of the same number, which
                 # writes them out; the status comes last.
                 out += [(labels[p], NONE, b"", b"", blob, None)
@@ -503,6 +508,7 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                 quarantine: list[Quarantined] = []
                 passed: list[tuple[bytes | None, str | None]] = []
                 progress: list[Any] = []
+                runs: list[list[int]] = []
                 for frame in rows:
                     for ts, blob, made, late, status in zip(
                             frame["ts"].tolist(), frame["rows"].tolist(),
@@ -511,13 +517,15 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                         if blob:
                             quarantine += part.take(decoded(blob), [])
                         if made:
-                            progress += decoded(made)
+                            made_rows, made_runs = decoded(made)
+                            progress += made_rows
+                            runs.append(made_runs)
                         if late is not None or status is not None:
                             passed.append((late, status))  # from stage 1's partition
                         if status is not None and ts != NONE:
                             point = ts if point is None else max(point, ts)
                 part.take([], progress)
-                outcomes, duplicates = part.release(point)
+                outcomes, duplicates = part.release(point, runs)
                 status = part.status()  # counts the call: before saving
                 changes = part.changes()
                 write = seen.record(changes.seen, part.stage.now, dedupe_retention_ms)

@@ -46,12 +46,15 @@ T = TypeVar("T")
 FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 #: The packers' chunks, grouped by ``grp`` (a stage 1 partition's label). ``dest``
 #: says what a chunk is: stage 1's rows (:data:`KEY_ROWS`, with the slice's top in
-#: ``ts``), the end of input (:data:`END`, with the point to end at in ``ts``, or
-#: :data:`NONE`: just past the latest row read), or rows that stage 1's partition of
-#: the same number forwards to stage 2's (:data:`FORWARD`).
+#: ``ts``; ``rows`` holds them and the times of the slice's rows for stage 2's
+#: partition of the same number), the end of input (:data:`END`, with the point to
+#: end at in ``ts``, or :data:`NONE`: just past the latest row read), or rows that
+#: stage 1's partition of the same number forwards to stage 2's (:data:`FORWARD`).
 CHUNK_SCHEMA = "grp int, dest int, ts long, rows binary"
 #: Stage 1's output, grouped by ``grp`` (a stage 2 partition's label): forwarded rows,
-#: progress rows, or its release point (``ts``) with its late updates and its status.
+#: progress rows with the runs of the row times released (every stage 1 partition
+#: sends every stage 2 partition its runs), or its release point (``ts``) with its
+#: late updates and its status.
 PROGRESS_SCHEMA = ("grp int, ts long, rows binary, progress binary, quarantine binary, "
                    "status string")
 #: Stage 2's output, one or more rows per partition and micro-batch.

@@ -38,7 +38,7 @@ LOCAL_STATE_FORMAT: Final = 5
 #: source's offsets) and its state store's values.
 SPARK_CHECKPOINT_FORMAT: Final = 10
 #: Both stages' partition heads, in either engine.
-HEAD_FORMAT: Final = 1
+HEAD_FORMAT: Final = 2
 
 
 def encode(value: Any) -> bytes:
