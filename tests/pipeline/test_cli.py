@@ -928,10 +928,10 @@ def test_the_scaling_benchmark_runs_every_count_in_each_round(
     order: list[int] = []
     cpu = iter([1.0, 4.0, 3.0, 2.0, 5.0, 6.0])
 
-    def fake(lines: list[str], partitions: int) -> tuple[float, float, int, int]:
+    def fake(lines: list[str], partitions: int) -> tuple[float, float, int, int, int]:
         order.append(partitions)
         total = next(cpu)
-        return total, total / 2, 10 * len(lines), 100 * len(lines)
+        return total, total / 2, 10 * len(lines), 100 * len(lines), 20 * partitions**2
 
     monkeypatch.setattr(_scaling, "DESIGNS", {"fake": fake})
     rows = _scaling.run_scaling(500, [1, 4], 3, lambda _: None)
@@ -940,6 +940,8 @@ def test_the_scaling_benchmark_runs_every_count_in_each_round(
     assert [(r.partitions, r.total_cpu_s, r.slowest_cpu_s) for r in rows] == [
         (1, 3.0, 1.5), (4, 4.0, 2.0)]
     assert rows[0].rows_per_event == 10 and rows[0].bytes_per_event == 100
+    assert [r.runs_bytes for r in rows] == [20, 320]  # a batch's, not per event
+    assert "| 320 |" in _scaling.scaling_table(rows)
 
 
 def _run_local(events: Path, out: Path, spill_events: int | None,

@@ -165,8 +165,9 @@ def _schedules(args: argparse.Namespace) -> int:
             latencies.append(latency(engine, args.rate, args.latency_seconds,
                                      args.lateness_ms, args.master, progress))
     if args.catchup_n:
-        for misfire in ("latest", "all"):
-            catchups.append(catchup(args.catchup_n, misfire, progress))
+        for event_time in (False, True):
+            for misfire in ("latest", "all"):
+                catchups.append(catchup(args.catchup_n, misfire, progress, event_time))
     if states or latencies or catchups:
         print("\nschedules held by the engines in follow mode\n")
         print(engine_table(states, latencies, catchups))

@@ -68,6 +68,7 @@ class CatchupRun:
     skipped: int
     batches: int
     seconds: float
+    event_time: bool = False  # a gap of six hours in the log, not a wall clock's jump
 
 
 def _land(path: Path, lines: list[str]) -> None:
@@ -194,25 +195,39 @@ class _Clock:
         return self.ms
 
 
-def catchup(n: int, misfire: str, progress: Callable[[str], None]) -> CatchupRun:
+def _tick(ts: int) -> str:
+    return json.dumps({"ts_ms": ts, "type": "tick"}, separators=(",", ":"))
+
+
+def catchup(n: int, misfire: str, progress: Callable[[str], None],
+            event_time: bool = False) -> CatchupRun:
+    """On the wall clock, a clock that jumps six hours; in event time, a log whose
+    next rows come six hours later."""
     from tickwheel.pipeline.engines.follow import LocalFollowEngine
     from tickwheel.pipeline.io.outputs import count_outputs
 
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-schedules-") as tmp:
         inbox, output = Path(tmp) / "in", Path(tmp) / "out"
         inbox.mkdir()
-        _land(inbox / "a.jsonl", [json.dumps(
+        _land(inbox / "a.jsonl", [*(json.dumps(
             {"ts_ms": START_MS, "type": "schedule", "schedule_id": f"hourly-{i}",
              "every_ms": HOUR_MS, "misfire": misfire}, separators=(",", ":"))
-            for i in range(n)])
-        clock = _Clock(START_MS)
+            for i in range(n)), _tick(START_MS + 1_000)])
+        clock = None if event_time else _Clock(START_MS)
         engine = LocalFollowEngine(inbox, output, lateness_ms=100, clock=clock,
                                    max_bytes_per_batch=1 << 40)
         progress(f"catch-up, {misfire}: applying {n:,} hourly schedules ...")
-        clock.ms = START_MS + 1_000
+        if clock is not None:
+            clock.ms = START_MS + 1_000
         engine.step()
-        clock.ms = START_MS + 6 * HOUR_MS  # six hours without a reading
-        progress(f"catch-up, {misfire}: the clock jumps six hours")
+        if clock is not None:
+            clock.ms = START_MS + 6 * HOUR_MS  # six hours without a reading
+            progress(f"catch-up, {misfire}: the clock jumps six hours")
+        else:
+            # Six hours without a row; the second tick moves time past the first.
+            _land(inbox / "b.jsonl", [_tick(START_MS + 6 * HOUR_MS),
+                                      _tick(START_MS + 6 * HOUR_MS + 1_000)])
+            progress(f"catch-up, {misfire}: the log's next rows come six hours later")
         started = time.perf_counter()
         batches = 0
         while engine.step() is not None:
@@ -221,7 +236,7 @@ def catchup(n: int, misfire: str, progress: Callable[[str], None]) -> CatchupRun
         counts = engine.counts()
         engine.close()
         fired = count_outputs(output / "outcomes", "outcome").get("fired", 0)
-    return CatchupRun(misfire, n, fired, counts.skipped, batches, seconds)
+    return CatchupRun(misfire, n, fired, counts.skipped, batches, seconds, event_time)
 
 
 def engine_table(states: list[StateRun], latencies: list[LatencyRun],
@@ -238,7 +253,8 @@ def engine_table(states: list[StateRun], latencies: list[LatencyRun],
                      f"{r.quantile(0.5):,} ms, p99 {r.quantile(0.99):,} ms, max "
                      f"{max(r.delays_ms):,} ms ({len(r.delays_ms):,} fires) |")
     for c in catchups:
-        lines.append(f"| catch-up after 6 h, `misfire={c.misfire}` | local follow | "
+        what = "a 6 h gap in the log" if c.event_time else "a 6 h outage (wall clock)"
+        lines.append(f"| catch-up after {what}, `misfire={c.misfire}` | local follow | "
                      f"{c.schedules:,} | {c.fired:,} fired, {c.skipped:,} skipped, in "
                      f"{c.seconds:,.1f} s ({c.batches} batches) |")
     return "\n".join(lines)
