@@ -467,6 +467,61 @@ def test_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
     assert len(ids) == len(set(ids)) == 100 * 100
 
 
+def test_in_event_time_a_gap_is_caught_up_in_bounded_batches_and_rows_wait_their_turn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 5_000)
+    land(tmp_path / "in", "a.jsonl", [*(line(1_000, "schedule", f"s{n}", every_ms=1_000,
+                                             misfire="all") for n in range(300)),
+                                      tick(1_500)])
+    follower = engine(tmp_path, None)  # event time: the log is the clock
+    follower.step()
+    # The log's next rows come 100 s later: 300 x 99 occurrences in the gap, and an
+    # unschedule of s0 after it, which must see all of s0's fire first.
+    land(tmp_path / "in", "b.jsonl", [tick(101_000), line(101_000, "unschedule", "s0"),
+                                      tick(101_200)])
+    sizes = []
+    while (batch := follower.step()) is not None:
+        sizes.append(batch.outcomes)
+        assert len(sizes) < 20
+    assert not follower.catching_up
+    assert len(sizes) >= 6 and max(sizes) <= 5_000 + 100  # a series' plan is whole
+    rows = fired(outcome_rows(tmp_path))
+    ids = [row[0] for row in rows]
+    assert len(ids) == len(set(ids)) == 300 * 100
+    assert max(t for op_id, t, _ in rows if op_id.startswith("s0@")) == 101_000
+    assert follower.counts().schedules == 299
+
+
+def test_in_event_time_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 2_000)
+    first = [*(line(1_000, "schedule", f"s{n}", every_ms=1_000, misfire="all",
+                    jitter_ms=300) for n in range(100)), tick(1_500)]
+    then = [tick(101_000), tick(101_400), tick(101_600)]  # 101,400 is released
+    land(tmp_path / "in", "a.jsonl", first)
+    follower = engine(tmp_path, None)
+    follower.step()
+    land(tmp_path / "in", "b.jsonl", then)
+    follower.step()
+    follower.step()
+
+    def crash(batch_id: int, names: list[str]) -> None:
+        raise KeyboardInterrupt  # killed after the outputs, before the state
+
+    monkeypatch.setattr(follower, "_commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        follower.step()
+    again = engine(tmp_path, None)  # the lock of a killed process is free
+    assert again.catching_up  # restored in the middle: goes on without new input
+    while again.step() is not None:
+        pass
+    ids = [row[0] for row in fired(outcome_rows(tmp_path))]
+    uninterrupted = ReferenceEngine(lateness_ms=100)  # the engine's lateness
+    uninterrupted.feed_lines([*first, *then])
+    assert len(ids) == len(set(ids)) == 100 * 100
+    assert sorted(ids) == sorted(row[0] for row in fired(uninterrupted.run()))
+
+
 def test_replaced_and_ended_schedules_leave_no_pending_occurrences_behind() -> None:
     resolver = Resolver()
     for n in range(20_000):  # one id, replaced again and again, a year out each time

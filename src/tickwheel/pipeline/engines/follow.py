@@ -318,17 +318,17 @@ class LocalFollowEngine:
     # -- the checkpoint ------------------------------------------------------------
 
     def _follow_clock(self) -> None:
-        """On the wall clock, schedules notice their occurrences at its readings, and a
-        catch-up after an outage fires in batches of bounded size."""
+        """On the wall clock, schedules notice their occurrences at its readings. A
+        catch-up (after an outage, or a gap in the log) fires in batches of bounded
+        size."""
         if self.clock is not None:
             self.ops.stage.schedules.clock_notices = True
-            self.ops.fire_limit = FOLLOW_FIRES_PER_BATCH
+        self.ops.fire_limit = FOLLOW_FIRES_PER_BATCH
 
     @property
     def catching_up(self) -> bool:
         """Whether occurrences of schedules wait for the next batches to fire."""
-        stage = self.ops.stage
-        return stage.now is not None and stage.schedules.behind(stage.now)
+        return self.ops.catching_up
 
     @property
     def batch_id(self) -> int:

@@ -379,9 +379,9 @@ class OpPartition(_Partition):
                  dedupe_retention_ms: int | None = None) -> None:
         super().__init__(partition, lateness_ms)
         self.stage = OpStage(dedupe_retention_ms=dedupe_retention_ms)
-        #: Occurrences of schedules one release fires as time passes without rows
-        #: (None: all): a catch-up after an outage then takes several batches of
-        #: bounded size. Rows always see every occurrence before their time fired.
+        #: Occurrences of schedules one release fires, about (None: all): a catch-up
+        #: after an outage or a gap in the log then takes several batches of bounded
+        #: size. Rows always see every occurrence before their time fired: they wait.
         self.fire_limit: int | None = None
 
     def take(self, rows: list[Wire], progress: list[Progress]) -> list[Quarantined]:
@@ -409,23 +409,61 @@ class OpPartition(_Partition):
         """Apply the held rows below ``point``, stage 1's release point (which it
         reached with every progress row below it sent); time then stands just before
         it. ``runs`` are the runs of row times every stage 1 partition released with
-        it (:meth:`KeyPartition.release`): the log's clock, in event time."""
+        it (:meth:`KeyPartition.release`): the log's clock, in event time.
+
+        With a :attr:`fire_limit`, a catch-up of schedules fires about that many
+        occurrences a call: rows after the occurrences still to decide wait, held,
+        for the next call (see :attr:`catching_up`), as does time."""
         stage = self.stage
+        book = stage.schedules
         times = merge_runs(runs)
         if times:
-            stage.schedules.row_times.extend(times)
-        if point is None or (self.release_ms is not None and point <= self.release_ms):
-            if stage.now is None or not stage.schedules.behind(stage.now):
-                return [], []
-            stage.advance_to(stage.now, self.fire_limit)  # a catch-up goes on
-            return self._released([], stage)
-        self.release_ms = point
-        due = self._due(point, op_order)
-        for piece in _pieces(due):
+            book.row_times.extend(times)
+        if point is not None and (self.release_ms is None or point > self.release_ms):
+            self.release_ms = point
+        point = self.release_ms
+        if point is None:
+            return [], []
+        limit = self.fire_limit
+        fired_before = book.fired
+        rows = self._due(point, op_order)
+        applied: list[Any] = []
+        pos, n = 0, len(rows)
+        while pos < n:
+            ts: int = rows[pos][0]
+            if limit is not None and book.behind(ts):
+                # The occurrences before these rows first, within the budget left.
+                stage.advance_to(ts, max(0, limit - (book.fired - fired_before)))
+                if book.behind(ts):
+                    self.held.extend(rows[pos:])  # they wait for the next call
+                    return self._released(applied, stage)
+            end = min(pos + PIECE_ROWS, n)  # a piece: whole times, about PIECE_ROWS
+            while end < n and rows[end][0] == rows[end - 1][0]:
+                end += 1
+            due_ms = book.next_fire_ms() if limit is not None else None
+            if due_ms is not None and rows[end - 1][0] >= due_ms:
+                # Only up to the next occurrence: the loop decides it, within budget.
+                end = max(bisect.bisect_left(rows, due_ms * 8, pos, end, key=op_order),
+                          pos + 1)
+                while end < n and rows[end][0] == rows[end - 1][0]:
+                    end += 1
+            piece = rows[pos:end]
             stage.apply_staged(piece)
+            applied += piece
+            pos = end
+        left = None if limit is None else max(0, limit - (book.fired - fired_before))
         if stage.now is None or point - 1 > stage.now:
-            stage.advance_to(point - 1, self.fire_limit)
-        return self._released(due, stage)
+            stage.advance_to(point - 1, left)
+        elif book.behind(stage.now):
+            stage.advance_to(stage.now, left)  # a catch-up goes on
+        return self._released(applied, stage)
+
+    @property
+    def catching_up(self) -> bool:
+        """Whether occurrences of schedules (and the rows after them) wait for the next
+        calls of :meth:`release`, which need no new input."""
+        stage = self.stage
+        return stage.now is not None and stage.schedules.behind(stage.now)
 
     def _released(self, due: list[Any], stage: OpStage,
                   ) -> tuple[list[OutcomeRow], list[Quarantined]]:

@@ -138,6 +138,7 @@ class ScheduleBook:
         #: In event time, the log's row times known so far (the engine gives them).
         self.row_times = RowTimes()
         self.skipped = 0
+        self.fired = 0  # occurrences fired by this book, since it was made
         self.ignored = 0  # unschedule, pause and resume rows that changed nothing
         self.finished = 0
         #: Schedule ids changed since the resolver last took its changes (None: not
@@ -266,6 +267,7 @@ class ScheduleBook:
                           series.schedule.fire_ms(schedule_id, occurrence), series.skipped))
         series.runs += 1
         series.skipped = 0
+        self.fired += 1
 
     def _move_on(self, schedule_id: str, series: _Series) -> None:
         series.next_ms = self._shared(series.schedule.next_after(series.after_ms))
