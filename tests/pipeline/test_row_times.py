@@ -70,6 +70,19 @@ def test_an_occurrence_in_a_gap_is_noticed_at_its_end_and_one_near_a_row_on_time
     assert clock.noticed_at(2_000) is None  # forgotten: decided already
 
 
+@given(times, st.integers(-1, 31_000))
+def test_an_occurrence_is_noticed_at_the_first_row_at_or_after_it_if_that_ends_a_gap(
+        rows: list[int], ms: int) -> None:
+    clock = RowTimes()
+    clock.extend(runs_of(rows))
+    after = [ts for ts in rows if ts >= ms]
+    before = [ts for ts in rows if ts < ms]
+    if after and before and min(after) != ms and min(after) - max(before) > GAP_MS:
+        assert clock.noticed_at(ms) == min(after)
+    else:
+        assert clock.noticed_at(ms) is None
+
+
 def test_exactly_a_second_without_a_row_is_not_a_gap() -> None:
     assert runs_of([0, GAP_MS]) == [0, GAP_MS]
     assert runs_of([0, GAP_MS + 1]) == [0, 0, GAP_MS + 1, GAP_MS + 1]

@@ -17,6 +17,7 @@ its gaps, not its rows.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from typing import Final
 
@@ -92,11 +93,9 @@ class RowTimes:
         """When an occurrence firing at ``ms`` (at or before the frontier) is noticed,
         if it falls in a gap: the gap's end; None if a row is within :data:`GAP_MS`."""
         gaps = self.gaps
-        for i in range(0, len(gaps), 2):
-            if gaps[i] < ms < gaps[i + 1]:
-                return gaps[i + 1]
-            if gaps[i] >= ms:
-                break
+        i = bisect.bisect_right(gaps, ms)  # odd: after a gap's start, before its end
+        if i % 2 and gaps[i - 1] < ms:
+            return gaps[i]
         return None
 
     def forget_until(self, ms: int) -> None:
