@@ -440,6 +440,21 @@ def test_a_catch_up_after_an_outage_fires_in_batches_of_bounded_size(
     assert len(ids) == len(set(ids)) == 300 * 100
 
 
+def crashed_and_restarted(follower: follow.LocalFollowEngine, tmp_path: Path,
+                          clock: WallClock | None,
+                          monkeypatch: pytest.MonkeyPatch) -> follow.LocalFollowEngine:
+    """The follower killed in its next batch, after the outputs and before the state,
+    and a new one started on its checkpoint (a killed process's lock is free)."""
+
+    def crash(batch_id: int, names: list[str]) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(follower, "_commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        follower.step()
+    return engine(tmp_path, clock)
+
+
 def test_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 2_000)
@@ -453,14 +468,7 @@ def test_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
     clock.ms = 101_200
     follower.step()
     follower.step()
-
-    def crash(batch_id: int, names: list[str]) -> None:
-        raise KeyboardInterrupt  # killed after the outputs, before the state
-
-    monkeypatch.setattr(follower, "_commit", crash)
-    with pytest.raises(KeyboardInterrupt):
-        follower.step()
-    again = engine(tmp_path, clock)  # the lock of a killed process is free
+    again = crashed_and_restarted(follower, tmp_path, clock, monkeypatch)
     while again.step() is not None:
         pass
     ids = [row[0] for row in fired(outcome_rows(tmp_path))]
@@ -504,14 +512,7 @@ def test_in_event_time_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_not
     land(tmp_path / "in", "b.jsonl", then)
     follower.step()
     follower.step()
-
-    def crash(batch_id: int, names: list[str]) -> None:
-        raise KeyboardInterrupt  # killed after the outputs, before the state
-
-    monkeypatch.setattr(follower, "_commit", crash)
-    with pytest.raises(KeyboardInterrupt):
-        follower.step()
-    again = engine(tmp_path, None)  # the lock of a killed process is free
+    again = crashed_and_restarted(follower, tmp_path, None, monkeypatch)
     assert again.catching_up  # restored in the middle: goes on without new input
     while again.step() is not None:
         pass

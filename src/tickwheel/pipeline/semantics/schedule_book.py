@@ -138,7 +138,7 @@ class ScheduleBook:
         #: In event time, the log's row times known so far (the engine gives them).
         self.row_times = RowTimes()
         self.skipped = 0
-        self.fired = 0  # occurrences fired by this book, since it was made
+        self.fired = 0  # occurrences fired: a release budgets its fires by its growth
         self.ignored = 0  # unschedule, pause and resume rows that changed nothing
         self.finished = 0
         #: Schedule ids changed since the resolver last took its changes (None: not
