@@ -500,6 +500,21 @@ def test_in_event_time_a_gap_is_caught_up_in_bounded_batches_and_rows_wait_their
     assert follower.counts().schedules == 299
 
 
+def test_schedules_and_the_rows_past_their_gap_in_one_batch_are_caught_up_in_bounded_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 1_000)
+    land(tmp_path / "in", "a.jsonl", [*(line(1_000, "schedule", f"s{n}", every_ms=1_000,
+                                             misfire="all") for n in range(60)),
+                                      tick(1_500), tick(101_000), tick(101_200)])
+    follower = engine(tmp_path, None)
+    sizes = []
+    while (batch := follower.step()) is not None:
+        sizes.append(batch.outcomes)
+        assert len(sizes) < 20
+    assert len(fired(outcome_rows(tmp_path))) == 60 * 100
+    assert len(sizes) >= 6 and max(sizes) <= 1_000 + 60
+
+
 def test_in_event_time_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 2_000)

@@ -662,6 +662,67 @@ def test_schedules_fire_on_the_wall_clock_once_each_across_a_stop(spark: Any,
         assert times == list(range(times[0], times[-1] + 1, 500))
 
 
+def test_in_event_time_a_gap_is_caught_up_in_bounded_micro_batches_without_new_input(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a gap in the log, each op partition fires a bounded share of the catch-up a
+    micro-batch, the driver starts the next without input, and a stop in the middle
+    goes on after a restart: the reference engine's outcomes, each once."""
+    import threading
+
+    from tickwheel.pipeline.engines.reference import ReferenceEngine
+    from tickwheel.pipeline.spark import engine as spark_engine
+
+    monkeypatch.setattr(spark_engine, "FOLLOW_FIRES_PER_BATCH", 500)
+    inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    inbox.mkdir()
+    first = [json.dumps({"ts_ms": 1_000, "type": "schedule", "schedule_id": f"s{n}",
+                         "every_ms": 1_000, "misfire": "all"}) for n in range(60)]
+    first.append(json.dumps({"ts_ms": 1_500, "type": "tick"}))
+    # The log's next rows come 100 s later: 60 x 99 occurrences in the gap.
+    then = [json.dumps({"ts_ms": ts, "type": "tick"}) for ts in (101_000, 101_400, 101_600)]
+    uninterrupted = ReferenceEngine(lateness_ms=100)
+    uninterrupted.feed_lines([*first, *then])
+    expected = expected_outcomes(uninterrupted.run())
+    assert len(expected) > 60 * 95
+    sizes: list[int] = []
+
+    def service(stop_after: int | None) -> tuple[threading.Event, threading.Thread]:
+        stop = threading.Event()
+
+        def counted(batch_id: int, outcomes: int, quarantined: int) -> None:
+            sizes.append(outcomes)
+            if stop_after is not None and sum(sizes) >= stop_after:
+                stop.set()  # in the middle of the catch-up
+
+        engine = SparkEngine(spark, inbox, out, checkpoint, lateness_ms=100, partitions=2,
+                             on_batch=counted)
+        runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=200))
+        runner.start()
+        return stop, runner
+
+    _land(inbox, "a.jsonl", first)
+    _land(inbox, "b.jsonl", then)
+    stop, runner = service(stop_after=1_000)
+    try:
+        _wait_until(stop.is_set, "a part of the catch-up", runner)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert not runner.is_alive()
+    assert 1_000 <= len(outcomes_of(out)) < len(expected)
+    stop, runner = service(stop_after=None)  # nothing new lands: it goes on by itself
+    try:
+        _wait_until(lambda: len(outcomes_of(out)) >= len(expected), "the whole catch-up",
+                    runner)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert not runner.is_alive()
+    assert outcomes_of(out) == expected
+    assert len([n for n in sizes if n]) >= 6
+    assert max(sizes) <= 2 * (500 + 60)  # a share a partition, a series' plan whole
+
+
 def test_a_wall_clock_checkpoint_runs_in_follow_mode_only(spark: Any, tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     engine = SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ck",

@@ -31,7 +31,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tickwheel.pipeline.contract.events import Quarantined, Reason, Wire, is_quarantined, wire_line
+from tickwheel.pipeline.contract.events import (
+    EventType,
+    Quarantined,
+    Reason,
+    Wire,
+    is_quarantined,
+    wire_line,
+)
 from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, is_progress, key_order
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
@@ -149,6 +156,9 @@ class PartitionStatus:
     #: policies, in all.
     schedules: int = 0
     skipped: int = 0
+    #: Whether occurrences of schedules wait for the op partition's next call, which
+    #: needs no new input (:attr:`OpPartition.catching_up`).
+    catching_up: bool = False
 
 
 class _Partition:
@@ -232,14 +242,14 @@ class _Partition:
         raise NotImplementedError
 
     def _status(self, pending: int, ignored_cancels: int, held: int, schedules: int = 0,
-                skipped: int = 0) -> PartitionStatus:
+                skipped: int = 0, catching_up: bool = False) -> PartitionStatus:
         self.seq += 1
         return PartitionStatus(self.stage_name, self.partition, self.seq, self.release_ms,
                                self.top_ms, self.rows_in, self.rows_applied, self.quarantined,
                                held, pending, ignored_cancels,
                                dict(self.quarantined_by_reason),
                                dict(self.outcomes_by_outcome), schedules=schedules,
-                               skipped=skipped)
+                               skipped=skipped, catching_up=catching_up)
 
 
 class KeyPartition(_Partition):
@@ -369,6 +379,24 @@ class KeyPartition(_Partition):
         return True
 
 
+#: The rows that change a partition's schedules, and so when its next occurrence is.
+_SCHEDULE_ROWS = frozenset(kind.value for kind in (EventType.SCHEDULE, EventType.UNSCHEDULE,
+                                                   EventType.PAUSE, EventType.RESUME))
+
+
+def _through_schedule_rows(rows: list[Any], pos: int, end: int) -> int:
+    """Where a piece ``rows[pos:end]`` ends so that no row follows, at a later time, a
+    schedule row of it: the occurrences that row makes are decided, within a budget,
+    before the rows after them."""
+    for i in range(pos, end):
+        if rows[i][1] in _SCHEDULE_ROWS:
+            cut, ts = i + 1, rows[i][0]
+            while cut < end and rows[cut][0] == ts:
+                cut += 1
+            return cut
+    return end
+
+
 class OpPartition(_Partition):
     """Stage 2: watches, cancels, ticks and malformed rows, and stage 1's progress in
     (:meth:`take`); outcomes out (:meth:`release`)."""
@@ -440,6 +468,8 @@ class OpPartition(_Partition):
             end = min(pos + PIECE_ROWS, n)  # a piece: whole times, about PIECE_ROWS
             while end < n and rows[end][0] == rows[end - 1][0]:
                 end += 1
+            if limit is not None:
+                end = _through_schedule_rows(rows, pos, end)
             due_ms = book.next_fire_ms() if limit is not None else None
             if due_ms is not None and rows[end - 1][0] >= due_ms:
                 # Only up to the next occurrence: the loop decides it, within budget.
@@ -481,7 +511,7 @@ class OpPartition(_Partition):
         held = sum(1 for fields in self.held if not is_progress(fields))
         book = self.stage.schedules
         return self._status(len(self.stage.pending), self.stage.ignored_cancels, held,
-                            len(book), book.skipped)
+                            len(book), book.skipped, self.catching_up)
 
     def track_changes(self) -> None:
         self.stage.track_op_changes()

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel.pipeline.contract.events import (
     Quarantined,
@@ -41,7 +41,6 @@ from tickwheel.pipeline.contract.events import (
     to_wire,
     wire_line,
 )
-from tickwheel.pipeline.contract.limits import FOLLOW_FIRES_PER_BATCH
 from tickwheel.pipeline.contract.routing import partition_of, route
 from tickwheel.pipeline.io.log_reader import json_lines, json_stream, open_input, parquet_events
 from tickwheel.pipeline.io.outputs import (
@@ -164,12 +163,18 @@ def _chunk_batch(chunks: list[tuple[int, int, int, bytes]]) -> pa.RecordBatch:
         names=["grp", "dest", "ts", "rows"])
 
 
+#: A slice of no rows and no row times, in a stage 1 partition's chunk.
+_NO_ROWS: Final = encoded([[], []])
+
+
 def packer(labels: list[int], lateness_ms: int, max_future_ms: int | None = None) -> Any:
-    """Input files (and end-of-input markers, and wall-clock readings) to chunks:
+    """Input files (and the driver's markers, and wall-clock readings) to chunks:
     every slice of input gives each stage 1 partition its rows and the slice's top,
     and stage 2's rows ride with stage 1's partition of the same number. A row of the
     clock (a wall-clock reading, in follow mode) ends the input up to that reading
-    less the lateness bound: time moves without rows. With ``max_future_ms``, a file
+    less the lateness bound: time moves without rows. An end-of-input marker ends it
+    at the marker's time; a ``continue`` marker calls every partition with no rows, so
+    that a catch-up goes on without input. With ``max_future_ms``, a file
     comes with the micro-batch's clock, and a row further ahead of it than that goes on
     as a malformed row, reason ``future``, which stage 2 quarantines and counts."""
     partitions = len(labels)
@@ -198,8 +203,13 @@ def packer(labels: list[int], lateness_ms: int, max_future_ms: int | None = None
             for uri, file, clock in zip(batch.column(0).to_pylist(),
                                         batch.column(1).to_pylist(),
                                         batch.column(2).to_pylist(), strict=True):
-                if uri is not None:  # an end-of-input marker
+                if uri is not None:  # a marker of the driver's
                     marker = json.loads(Path(local_file(uri)).read_text())
+                    if marker.get("continue"):
+                        # A catch-up goes on: every partition is called, with no rows.
+                        yield _chunk_batch([(labels[p], KEY_ROWS, NONE, _NO_ROWS)
+                                            for p in range(partitions)])
+                        continue
                     end = int(marker.get("end_ms", NONE))
                     yield _chunk_batch([(labels[p], END, end, b"")
                                         for p in range(partitions)])
@@ -453,11 +463,14 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str,
 
 
 def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int | None,
-                 checkpoint: str, wall_clock: bool = False, keep: bool = True) -> Any:
+                 checkpoint: str, wall_clock: bool = False, keep: bool = True,
+                 fire_limit: int | None = None) -> Any:
     """Stage 2's processor, grouped by the label of an op-id partition. With
     ``wall_clock``, schedules notice their occurrences at the clock's readings (see
-    :mod:`tickwheel.pipeline.semantics.schedule_book`). Without ``keep``, every call
-    reads its partition from the state (the worker keeps nothing)."""
+    :mod:`tickwheel.pipeline.semantics.schedule_book`). With ``fire_limit``, a call
+    fires about that many occurrences of a catch-up and says in its status that it is
+    catching up (:attr:`OpPartition.fire_limit`). Without ``keep``, every call reads
+    its partition from the state (the worker keeps nothing)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     partition_of_label = {label: p for p, label in enumerate(labels)}
@@ -503,7 +516,7 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                     part.track_changes()
                 if wall_clock:
                     part.stage.schedules.clock_notices = True
-                    part.fire_limit = FOLLOW_FIRES_PER_BATCH
+                part.fire_limit = fire_limit
                 point: int | None = None
                 quarantine: list[Quarantined] = []
                 passed: list[tuple[bytes | None, str | None]] = []

@@ -56,6 +56,7 @@ from tickwheel.pipeline.contract.limits import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_STOP_TIMEOUT_MS,
     DEFAULT_TRIGGER_MS,
+    FOLLOW_FIRES_PER_BATCH,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
     MAX_PARTITIONS,
@@ -290,6 +291,9 @@ class SparkEngine:
         self._delivery: BatchDelivery | None = None
         self.batches = 0
         self._skipped: dict[str, str] = {}  # input files skipped, as last reported
+        # The (partition, seq) of the op partitions catching up when the driver last
+        # asked for a micro-batch to go on with it.
+        self._continued: tuple[tuple[int, int], ...] = ()
         self._changed: dict[str, int] = {}  # input files seen to change, as last reported
         self._input_gone: str | None = None  # why the input cannot be listed, as reported
 
@@ -381,7 +385,8 @@ class SparkEngine:
             PROGRESS_SCHEMA, "Append", "None")
         return progress.groupBy("grp").transformWithStateInPandas(
             op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms,
-                         self.checkpoint_id, self.clock == "wall", self.worker_cache),
+                         self.checkpoint_id, self.clock == "wall", self.worker_cache,
+                         FOLLOW_FIRES_PER_BATCH if follow else None),
             OUTPUT_SCHEMA, "Append", "None")
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
@@ -537,6 +542,7 @@ class SparkEngine:
                         if not query.isActive:
                             break
                         self._report_input_gone()
+                        self._go_on_catching_up()
                     self._stop_between_batches(query, trigger_ms)
                 finally:
                     query.stop()
@@ -659,9 +665,21 @@ class SparkEngine:
         self._write_marker({"end": True, "end_ms": end})
         return end
 
-    def _write_marker(self, marker: dict[str, Any]) -> None:
+    def _go_on_catching_up(self) -> None:
+        """A micro-batch without input for a catch-up that waits: in event time only
+        a landing file starts one, and an op partition fires a bounded share of a
+        catch-up a call (``FOLLOW_FIRES_PER_BATCH``). One marker a batch: another
+        only once the partitions that were catching up have been called since."""
+        waiting = tuple((s.partition, s.seq) for s in self.statuses()
+                        if s.stage == "op" and s.catching_up)
+        if waiting and waiting != self._continued:
+            self._continued = waiting
+            self._write_marker({"continue": True}, "continue")
+            log.info("a catch-up goes on in %d partitions", len(waiting))
+
+    def _write_marker(self, marker: dict[str, Any], kind: str = "end") -> None:
         write_bytes_atomically((json.dumps(marker) + "\n").encode(),
-                               self.checkpoint_dir / "control" / f"end-{uuid.uuid4().hex}.jsonl")
+                               self.checkpoint_dir / "control" / f"{kind}-{uuid.uuid4().hex}.jsonl")
 
     def run(self, final: bool = True) -> SparkRunResult:
         """Process what the input holds now; with ``final``, end the input too."""
