@@ -424,6 +424,24 @@ def test_keys_past_their_ttl_take_their_segments_with_them(tmp_path: Path,
     journal.close()
 
 
+def test_kept_keys_give_the_garbage_collector_nothing_to_walk(tmp_path: Path,
+                                                             clock: ManualClock) -> None:
+    import gc
+
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    gc.collect()
+    before = len(gc.get_objects())
+    for i in range(50):
+        journal.land([Submission([f'{{"ts_ms":{i},"type":"tick"}}'], f"k-{i}-{j}", "d", i)
+                      for j in range(100)])
+    gc.collect()
+    assert len(gc.get_objects()) - before < 500  # 5,000 keys kept
+    replayed = journal.replay("k-49-99")
+    assert replayed is not None and replayed[0] == "d"
+    assert replayed[1] == Receipt(replayed[1].file, 1, 49)
+    journal.close()
+
+
 def test_the_single_key_file_of_earlier_versions_is_read(tmp_path: Path,
                                                          clock: ManualClock) -> None:
     journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)

@@ -57,6 +57,10 @@ DEFAULT_MAX_KEYS: Final = 1_000_000
 _NAME = re.compile(r"submit-(\d{13})-(\d{6})\.jsonl")
 _TEMPORARY = re.compile(r"\.submit-\d{13}-\d{6}\.jsonl\.[0-9a-f]{8}\.tmp")
 
+# Where a kept key's tuple holds when it landed, and its key log segment.
+_LANDED_AT: Final = 4
+_SEGMENT_AT: Final = 5
+
 #: Which of the named input files the engine has committed.
 CommittedInputs = Callable[[Sequence[str]], Collection[str]]
 #: An engine in the same process given a file's rows as landed: (name, rows, (size,
@@ -109,8 +113,10 @@ class SubmitJournal:
         self.key_ttl_ms = key_ttl_ms
         self.max_keys = max_keys
         self.hand_over = hand_over
-        # key -> (body digest, receipt, when landed, the key log's segment)
-        self._keys: OrderedDict[str, tuple[str, Receipt, int, int]] = OrderedDict()
+        # key -> (body digest, file, rows, stamp, when landed, the key log's segment):
+        # a plain tuple of strs and ints, which the collector stops tracking: a million
+        # keys add nothing to the walk of its full collections.
+        self._keys: OrderedDict[str, tuple[str, str, int, int, int, int]] = OrderedDict()
         self._segment_keys: dict[int, int] = {}  # keys kept, by segment
         self._last_name = (0, 0)
         self._files = self._rows = self._retired = 0
@@ -162,13 +168,14 @@ class SubmitJournal:
                   segment: int) -> None:
         if request.key in self._keys:
             self._forget(request.key)
-        self._keys[request.key] = (request.digest, receipt, at, segment)
+        self._keys[request.key] = (request.digest, receipt.file, receipt.accepted,
+                                   receipt.ts_ms, at, segment)
         self._segment_keys[segment] = self._segment_keys.get(segment, 0) + 1
         while len(self._keys) > self.max_keys:
             self._forget(next(iter(self._keys)))
 
     def _forget(self, key: str) -> None:
-        segment = self._keys.pop(key)[3]
+        segment = self._keys.pop(key)[_SEGMENT_AT]
         left = self._segment_keys[segment] - 1
         if left:
             self._segment_keys[segment] = left
@@ -180,8 +187,8 @@ class SubmitJournal:
         """Keys past their ttl forgotten: they are in landing order, so from the front."""
         cutoff = self._clock() - self.key_ttl_ms
         while self._keys:
-            key, (_, _, at, _) = next(iter(self._keys.items()))
-            if at >= cutoff:
+            key, kept = next(iter(self._keys.items()))
+            if kept[_LANDED_AT] >= cutoff:
                 break
             self._forget(key)
 
@@ -192,10 +199,10 @@ class SubmitJournal:
         found = self._keys.get(key)
         if found is None:
             return None
-        digest, receipt, at, _ = found
+        digest, file, accepted, ts_ms, at, _ = found
         if at < self._clock() - self.key_ttl_ms:
             return None
-        return digest, receipt
+        return digest, Receipt(file, accepted, ts_ms)
 
     def _next_name(self) -> str:
         now = max(self._clock(), self._last_name[0])
