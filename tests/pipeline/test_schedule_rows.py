@@ -550,6 +550,25 @@ def test_replaced_and_ended_schedules_leave_no_pending_occurrences_behind() -> N
     assert resolver.schedules.next_fire_ms() == ms("1971-01-01T00:00:00")
 
 
+def test_a_crons_walk_over_a_long_gap_counts_against_the_limit_as_fires_do() -> None:
+    resolver = Resolver()
+    resolver.schedules.clock_notices = True
+    # Every second, in a zone: 30,000 occurrences missed, each found by a walk.
+    resolver.apply([parse_line(line(0, "schedule", cron="* * * * * *",  # type: ignore[list-item]
+                                    tz="Europe/London", misfire="latest"))])
+    resolver.advance_to(30_000_000, fire_limit=3_000)
+    book = resolver.schedules
+    assert book.behind(30_000_000) and book.skipped < 3_000 + 4_096
+    calls = 1
+    while book.behind(30_000_000):
+        resolver.advance_to(30_000_000, fire_limit=3_000)
+        calls += 1
+    rows = fired(resolver.drain()[0])
+    # The minute of grace fires (61 occurrences); the first of it tells of the rest.
+    assert calls >= 30_000 // 4_096 and len(rows) == 61  # a plan of 4,096 at least a call
+    assert rows[0] == ("s@29940000", 29_940_000, 29_939) and book.skipped == 29_939
+
+
 def test_one_series_catching_up_stops_at_the_limit_and_goes_on_at_the_next_advance() -> None:
     resolver = Resolver()
     resolver.schedules.clock_notices = True

@@ -63,6 +63,9 @@ class Catchup:
     more: bool
     #: True when the series is over (``end_ms`` passed, or ``max_runs`` reached).
     finished: bool
+    #: Occurrences computed one by one (fired or skipped): the plan's cost. An
+    #: interval's skipped occurrences are counted at once, not looked at.
+    looked: int = 0
 
 
 _FIELD_NAMES = ("every_ms", "anchor_ms", "cron", "tz", "start_ms", "end_ms", "max_runs",
@@ -274,7 +277,7 @@ class Schedule:
         finished = o is None or (self.max_runs is not None
                                  and runs + len(fire) >= self.max_runs)
         more = not finished and o is not None and o <= now_ms
-        return Catchup(tuple(fire), skipped, cursor, more, finished)
+        return Catchup(tuple(fire), skipped, cursor, more, finished, looked)
 
     def _skip_interval(self, o: int, now_ms: int) -> tuple[int, int]:
         """For an interval, jump over the missed occurrences the policy would pass over

@@ -407,9 +407,10 @@ class OpPartition(_Partition):
                  dedupe_retention_ms: int | None = None) -> None:
         super().__init__(partition, lateness_ms)
         self.stage = OpStage(dedupe_retention_ms=dedupe_retention_ms)
-        #: Occurrences of schedules one release fires, about (None: all): a catch-up
-        #: after an outage or a gap in the log then takes several batches of bounded
-        #: size. Rows always see every occurrence before their time fired: they wait.
+        #: Occurrences of schedules one release decides one by one, about (None: all;
+        #: :attr:`ScheduleBook.looked`): a catch-up after an outage or a gap in the log
+        #: then takes several batches of bounded size and time. Rows always see every
+        #: occurrence before their time fired: they wait.
         self.fire_limit: int | None = None
 
     def take(self, rows: list[Wire], progress: list[Progress]) -> list[Quarantined]:
@@ -439,9 +440,10 @@ class OpPartition(_Partition):
         it. ``runs`` are the runs of row times every stage 1 partition released with
         it (:meth:`KeyPartition.release`): the log's clock, in event time.
 
-        With a :attr:`fire_limit`, a catch-up of schedules fires about that many
-        occurrences a call: rows after the occurrences still to decide wait, held,
-        for the next call (see :attr:`catching_up`), as does time."""
+        With a :attr:`fire_limit`, a catch-up of schedules decides about that many
+        occurrences a call, fired or passed over one by one: rows after the
+        occurrences still to decide wait, held, for the next call (see
+        :attr:`catching_up`), as does time."""
         stage = self.stage
         book = stage.schedules
         times = merge_runs(runs)
@@ -453,7 +455,7 @@ class OpPartition(_Partition):
         if point is None:
             return [], []
         limit = self.fire_limit
-        fired_before = book.fired
+        looked_before = book.looked
         rows = self._due(point, op_order)
         applied: list[Any] = []
         pos, n = 0, len(rows)
@@ -461,7 +463,7 @@ class OpPartition(_Partition):
             ts: int = rows[pos][0]
             if limit is not None and book.behind(ts):
                 # The occurrences before these rows first, within the budget left.
-                stage.advance_to(ts, max(0, limit - (book.fired - fired_before)))
+                stage.advance_to(ts, max(0, limit - (book.looked - looked_before)))
                 if book.behind(ts):
                     self.held.extend(rows[pos:])  # they wait for the next call
                     return self._released(applied, stage)
@@ -481,7 +483,7 @@ class OpPartition(_Partition):
             stage.apply_staged(piece)
             applied += piece
             pos = end
-        left = None if limit is None else max(0, limit - (book.fired - fired_before))
+        left = None if limit is None else max(0, limit - (book.looked - looked_before))
         if stage.now is None or point - 1 > stage.now:
             stage.advance_to(point - 1, left)
         elif book.behind(stage.now):

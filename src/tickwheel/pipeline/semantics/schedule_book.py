@@ -138,7 +138,10 @@ class ScheduleBook:
         #: In event time, the log's row times known so far (the engine gives them).
         self.row_times = RowTimes()
         self.skipped = 0
-        self.fired = 0  # occurrences fired: a release budgets its fires by its growth
+        self.fired = 0  # occurrences fired
+        #: Occurrences decided one by one, fired or passed over (a cron's catch-up
+        #: walks them): a release budgets its work by this count's growth.
+        self.looked = 0
         self.ignored = 0  # unschedule, pause and resume rows that changed nothing
         self.finished = 0
         #: Schedule ids changed since the resolver last took its changes (None: not
@@ -211,14 +214,15 @@ class ScheduleBook:
     def advance(self, now: int, fires: list[Fire], limit: int | None = None) -> None:
         """Time is ``now``: occurrences that fire at or before it are decided (in event
         time, up to the latest row known); with a ``limit``, series by series until
-        about that many fired (a catch-up of millions then takes several calls, each of
-        bounded memory)."""
+        about that many were looked at, fired or passed over (a catch-up of millions
+        then takes several calls, each of bounded memory and time)."""
         until = self._decidable(now)
         if until is None:
             return
         due = self.due
         times = self.row_times
-        while due and due[0][0] <= until and (limit is None or len(fires) < limit):
+        stop_at = None if limit is None else self.looked + limit
+        while due and due[0][0] <= until and (stop_at is None or self.looked < stop_at):
             fire_ms, schedule_id = heapq.heappop(due)
             series = self._series.get(schedule_id)
             if series is None or series.due_ms != fire_ms:
@@ -228,8 +232,9 @@ class ScheduleBook:
             assert occurrence is not None
             noticed = now if self.clock_notices else times.noticed_at(fire_ms)
             if noticed is not None:  # on the wall clock, or in a gap of the log
-                self._plan(schedule_id, series, noticed, fires, limit)
+                self._plan(schedule_id, series, noticed, fires, stop_at)
             else:
+                self.looked += 1
                 self._fire(schedule_id, series, occurrence, fires)
                 series.after_ms = occurrence  # next_ms's object: shared already
                 sched = series.schedule
@@ -242,13 +247,14 @@ class ScheduleBook:
         times.forget_until(min(due[0][0], until) if due else until)
 
     def _plan(self, schedule_id: str, series: _Series, now: int, fires: list[Fire],
-              limit: int | None = None) -> None:
+              stop_at: int | None = None) -> None:
         """Decide the occurrences in (after, now] by the misfire policy, in plans of a
-        bounded number each; past ``limit`` fires, the rest wait for the next advance
-        (the series stays due)."""
+        bounded number each; once :attr:`looked` reaches ``stop_at``, the rest wait
+        for the next advance (the series stays due)."""
         sched = series.schedule
         while True:
             plan = sched.plan(series.after_ms, now, series.runs, PLAN_BUDGET)
+            self.looked += plan.looked
             series.skipped += plan.skipped
             self.skipped += plan.skipped
             for occurrence in plan.fire:
@@ -257,7 +263,7 @@ class ScheduleBook:
             if plan.finished:
                 self._finish(schedule_id)
                 return
-            if not plan.more or (limit is not None and len(fires) >= limit):
+            if not plan.more or (stop_at is not None and self.looked >= stop_at):
                 break
         self._move_on(schedule_id, series)
 
