@@ -667,7 +667,7 @@ class SparkEngine:
 
     def _go_on_catching_up(self) -> None:
         """A micro-batch without input for a catch-up that waits: in event time only
-        a landing file starts one, and an op partition fires a bounded share of a
+        a landing file starts one, and an op partition decides a bounded share of a
         catch-up a call (``FOLLOW_FIRES_PER_BATCH``). One marker a batch: another
         only once the partitions that were catching up have been called since."""
         waiting = tuple((s.partition, s.seq) for s in self.statuses()
