@@ -145,6 +145,7 @@ def _schedules(args: argparse.Namespace) -> int:
         catchup,
         engine_table,
         latency,
+        spark_catchup,
         state,
     )
     from tickwheel.bench._schedules import run_schedules, table
@@ -168,6 +169,10 @@ def _schedules(args: argparse.Namespace) -> int:
         for event_time in (False, True):
             for misfire in ("latest", "all"):
                 catchups.append(catchup(args.catchup_n, misfire, progress, event_time))
+        if "spark" in args.engines:
+            for misfire in ("latest", "all"):
+                catchups.append(spark_catchup(args.catchup_n, misfire, args.master,
+                                              progress))
     if states or latencies or catchups:
         print("\nschedules held by the engines in follow mode\n")
         print(engine_table(states, latencies, catchups))
@@ -309,10 +314,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="occurrences fired a second in the latency run (default: %(default)s)")
     sc.add_argument("--lateness-ms", type=_non_negative, default=100)
     sc.add_argument("--engines", type=_engines, default=["local", "spark"],
-                    help="comma-separated: local, spark (default: both)")
+                    help="comma-separated: local, spark, for the latency and the "
+                         "catch-up (default: both)")
     sc.add_argument("--master", default="local[2]")
     sc.add_argument("--catchup-n", type=_non_negative, default=1_000_000,
-                    help="hourly schedules caught up after a 6 h outage, 0 for none "
+                    help="hourly schedules caught up after a 6 h outage, 0 for none; "
+                         "on Spark (in event time) too if --engines has it "
                          "(default: %(default)s)")
     sv = sub.add_parser("service", help="the submit API and the webhook over loopback: "
                                         "acknowledged rows/s, ack latency, fire delay")
