@@ -420,6 +420,16 @@ def test_a_fired_row_reaches_a_webhook_with_its_occurrence_as_its_id() -> None:
     assert _as_json(row)["skipped"] == 3
 
 
+def batch_outcomes(follower: follow.LocalFollowEngine) -> list[int]:
+    """The outcomes of each batch the follower runs until it has nothing to do (at
+    most 19 batches)."""
+    sizes = []
+    while (batch := follower.step()) is not None:
+        sizes.append(batch.outcomes)
+        assert len(sizes) < 20
+    return sizes
+
+
 def test_a_catch_up_after_an_outage_fires_in_batches_of_bounded_size(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 5_000)
@@ -430,10 +440,7 @@ def test_a_catch_up_after_an_outage_fires_in_batches_of_bounded_size(
     clock.ms = 1_200
     follower.step()
     clock.ms = 101_200  # a hundred seconds later: 100 occurrences of each were missed
-    sizes = []
-    while (batch := follower.step()) is not None:
-        sizes.append(batch.outcomes)
-        assert len(sizes) < 20
+    sizes = batch_outcomes(follower)
     assert not follower.catching_up
     assert len(sizes) >= 6 and max(sizes) <= 5_000 + 100  # a series' plan is whole
     ids = [row[0] for row in fired(outcome_rows(tmp_path))]
@@ -487,10 +494,7 @@ def test_in_event_time_a_gap_is_caught_up_in_bounded_batches_and_rows_wait_their
     # unschedule of s0 after it, which must see all of s0's fire first.
     land(tmp_path / "in", "b.jsonl", [tick(101_000), line(101_000, "unschedule", "s0"),
                                       tick(101_200)])
-    sizes = []
-    while (batch := follower.step()) is not None:
-        sizes.append(batch.outcomes)
-        assert len(sizes) < 20
+    sizes = batch_outcomes(follower)
     assert not follower.catching_up
     assert len(sizes) >= 6 and max(sizes) <= 5_000 + 100  # a series' plan is whole
     rows = fired(outcome_rows(tmp_path))
@@ -507,10 +511,7 @@ def test_schedules_and_the_rows_past_their_gap_in_one_batch_are_caught_up_in_bou
                                              misfire="all") for n in range(60)),
                                       tick(1_500), tick(101_000), tick(101_200)])
     follower = engine(tmp_path, None)
-    sizes = []
-    while (batch := follower.step()) is not None:
-        sizes.append(batch.outcomes)
-        assert len(sizes) < 20
+    sizes = batch_outcomes(follower)
     assert len(fired(outcome_rows(tmp_path))) == 60 * 100
     assert len(sizes) >= 6 and max(sizes) <= 1_000 + 60
 

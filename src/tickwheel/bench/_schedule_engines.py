@@ -201,6 +201,18 @@ def _tick(ts: int) -> str:
     return json.dumps({"ts_ms": ts, "type": "tick"}, separators=(",", ":"))
 
 
+def _hourly(n: int, misfire: str) -> list[str]:
+    """The catch-up's log before its gap: N hourly schedules, then a tick."""
+    return [*(json.dumps({"ts_ms": START_MS, "type": "schedule", "schedule_id": f"hourly-{i}",
+                          "every_ms": HOUR_MS, "misfire": misfire}, separators=(",", ":"))
+              for i in range(n)), _tick(START_MS + 1_000)]
+
+
+def _six_hours_later() -> list[str]:
+    """The log's rows after its gap; the second tick moves time past the first."""
+    return [_tick(START_MS + 6 * HOUR_MS), _tick(START_MS + 6 * HOUR_MS + 1_000)]
+
+
 def catchup(n: int, misfire: str, progress: Callable[[str], None],
             event_time: bool = False) -> CatchupRun:
     """On the wall clock, a clock that jumps six hours; in event time, a log whose
@@ -211,10 +223,7 @@ def catchup(n: int, misfire: str, progress: Callable[[str], None],
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-schedules-") as tmp:
         inbox, output = Path(tmp) / "in", Path(tmp) / "out"
         inbox.mkdir()
-        _land(inbox / "a.jsonl", [*(json.dumps(
-            {"ts_ms": START_MS, "type": "schedule", "schedule_id": f"hourly-{i}",
-             "every_ms": HOUR_MS, "misfire": misfire}, separators=(",", ":"))
-            for i in range(n)), _tick(START_MS + 1_000)])
+        _land(inbox / "a.jsonl", _hourly(n, misfire))
         clock = None if event_time else _Clock(START_MS)
         engine = LocalFollowEngine(inbox, output, lateness_ms=100, clock=clock,
                                    max_bytes_per_batch=1 << 40)
@@ -226,9 +235,7 @@ def catchup(n: int, misfire: str, progress: Callable[[str], None],
             clock.ms = START_MS + 6 * HOUR_MS  # six hours without a reading
             progress(f"catch-up, {misfire}: the clock jumps six hours")
         else:
-            # Six hours without a row; the second tick moves time past the first.
-            _land(inbox / "b.jsonl", [_tick(START_MS + 6 * HOUR_MS),
-                                      _tick(START_MS + 6 * HOUR_MS + 1_000)])
+            _land(inbox / "b.jsonl", _six_hours_later())
             progress(f"catch-up, {misfire}: the log's next rows come six hours later")
         started = time.perf_counter()
         batches = 0
@@ -256,10 +263,7 @@ def spark_catchup(n: int, misfire: str, master: str, progress: Callable[[str], N
         with tempfile.TemporaryDirectory(prefix="tickwheel-bench-schedules-") as tmp:
             inbox = Path(tmp) / "in"
             inbox.mkdir()
-            _land(inbox / "a.jsonl", [*(json.dumps(
-                {"ts_ms": START_MS, "type": "schedule", "schedule_id": f"hourly-{i}",
-                 "every_ms": HOUR_MS, "misfire": misfire}, separators=(",", ":"))
-                for i in range(n)), _tick(START_MS + 1_000)])
+            _land(inbox / "a.jsonl", _hourly(n, misfire))
             batches: list[tuple[float, int]] = []  # (when it ended, its outcomes)
             stop = threading.Event()
             engine = SparkEngine(spark, inbox, Path(tmp) / "out", Path(tmp) / "ck",
@@ -273,8 +277,7 @@ def spark_catchup(n: int, misfire: str, master: str, progress: Callable[[str], N
                 while not batches and runner.is_alive():
                     time.sleep(0.2)
                 first = len(batches)
-                _land(inbox / "b.jsonl", [_tick(START_MS + 6 * HOUR_MS),
-                                          _tick(START_MS + 6 * HOUR_MS + 1_000)])
+                _land(inbox / "b.jsonl", _six_hours_later())
                 progress(f"catch-up on Spark, {misfire}: the log's next rows come six "
                          "hours later")
                 started = time.perf_counter()

@@ -214,8 +214,8 @@ class ScheduleBook:
     def advance(self, now: int, fires: list[Fire], limit: int | None = None) -> None:
         """Time is ``now``: occurrences that fire at or before it are decided (in event
         time, up to the latest row known); with a ``limit``, series by series until
-        about that many were looked at, fired or passed over (a catch-up of millions
-        then takes several calls, each of bounded memory and time)."""
+        about that many are looked at, fired or passed over, so that a catch-up of
+        millions takes several calls, each of bounded memory and time."""
         until = self._decidable(now)
         if until is None:
             return

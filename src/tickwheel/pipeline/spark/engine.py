@@ -668,8 +668,9 @@ class SparkEngine:
     def _go_on_catching_up(self) -> None:
         """A micro-batch without input for a catch-up that waits: in event time only
         a landing file starts one, and an op partition decides a bounded share of a
-        catch-up a call (``FOLLOW_FIRES_PER_BATCH``). One marker a batch: another
-        only once the partitions that were catching up have been called since."""
+        catch-up a call (``FOLLOW_FIRES_PER_BATCH``). One marker per round of
+        statuses: the next one waits for statuses newer than those that asked for
+        the last."""
         waiting = tuple((s.partition, s.seq) for s in self.statuses()
                         if s.stage == "op" and s.catching_up)
         if waiting and waiting != self._continued:
