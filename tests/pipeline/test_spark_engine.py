@@ -319,13 +319,13 @@ class RacingQuery:
 
 
 def racing_engine(spark: Any, tmp_path: Path, query: RacingQuery) -> SparkEngine:
-    (tmp_path / "in").mkdir()
+    (tmp_path / "in").mkdir(parents=True)
     engine = SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ckpt")
 
-    def input_ended() -> bool:
+    def released_past_input() -> bool:
         return query.applies_at is not None and query.passes >= query.applies_at
 
-    engine._input_ended = input_ended  # type: ignore[method-assign]
+    engine._released_past_input = released_past_input  # type: ignore[method-assign]
     engine._write_end_marker = lambda: 5_001  # type: ignore[method-assign]
     return engine
 
@@ -333,7 +333,7 @@ def racing_engine(spark: Any, tmp_path: Path, query: RacingQuery) -> SparkEngine
 def test_a_final_run_waits_for_its_marker_when_a_trigger_raced_with_writing_it(
         spark: Any, tmp_path: Path) -> None:
     query = RacingQuery(applies_at=3)  # the input, a pass that missed the marker, then it
-    racing_engine(spark, tmp_path, query)._process_to_the_end(query)  # type: ignore[arg-type]
+    racing_engine(spark, tmp_path, query)._process_all(query, final=True)  # type: ignore[arg-type]
     assert query.passes == 3
 
 
@@ -342,8 +342,33 @@ def test_a_final_run_whose_marker_is_never_applied_fails_instead_of_hanging(
     query = RacingQuery(applies_at=None)
     engine = racing_engine(spark, tmp_path, query)
     with pytest.raises(RuntimeError, match="end-of-input marker was not applied"):
-        engine._process_to_the_end(query)  # type: ignore[arg-type]
+        engine._process_all(query, final=True)  # type: ignore[arg-type]
     assert query.passes == 11  # the input, then ten passes for the marker
+
+
+def test_a_catch_up_waits_out_a_pass_that_missed_its_marker_and_fails_if_stuck(
+        spark: Any, tmp_path: Path) -> None:
+    """A catch-up goes on while the statuses show progress: a pass that missed its
+    marker (the same statuses again) is waited out, up to the bound on passes."""
+    query = RacingQuery(applies_at=1)
+    engine = racing_engine(spark, tmp_path, query)
+    markers: list[dict[str, Any]] = []
+    engine._write_marker = lambda marker, kind="end": markers.append(marker)  # type: ignore[method-assign]
+    # Pass 1 is the input's; the catch-up's first marker is missed once, then the
+    # next statuses show a second round, then it is over.
+    rounds = {1: ((0, 7),), 2: ((0, 7),), 3: ((0, 9), (1, 9)), 4: ()}
+    engine._catching_up = lambda: rounds[query.passes]  # type: ignore[method-assign]
+    engine._process_all(query, final=False)  # type: ignore[arg-type]
+    assert query.passes == 4
+    assert markers == [{"continue": True}, {"continue": True}]
+
+    stuck = RacingQuery(applies_at=1)
+    engine = racing_engine(spark, tmp_path / "stuck", stuck)
+    engine._write_marker = lambda marker, kind="end": None  # type: ignore[method-assign]
+    engine._catching_up = lambda: ((0, 7),)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="catch-up of schedules made no progress"):
+        engine._process_all(stuck, final=False)  # type: ignore[arg-type]
+    assert stuck.passes == 12  # the input, the marker's pass, then ten more
 
 
 def test_a_checkpoint_keeps_its_partitions(spark: Any, tmp_path: Path) -> None:
@@ -720,6 +745,40 @@ def test_in_event_time_a_gap_is_caught_up_in_bounded_micro_batches_without_new_i
     assert not runner.is_alive()
     assert outcomes_of(out) == expected
     assert len([n for n in sizes if n]) >= 6
+    assert max(sizes) <= 2 * (500 + 60)  # a share a partition, a series' plan whole
+
+
+def test_a_batch_run_decides_a_gaps_catch_up_in_bounded_micro_batches(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run over a log with a gap, with or without ending the input, fires a bounded
+    share of the catch-up a partition a micro-batch until it is over: the reference
+    engine's outcomes, each once, and no micro-batch holds the whole gap."""
+    from tickwheel.pipeline.engines.reference import ReferenceEngine
+    from tickwheel.pipeline.spark import engine as spark_engine
+
+    monkeypatch.setattr(spark_engine, "FOLLOW_FIRES_PER_BATCH", 500)
+    inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    inbox.mkdir()
+    lines = [json.dumps({"ts_ms": 1_000, "type": "schedule", "schedule_id": f"s{n}",
+                         "every_ms": 1_000, "misfire": "all"}) for n in range(60)]
+    # One file: the schedules, then rows 100 s later (60 x 99 occurrences in the gap).
+    lines += [json.dumps({"ts_ms": ts, "type": "tick"})
+              for ts in (1_500, 101_000, 101_400, 101_600)]
+    reference = ReferenceEngine(lateness_ms=100)
+    reference.feed_lines(lines)
+    expected = expected_outcomes(reference.run())
+    _land(inbox, "a.jsonl", lines)
+    sizes: list[int] = []
+    engine = SparkEngine(spark, inbox, out, checkpoint, lateness_ms=100, partitions=2,
+                         on_batch=lambda batch_id, outcomes, quarantined: sizes.append(outcomes))
+
+    first = engine.run(final=False)  # up to the last row less the lateness bound
+    assert not any(s.catching_up for s in first.partitions)
+    assert len(outcomes_of(out)) >= 60 * 99
+    assert len([n for n in sizes if n]) >= 6
+    done = engine.run(final=True)
+    assert (done.held, done.rows_in) == (0, len(lines))
+    assert outcomes_of(out) == expected
     assert max(sizes) <= 2 * (500 + 60)  # a share a partition, a series' plan whole
 
 

@@ -115,8 +115,8 @@ def _check_setting_name(key: str) -> None:
     if key in RESERVED_SPARK_SETTINGS:
         raise ValueError(f"{key} cannot be set here; use {RESERVED_SPARK_SETTINGS[key]}")
 
-#: Occurrences of schedules one follow-mode batch decides one by one, about: those it
-#: fires, and those a cron's catch-up passes over (a catch-up after an outage or a gap in
-#: the log takes as many batches as it needs): a batch's outcomes stay within a few
-#: hundred MB, and its state is saved on time.
+#: Occurrences of schedules an op partition decides one by one in a follow-mode batch or
+#: a Spark micro-batch, about: those it fires, and those a cron's catch-up passes over (a
+#: catch-up after an outage or a gap in the log takes as many batches as it needs): a
+#: batch's outcomes stay within a few hundred MB, and its state is saved on time.
 FOLLOW_FIRES_PER_BATCH: Final = 262_144

@@ -386,7 +386,7 @@ class SparkEngine:
         return progress.groupBy("grp").transformWithStateInPandas(
             op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms,
                          self.checkpoint_id, self.clock == "wall", self.worker_cache,
-                         FOLLOW_FIRES_PER_BATCH if follow else None),
+                         FOLLOW_FIRES_PER_BATCH),
             OUTPUT_SCHEMA, "Append", "None")
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
@@ -588,40 +588,57 @@ class SparkEngine:
             writer = (self._query(max_bytes=budget).writeStream
                       .foreachBatch(self._write_batch)
                       .option("checkpointLocation", str(self.checkpoint_dir / "query")))
-            if final:
-                if self.max_files_per_trigger is None and budget is None:
-                    # Listed with the input by the first micro-batch, which then takes
-                    # all the input there is: it ends the input too.
-                    self._write_marker({"end": True})
-                query = writer.start()
-                try:
-                    self._process_to_the_end(query)
-                finally:
-                    query.stop()
-            else:
-                query = writer.trigger(availableNow=True).start()
-                query.awaitTermination()
+            if final and self.max_files_per_trigger is None and budget is None:
+                # Listed with the input by the first micro-batch, which then takes
+                # all the input there is: it ends the input too.
+                self._write_marker({"end": True})
+            query = writer.start()
+            try:
+                self._process_all(query, final)
+            finally:
+                query.stop()
         for progress in query.recentProgress:
             log.info("batch %s: %s rows, %s", progress.batchId, progress.numInputRows,
                      progress.durationMs)
 
-    def _process_to_the_end(self, query: StreamingQuery) -> None:
-        """Everything the input holds, then the end-of-input marker, in one query.
+    def _process_all(self, query: StreamingQuery, final: bool) -> None:
+        """Everything the input holds, then, if ``final``, the end-of-input marker, then
+        any catch-up of schedules to its end, in one query.
         ``processAllAvailable`` returns once a trigger found nothing new; a trigger
-        that had listed the control directory before the marker was written could
+        that had listed the control directory before a marker was written could
         return early, so the partitions' counters say when the marker is in."""
         query.processAllAvailable()
-        if self._input_ended():
-            return
-        end = self._write_end_marker()
-        if end is None:
-            return
-        for _ in range(_END_OF_INPUT_TRIES):
-            query.processAllAvailable()
-            if self._input_ended():
+        if final and not self._released_past_input() and self._write_end_marker() is not None:
+            for _ in range(_END_OF_INPUT_TRIES):
+                query.processAllAvailable()
+                if self._released_past_input():
+                    break
+            else:
+                raise RuntimeError("the end-of-input marker was not applied after "
+                                   f"{_END_OF_INPUT_TRIES} passes")
+        self._catch_up(query)
+
+    def _catch_up(self, query: StreamingQuery) -> None:
+        """Micro-batches without input until no op partition is catching up: each
+        decides a bounded share of a catch-up (``FOLLOW_FIRES_PER_BATCH``), so a run
+        over a gap of millions of occurrences keeps its micro-batches, and their
+        state, bounded. A pass that applied no marker (a trigger raced with writing
+        it) counts towards the bound on passes."""
+        idle = 0
+        while True:
+            waiting = self._catching_up()
+            if not waiting:
                 return
-        raise RuntimeError(
-            f"the end-of-input marker was not applied after {_END_OF_INPUT_TRIES} passes")
+            if waiting == self._continued:
+                idle += 1
+                if idle > _END_OF_INPUT_TRIES:
+                    raise RuntimeError("a catch-up of schedules made no progress after "
+                                       f"{_END_OF_INPUT_TRIES} passes")
+            else:
+                idle = 0
+                self._continued = waiting
+                self._write_marker({"continue": True}, "continue")
+            query.processAllAvailable()
 
     def _close_delivery(self, *, raise_failure: bool = True,
                         timeout_s: float | None = None) -> int:
@@ -644,9 +661,9 @@ class SparkEngine:
         tops = [s.top_ms for s in self.statuses() if s.stage == "key" and s.top_ms is not None]
         return max(tops, default=None)
 
-    def _input_ended(self) -> bool:
+    def _released_past_input(self) -> bool:
         """Whether every partition of stage 2 stands past the latest row read (or no
-        row was read)."""
+        row was read); rows may still wait on a catch-up there (:meth:`_catching_up`)."""
         top = self._latest_row()
         if top is None:
             return True
@@ -659,11 +676,17 @@ class SparkEngine:
         the marker: every row is applied and time stands at that row's ``ts_ms``, as in
         the reference engine. None if there is nothing to move."""
         top = self._latest_row()
-        if top is None or self._input_ended():
+        if top is None or self._released_past_input():
             return None
         end = min(top + 1, 2**63 - 1)
         self._write_marker({"end": True, "end_ms": end})
         return end
+
+    def _catching_up(self) -> tuple[tuple[int, int], ...]:
+        """The op partitions (and the call of each) whose statuses say a catch-up of
+        schedules waits for them."""
+        return tuple((s.partition, s.seq) for s in self.statuses()
+                     if s.stage == "op" and s.catching_up)
 
     def _go_on_catching_up(self) -> None:
         """A micro-batch without input for a catch-up that waits: in event time only
@@ -671,8 +694,7 @@ class SparkEngine:
         catch-up a call (``FOLLOW_FIRES_PER_BATCH``). One marker per round of
         statuses: the next one waits for statuses newer than those that asked for
         the last."""
-        waiting = tuple((s.partition, s.seq) for s in self.statuses()
-                        if s.stage == "op" and s.catching_up)
+        waiting = self._catching_up()
         if waiting and waiting != self._continued:
             self._continued = waiting
             self._write_marker({"continue": True}, "continue")
