@@ -193,10 +193,11 @@ def _service(args: argparse.Namespace) -> int:
     from tickwheel.bench._service import ack_table, run_service, service_table
 
     results = run_service(args.engines, args.seconds, args.batch_rate, args.single_rate,
-                          args.fire_rate, args.master, args.phases)
-    print(f"\nservice benchmark: {args.seconds} s a phase, open loop over loopback; ack "
-          "latency from when each request is due; ratio to the bare aiohttp server's p99 "
-          "in parentheses; fire delay from each deadline to the webhook's receipt\n")
+                          args.fire_rate, args.master, args.phases, args.repeat)
+    print(f"\nservice benchmark: {args.seconds} s a phase, open loop over loopback, "
+          f"medians over rounds: {args.repeat}; ack latency from when each request "
+          "is due; ratio to the bare aiohttp server's p99 in parentheses; fire delay from "
+          "each deadline to the webhook's receipt\n")
     print(service_table(results))
     print("\nwhere the acknowledgement time went, as the service measured it (from a "
           "request's arrival; a commit's land includes its hand-over to the writer thread)\n")
@@ -335,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--master", default="local[2]")
     sv.add_argument("--phases", type=_phases, default=("batch", "single", "fire"),
                     help="comma-separated: batch, single, fire (default: all)")
+    sv.add_argument("--repeat", type=_positive, default=3,
+                    help="rounds of every phase, interleaved (medians reported; "
+                         "default: %(default)s)")
     lk = sub.add_parser("locks", help="the timers' lock (Mutex) against threading.Lock")
     lk.add_argument("--n", type=_positive, default=2_000_000,
                     help="lock cycles per measurement (default: %(default)s)")

@@ -16,14 +16,22 @@ The anchors, each in a process of its own, under the same ``batch`` and ``single
 loads: a bare aiohttp server that answers 200 without validating or writing anything
 (what the HTTP stack alone costs on this machine), and the submit server alone, with no
 engine reading what it lands (what a durable acknowledgement costs before any engine).
+
+With ``repeat``, the rounds of every phase and anchor are interleaved and the tables give
+the median over the rounds (and the spread of the p99s): one stall of the machine during
+a phase, which holds up every request due during it, moves one round's p99, not the
+median. The load generator's CPU is in the table too: on a small machine it competes
+with the server for the same cores.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -31,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +86,7 @@ class PhaseResult:
     latency_ms: list[float] = field(default_factory=list)
     fire_delay_ms: list[float] = field(default_factory=list)
     intake: dict[str, Any] = field(default_factory=dict)  # /v1/status's, after the load
+    load_cpu_s: float = 0.0  # the load generator's CPU time, user and system
 
     @property
     def rows_s(self) -> float:
@@ -254,9 +264,12 @@ def _load_elsewhere(url: str, result: PhaseResult, seconds: float, fire: bool,
     """:func:`_load` in a process of its own, fresh for each phase: no phase is measured
     with the heap, the sockets or the CPU of the one before it."""
     out = scratch / "load.json"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-m", "tickwheel.bench._service", url, result.phase,
                     str(result.rows_per_request), str(result.target_rows_s), str(seconds),
                     "fire" if fire else "ack", str(out)], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result.load_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     loaded = json.loads(out.read_text())
     result.rows_acked, result.seconds = loaded["rows_acked"], loaded["seconds"]
     result.errors, result.overloaded = loaded["errors"], loaded["overloaded"]
@@ -332,60 +345,102 @@ PHASES = ("batch", "single", "fire")
 
 def run_service(engines: list[str], seconds: float, batch_rate: int, single_rate: int,
                 fire_rate: int, master: str = "local[2]",
-                phases: tuple[str, ...] = PHASES) -> list[PhaseResult]:
-    results = [_phase("", phase, per_request, rate, seconds, master, anchor=anchor)
-               for anchor in _ANCHORS
-               for phase, per_request, rate in (("batch", 100, batch_rate),
-                                                ("single", 1, single_rate))
-               if phase in phases]
-    for engine in engines:
-        for phase, per_request, rate in (("batch", 100, batch_rate),
-                                         ("single", 1, single_rate),
-                                         ("fire", 100, fire_rate)):
-            if phase not in phases:
-                continue
-            print(f"{engine}: {phase} at {rate:,} rows/s for {seconds:.0f} s", flush=True)
-            results.append(_phase(engine, phase, per_request, rate, seconds, master))
+                phases: tuple[str, ...] = PHASES, repeat: int = 1) -> list[PhaseResult]:
+    """Every phase against each anchor and engine, ``repeat`` rounds, interleaved."""
+    loads = [(phase, per_request, rate) for phase, per_request, rate in (
+        ("batch", 100, batch_rate), ("single", 1, single_rate), ("fire", 100, fire_rate))
+        if phase in phases]
+    results: list[PhaseResult] = []
+    for round_number in range(1, repeat + 1):
+        for anchor in _ANCHORS:
+            for phase, per_request, rate in loads:
+                if phase != "fire":
+                    results.append(_phase("", phase, per_request, rate, seconds, master,
+                                          anchor=anchor))
+        for engine in engines:
+            for phase, per_request, rate in loads:
+                print(f"{engine}: {phase} at {rate:,} rows/s for {seconds:.0f} s (round "
+                      f"{round_number} of {repeat})", flush=True)
+                results.append(_phase(engine, phase, per_request, rate, seconds, master))
     return results
 
 
-def service_table(results: list[PhaseResult]) -> str:
-    anchors = {r.phase: r for r in results if r.engine == "bare aiohttp"}
-    lines = ["| engine | phase | target rows/s | acked rows/s | ack p50 ms | ack p99 ms | "
-             "errors | fire delay p50 ms | fire delay p99 ms |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+def _rounds(results: list[PhaseResult]) -> list[list[PhaseResult]]:
+    """The results of each (engine, phase), in the order they first ran."""
+    grouped: dict[tuple[str, str], list[PhaseResult]] = {}
     for r in results:
-        p99 = _percentile(r.latency_ms, 0.99)
+        grouped.setdefault((r.engine, r.phase), []).append(r)
+    return list(grouped.values())
+
+
+def _median_of(runs: list[PhaseResult], measure: Callable[[PhaseResult], float]) -> float:
+    """The median of ``measure`` over ``runs``, leaving out a run with nothing measured."""
+    values = [value for value in map(measure, runs) if not math.isnan(value)]
+    return statistics.median(values) if values else math.nan
+
+
+def service_table(results: list[PhaseResult]) -> str:
+    """A row per (engine, phase): medians over its rounds, and the p99s' spread."""
+    groups = _rounds(results)
+    anchors = {runs[0].phase: runs for runs in groups if runs[0].engine == "bare aiohttp"}
+    lines = ["| engine | phase | target rows/s | acked rows/s | ack p50 ms | ack p99 ms | "
+             "p99 of each round | errors | load generator CPU | fire delay p50 ms | "
+             "fire delay p99 ms |",
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for runs in groups:
+        r = runs[0]
+        p99s = [_percentile(run.latency_ms, 0.99) for run in runs]
+        p99 = _median_of(runs, lambda run: _percentile(run.latency_ms, 0.99))
         anchor = anchors.get(r.phase)
         ratio = ""
-        if anchor is not None and anchor is not r and anchor.latency_ms:
-            ratio = f" ({p99 / _percentile(anchor.latency_ms, 0.99):.1f}x)"
-        fire = (f"{statistics.median(r.fire_delay_ms):,.0f} | "
-                f"{_percentile(r.fire_delay_ms, 0.99):,.0f}") if r.fire_delay_ms else "- | -"
+        if anchor is not None and anchor is not runs:
+            base = _median_of(anchor, lambda run: _percentile(run.latency_ms, 0.99))
+            if base > 0:  # NaN or 0: no ratio
+                ratio = f" ({p99 / base:.1f}x)"
+        fire = "- | -"
+        if any(run.fire_delay_ms for run in runs):
+            fire = (f"{_median_of(runs, lambda run: _percentile(run.fire_delay_ms, 0.5)):,.0f}"
+                    f" | {_median_of(runs, lambda run: _percentile(run.fire_delay_ms, 0.99)):,.0f}")
+        cpu = _median_of(runs, lambda run: run.load_cpu_s / run.seconds if run.seconds
+                         else math.nan)
         lines.append(
             f"| {r.engine} | {r.phase} ({r.rows_per_request}/request) | {r.target_rows_s:,} | "
-            f"{r.rows_s:,.0f} | {_percentile(r.latency_ms, 0.5):,.1f} | {p99:,.1f}{ratio} | "
-            f"{r.errors + r.overloaded:,} | {fire} |")
+            f"{_median_of(runs, lambda run: run.rows_s):,.0f} | "
+            f"{_median_of(runs, lambda run: _percentile(run.latency_ms, 0.5)):,.1f} | "
+            f"{p99:,.1f}{ratio} | {', '.join(f'{v:,.1f}' for v in p99s)} | "
+            f"{sum(run.errors + run.overloaded for run in runs):,} | {cpu:.0%} of a core | "
+            f"{fire} |")
     return "\n".join(lines)
+
+
+def _histogram_cell(runs: list[PhaseResult], name: str) -> str:
+    """The median over ``runs`` of one /v1/status histogram's mean and p99 bound."""
+    mean = _median_of(runs, lambda run: float(run.intake[name]["mean"]))
+    p99 = _median_of(runs, lambda run: float(run.intake[name]["p99"]))
+    return f"{mean:.1f} ({p99:g})"
 
 
 def ack_table(results: list[PhaseResult]) -> str:
     """Where a request's time went, as the service measured it (its /v1/status
-    histograms: means, and the upper bound of the bucket that holds the p99)."""
+    histograms: means, and the upper bound of the bucket that holds the p99), the
+    median over the rounds."""
     lines = ["| engine | phase | commits/s | requests/commit | ack mean ms (p99 within) | "
              "commit wait mean ms (p99 within) | commit land mean ms (p99 within) |",
              "|---|---|---:|---:|---:|---:|---:|"]
-    for r in results:
-        if not r.intake:
+    for rounds in _rounds(results):
+        runs = [run for run in rounds if run.intake]
+        if not runs:
             continue
-        ack, wait, land = (r.intake[k] for k in ("ack_ms", "commit_wait_ms", "land_ms"))
-        commits = land["count"]
+        r = runs[0]
+        commits = _median_of(runs, lambda run: run.intake["land_ms"]["count"] / run.seconds
+                             if run.seconds else math.nan)
+        per_commit = _median_of(runs, lambda run: run.intake["ack_ms"]["count"]
+                                / run.intake["land_ms"]["count"]
+                                if run.intake["land_ms"]["count"] else math.nan)
         lines.append(
-            f"| {r.engine} | {r.phase} ({r.rows_per_request}/request) | "
-            f"{commits / r.seconds if r.seconds else 0:,.0f} | "
-            f"{ack['count'] / commits if commits else 0:,.1f} | "
-            f"{ack['mean']:.1f} ({ack['p99']}) | {wait['mean']:.1f} ({wait['p99']}) | "
-            f"{land['mean']:.1f} ({land['p99']}) |")
+            f"| {r.engine} | {r.phase} ({r.rows_per_request}/request) | {commits:,.0f} | "
+            f"{per_commit:,.1f} | {_histogram_cell(runs, 'ack_ms')} | "
+            f"{_histogram_cell(runs, 'commit_wait_ms')} | {_histogram_cell(runs, 'land_ms')} |")
     return "\n".join(lines)
 
 
