@@ -432,7 +432,7 @@ def batch_outcomes(follower: follow.LocalFollowEngine) -> list[int]:
 
 def test_a_catch_up_after_an_outage_fires_in_batches_of_bounded_size(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 5_000)
+    monkeypatch.setattr(follow, "OCCURRENCES_PER_BATCH", 5_000)
     clock = WallClock(1_000)
     land(tmp_path / "in", "a.jsonl", [line(1_000, "schedule", f"s{n}", every_ms=1_000,
                                            misfire="all") for n in range(300)])
@@ -464,7 +464,7 @@ def crashed_and_restarted(follower: follow.LocalFollowEngine, tmp_path: Path,
 
 def test_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 2_000)
+    monkeypatch.setattr(follow, "OCCURRENCES_PER_BATCH", 2_000)
     clock = WallClock(1_000)
     land(tmp_path / "in", "a.jsonl", [line(1_000, "schedule", f"s{n}", every_ms=1_000,
                                            misfire="all", jitter_ms=300)
@@ -484,7 +484,7 @@ def test_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
 
 def test_in_event_time_a_gap_is_caught_up_in_bounded_batches_and_rows_wait_their_turn(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 5_000)
+    monkeypatch.setattr(follow, "OCCURRENCES_PER_BATCH", 5_000)
     land(tmp_path / "in", "a.jsonl", [*(line(1_000, "schedule", f"s{n}", every_ms=1_000,
                                              misfire="all") for n in range(300)),
                                       tick(1_500)])
@@ -506,7 +506,7 @@ def test_in_event_time_a_gap_is_caught_up_in_bounded_batches_and_rows_wait_their
 
 def test_schedules_and_the_rows_past_their_gap_in_one_batch_are_caught_up_in_bounded_batches(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 1_000)
+    monkeypatch.setattr(follow, "OCCURRENCES_PER_BATCH", 1_000)
     land(tmp_path / "in", "a.jsonl", [*(line(1_000, "schedule", f"s{n}", every_ms=1_000,
                                              misfire="all") for n in range(60)),
                                       tick(1_500), tick(101_000), tick(101_200)])
@@ -518,7 +518,7 @@ def test_schedules_and_the_rows_past_their_gap_in_one_batch_are_caught_up_in_bou
 
 def test_in_event_time_a_crash_in_the_middle_of_a_catch_up_loses_and_doubles_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(follow, "FOLLOW_FIRES_PER_BATCH", 2_000)
+    monkeypatch.setattr(follow, "OCCURRENCES_PER_BATCH", 2_000)
     first = [*(line(1_000, "schedule", f"s{n}", every_ms=1_000, misfire="all",
                     jitter_ms=300) for n in range(100)), tick(1_500)]
     then = [tick(101_000), tick(101_400), tick(101_600)]  # 101,400 is released
@@ -584,3 +584,48 @@ def test_one_series_catching_up_stops_at_the_limit_and_goes_on_at_the_next_advan
     rest, _ = resolver.drain()
     ids = [o.op_id for o in [*first, *rest]]
     assert ids == [f"s@{t}" for t in range(1, 50_001)]
+
+
+@pytest.mark.parametrize("spill_events", [None, 50], ids=["in-memory", "sorted-on-disk"])
+def test_a_batch_run_yields_a_gaps_catch_up_in_bounded_shares(
+        spill_events: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference engine decides a catch-up a share at a time, each yielded before
+    the next, whether the log is in memory or merged from disk; the outcomes, and a
+    row after the gap that must see every occurrence before it, are as before."""
+    from tickwheel.pipeline.engines import reference
+
+    lines = [*(line(1_000, "schedule", f"s{n}", every_ms=1_000, misfire="all")
+               for n in range(60)), tick(1_500), tick(101_000),
+             line(101_000, "unschedule", "s0"), tick(101_200)]
+    whole = run(lines)
+    monkeypatch.setattr(reference, "OCCURRENCES_PER_BATCH", 500)
+    engine = ReferenceEngine(lateness_ms=0, **({} if spill_events is None
+                                               else {"spill_events": spill_events}))
+    engine.feed_lines(lines)
+    shares = [outcomes for outcomes, _ in engine.resolve()]
+    assert fired([o for share in shares for o in share]) == fired(whole)
+    assert len(fired(whole)) == 60 * 100
+    assert max(t for op_id, t, _ in fired(whole) if op_id.startswith("s0@")) == 101_000
+    assert len([s for s in shares if s]) >= 12 and max(map(len, shares)) <= 500 + 60
+    assert (engine.result.rows_applied, engine.result.schedules) == (
+        whole.rows_applied, whole.schedules)
+
+
+def test_apply_wire_stops_where_occurrences_before_a_row_wait_and_goes_on_from_there(
+        ) -> None:
+    rows = [compact_wire(text) for text in (
+        *(line(1_000, "schedule", f"s{n}", every_ms=1_000, misfire="all")
+          for n in range(10)),
+        tick(1_500), tick(31_000), tick(31_200))]
+    resolver = Resolver()
+    stops, shares = [], []
+    at = 0
+    while at < len(rows):
+        at = resolver.apply_wire(rows, at, fire_limit=100)
+        stops.append(at)
+        shares.append(len(resolver.drain()[0]))
+    # The schedules and the first tick, then the gap's 300 occurrences in shares of
+    # about 100 (the budget, and a step of each series' plan past it), then the rest.
+    assert stops == [11, 11, 13]
+    assert shares == [120, 120, 60]
+    assert resolver.applied == len(rows)

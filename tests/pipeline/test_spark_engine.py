@@ -697,7 +697,7 @@ def test_in_event_time_a_gap_is_caught_up_in_bounded_micro_batches_without_new_i
     from tickwheel.pipeline.engines.reference import ReferenceEngine
     from tickwheel.pipeline.spark import engine as spark_engine
 
-    monkeypatch.setattr(spark_engine, "FOLLOW_FIRES_PER_BATCH", 500)
+    monkeypatch.setattr(spark_engine, "OCCURRENCES_PER_BATCH", 500)
     inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     inbox.mkdir()
     first = [json.dumps({"ts_ms": 1_000, "type": "schedule", "schedule_id": f"s{n}",
@@ -756,7 +756,7 @@ def test_a_batch_run_decides_a_gaps_catch_up_in_bounded_micro_batches(
     from tickwheel.pipeline.engines.reference import ReferenceEngine
     from tickwheel.pipeline.spark import engine as spark_engine
 
-    monkeypatch.setattr(spark_engine, "FOLLOW_FIRES_PER_BATCH", 500)
+    monkeypatch.setattr(spark_engine, "OCCURRENCES_PER_BATCH", 500)
     inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     inbox.mkdir()
     lines = [json.dumps({"ts_ms": 1_000, "type": "schedule", "schedule_id": f"s{n}",

@@ -7,13 +7,13 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY", "DEFAULT_FOLLOW_BYTES_PER_BATCH",
-           "DEFAULT_LATENESS_MS", "DEFAULT_MAX_FUTURE_MS", "DEFAULT_SPILL_BYTES",
-           "DEFAULT_SPILL_EVENTS", "DEFAULT_STOP_TIMEOUT_MS", "DEFAULT_TRIGGER_MS",
-           "FOLLOW_DEDUPE_RETENTION_MS", "FOLLOW_FIRES_PER_BATCH", "MAX_FILES_PER_TRIGGER",
-           "MAX_LATENESS_MS",
-           "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS", "RESERVED_SPARK_SETTINGS",
-           "check_driver_memory", "check_spark_setting_names", "check_spark_settings"]
+__all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY",
+           "DEFAULT_FOLLOW_BYTES_PER_BATCH", "DEFAULT_LATENESS_MS",
+           "DEFAULT_MAX_FUTURE_MS", "DEFAULT_SPILL_BYTES", "DEFAULT_SPILL_EVENTS",
+           "DEFAULT_STOP_TIMEOUT_MS", "DEFAULT_TRIGGER_MS",
+           "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
+           "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS",
+           "OCCURRENCES_PER_BATCH", "RESERVED_SPARK_SETTINGS"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
 #: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can
@@ -115,8 +115,9 @@ def _check_setting_name(key: str) -> None:
     if key in RESERVED_SPARK_SETTINGS:
         raise ValueError(f"{key} cannot be set here; use {RESERVED_SPARK_SETTINGS[key]}")
 
-#: Occurrences of schedules an op partition decides one by one in a follow-mode batch or
-#: a Spark micro-batch, about: those it fires, and those a cron's catch-up passes over (a
-#: catch-up after an outage or a gap in the log takes as many batches as it needs): a
-#: batch's outcomes stay within a few hundred MB, and its state is saved on time.
-FOLLOW_FIRES_PER_BATCH: Final = 262_144
+#: Occurrences of schedules a batch decides one by one, about (an op partition's, in a
+#: follow-mode batch or a Spark micro-batch; a share of a local batch run): those it
+#: fires, and those a cron's catch-up passes over. A catch-up after an outage or a gap in
+#: the log takes as many batches as it needs: a batch's outcomes stay within a few
+#: hundred MB, and its state is saved on time.
+OCCURRENCES_PER_BATCH: Final = 262_144

@@ -50,11 +50,11 @@ from tickwheel.pipeline.contract.limits import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_STOP_TIMEOUT_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
-    FOLLOW_FIRES_PER_BATCH,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
+    OCCURRENCES_PER_BATCH,
 )
 from tickwheel.pipeline.contract.routing import route
 from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
@@ -323,7 +323,7 @@ class LocalFollowEngine:
         size."""
         if self.clock is not None:
             self.ops.stage.schedules.clock_notices = True
-        self.ops.fire_limit = FOLLOW_FIRES_PER_BATCH
+        self.ops.fire_limit = OCCURRENCES_PER_BATCH
 
     @property
     def catching_up(self) -> bool:

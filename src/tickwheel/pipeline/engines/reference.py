@@ -31,7 +31,10 @@ A log larger than ``spill_events`` is sorted on disk (:class:`SpilledRuns`): the
 events read are held that many at a time, then sorted and spilled, and :meth:`resolve`
 merges the runs as it applies them. The order, and so every outcome, is the same as
 sorting in memory; memory holds ``spill_events`` events, a block of each run, and what
-the resolver keeps (the pending operations, and the op ids it remembers).
+the resolver keeps (the pending operations, and the op ids it remembers). A catch-up of
+schedules after a gap in the log is decided in shares of about
+:data:`~tickwheel.pipeline.contract.limits.OCCURRENCES_PER_BATCH` occurrences, each
+yielded by :meth:`resolve` before the next, so its outcomes stream out as the rest do.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from tickwheel.pipeline.contract.limits import (
     DEFAULT_SPILL_EVENTS,
     MAX_LATENESS_MS,
     MAX_RETENTION_MS,
+    OCCURRENCES_PER_BATCH,
 )
 from tickwheel.pipeline.semantics.resolver import OutcomeRow, Resolver, first_order_at, wire_order
 from tickwheel.pipeline.state.spilled_runs import SpilledRuns
@@ -208,20 +212,18 @@ class ReferenceEngine:
         """Resolve everything fed, yielding the outcomes and the duplicate watches
         quarantined as they come: at once for a log held in memory, and a merged
         batch at a time for one sorted on disk (a batch holds whole times: the events
-        at one ``ts_ms`` are applied together). ``result.rows_applied`` counts the
-        events applied so far (for progress); the other counts of :meth:`run` are set
-        once it ends."""
+        at one ``ts_ms`` are applied together), and a share of a catch-up at a time.
+        ``result.rows_applied`` counts the events applied so far (for progress); the
+        other counts of :meth:`run` are set once it ends."""
         result = self._result
         resolver = Resolver(dedupe_retention_ms=self.dedupe_retention_ms)
         try:
             last = sorted(self._events, key=wire_order)
             self._events = []
-            if self._runs is None:
-                resolver.apply_wire(last)
-                yield resolver.drain()
-            else:
-                for batch in self._runs.merge(last):
-                    resolver.apply_wire(batch)
+            for batch in [last] if self._runs is None else self._runs.merge(last):
+                applied = 0
+                while applied < len(batch):
+                    applied = resolver.apply_wire(batch, applied, OCCURRENCES_PER_BATCH)
                     result.rows_applied = resolver.applied  # progress, as it goes
                     yield resolver.drain()
             result.rows_applied = resolver.applied

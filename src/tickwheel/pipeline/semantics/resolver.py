@@ -300,20 +300,34 @@ class Resolver:
             if schedule_rows:
                 self._apply_schedule_rows(schedule_rows, ts)
 
-    def apply_wire(self, rows: list[Wire]) -> None:
+    def apply_wire(self, rows: list[Wire], start: int = 0,
+                   fire_limit: int | None = None) -> int:
         """:meth:`apply` for well-formed rows in their wire form, sorted by
-        :func:`wire_order`. A value update, the most common row and one every shard of
-        the Spark engine applies, becomes no :class:`Event` on the way."""
+        :func:`wire_order`, from ``rows[start]`` on; where it stopped (``len(rows)``:
+        all applied). A value update, the most common row and one every shard of the
+        Spark engine applies, becomes no :class:`Event` on the way.
+
+        With ``fire_limit``, a call decides about that many occurrences of schedules
+        (:attr:`ScheduleBook.looked`) and stops at the first row with occurrences
+        before it still to decide: a catch-up of millions goes in bounded shares, each
+        drained before the next call goes on from where this one stopped."""
         n = len(rows)
-        i = 0
-        times = self.schedules.row_times
+        i = start
+        book = self.schedules
+        times = book.row_times
+        stop_at = None if fire_limit is None else book.looked + fire_limit
         while i < n:
             ts = rows[i][0]
             end = i + 1
             while end < n and rows[end][0] == ts:
                 end += 1
             times.see(ts)
-            self.advance_to(ts)
+            if stop_at is not None and book.due:
+                self.advance_to(ts, max(0, stop_at - book.looked))
+                if book.behind(ts):
+                    return i  # the occurrences before these rows first
+            else:
+                self.advance_to(ts)
             first_other = i
             while first_other < end and rows[first_other][1] == _WATCH:
                 first_other += 1
@@ -337,6 +351,7 @@ class Resolver:
             if schedule_rows is not None:
                 self._apply_schedule_rows(schedule_rows, ts)
             i = end
+        return n
 
     def _apply_value(self, key: str, value: int, purgatory: Purgatory) -> None:
         self.applied += 1

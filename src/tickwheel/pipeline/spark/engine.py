@@ -56,12 +56,12 @@ from tickwheel.pipeline.contract.limits import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_STOP_TIMEOUT_MS,
     DEFAULT_TRIGGER_MS,
-    FOLLOW_FIRES_PER_BATCH,
     MAX_FILES_PER_TRIGGER,
     MAX_LATENESS_MS,
     MAX_PARTITIONS,
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
+    OCCURRENCES_PER_BATCH,
 )
 from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
 from tickwheel.pipeline.delivery.sink import OutcomeSink
@@ -386,7 +386,7 @@ class SparkEngine:
         return progress.groupBy("grp").transformWithStateInPandas(
             op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms,
                          self.checkpoint_id, self.clock == "wall", self.worker_cache,
-                         FOLLOW_FIRES_PER_BATCH),
+                         OCCURRENCES_PER_BATCH),
             OUTPUT_SCHEMA, "Append", "None")
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
@@ -620,7 +620,7 @@ class SparkEngine:
 
     def _catch_up(self, query: StreamingQuery) -> None:
         """Micro-batches without input until no op partition is catching up: each
-        decides a bounded share of a catch-up (``FOLLOW_FIRES_PER_BATCH``), so a run
+        decides a bounded share of a catch-up (``OCCURRENCES_PER_BATCH``), so a run
         over a gap of millions of occurrences keeps its micro-batches, and their
         state, bounded. A pass that applied no marker (a trigger raced with writing
         it) counts towards the bound on passes."""
@@ -691,7 +691,7 @@ class SparkEngine:
     def _go_on_catching_up(self) -> None:
         """A micro-batch without input for a catch-up that waits: in event time only
         a landing file starts one, and an op partition decides a bounded share of a
-        catch-up a call (``FOLLOW_FIRES_PER_BATCH``). One marker per round of
+        catch-up a call (``OCCURRENCES_PER_BATCH``). One marker per round of
         statuses: the next one waits for statuses newer than those that asked for
         the last."""
         waiting = self._catching_up()
