@@ -373,10 +373,14 @@ def _rounds(results: list[PhaseResult]) -> list[list[PhaseResult]]:
     return list(grouped.values())
 
 
+def _median(values: list[float]) -> float:
+    """The median of ``values``, leaving out NaN (a run with nothing measured)."""
+    measured = [value for value in values if not math.isnan(value)]
+    return statistics.median(measured) if measured else math.nan
+
+
 def _median_of(runs: list[PhaseResult], measure: Callable[[PhaseResult], float]) -> float:
-    """The median of ``measure`` over ``runs``, leaving out a run with nothing measured."""
-    values = [value for value in map(measure, runs) if not math.isnan(value)]
-    return statistics.median(values) if values else math.nan
+    return _median([measure(run) for run in runs])
 
 
 def service_table(results: list[PhaseResult]) -> str:
@@ -390,7 +394,7 @@ def service_table(results: list[PhaseResult]) -> str:
     for runs in groups:
         r = runs[0]
         p99s = [_percentile(run.latency_ms, 0.99) for run in runs]
-        p99 = _median_of(runs, lambda run: _percentile(run.latency_ms, 0.99))
+        p99 = _median(p99s)
         anchor = anchors.get(r.phase)
         ratio = ""
         if anchor is not None and anchor is not runs:

@@ -118,8 +118,8 @@ log = logging.getLogger(__name__)
 #: The checkpoint's layout and state, as this engine writes them; a checkpoint of any
 #: other format is refused, naming both formats.
 CHECKPOINT_FORMAT = SPARK_CHECKPOINT_FORMAT
-#: Passes a final run waits for its end-of-input marker: one is enough unless a
-#: trigger raced with writing it.
+#: Passes a run waits for one of its markers (end of input, or a catch-up's
+#: ``continue``) to be applied: one is enough unless a trigger races with writing it.
 _END_OF_INPUT_TRIES = 10
 
 
@@ -604,9 +604,9 @@ class SparkEngine:
     def _process_all(self, query: StreamingQuery, final: bool) -> None:
         """Everything the input holds, then, if ``final``, the end-of-input marker, then
         any catch-up of schedules to its end, in one query.
-        ``processAllAvailable`` returns once a trigger found nothing new; a trigger
-        that had listed the control directory before a marker was written could
-        return early, so the partitions' counters say when the marker is in."""
+        ``processAllAvailable`` returns once a trigger finds nothing new, and a trigger
+        that lists the control directory just before a marker lands returns early, so
+        the partitions' counters say when the marker is in."""
         query.processAllAvailable()
         if final and not self._released_past_input() and self._write_end_marker() is not None:
             for _ in range(_END_OF_INPUT_TRIES):
@@ -629,15 +629,13 @@ class SparkEngine:
             waiting = self._catching_up()
             if not waiting:
                 return
-            if waiting == self._continued:
+            if self._continue(waiting):
+                idle = 0
+            else:
                 idle += 1
                 if idle > _END_OF_INPUT_TRIES:
                     raise RuntimeError("a catch-up of schedules made no progress after "
                                        f"{_END_OF_INPUT_TRIES} passes")
-            else:
-                idle = 0
-                self._continued = waiting
-                self._write_marker({"continue": True}, "continue")
             query.processAllAvailable()
 
     def _close_delivery(self, *, raise_failure: bool = True,
@@ -662,8 +660,8 @@ class SparkEngine:
         return max(tops, default=None)
 
     def _released_past_input(self) -> bool:
-        """Whether every partition of stage 2 stands past the latest row read (or no
-        row was read); rows may still wait on a catch-up there (:meth:`_catching_up`)."""
+        """Whether every partition of stage 2 stands past the latest row read (or none
+        is read yet); rows may still wait there on a catch-up (:meth:`_catching_up`)."""
         top = self._latest_row()
         if top is None:
             return True
@@ -695,10 +693,17 @@ class SparkEngine:
         statuses: the next one waits for statuses newer than those that asked for
         the last."""
         waiting = self._catching_up()
-        if waiting and waiting != self._continued:
-            self._continued = waiting
-            self._write_marker({"continue": True}, "continue")
+        if waiting and self._continue(waiting):
             log.info("a catch-up goes on in %d partitions", len(waiting))
+
+    def _continue(self, waiting: tuple[tuple[int, int], ...]) -> bool:
+        """A ``continue`` marker for the partitions ``waiting`` (as :meth:`_catching_up`
+        gives them), unless one was written for these very statuses; whether it was."""
+        if waiting == self._continued:
+            return False
+        self._continued = waiting
+        self._write_marker({"continue": True}, "continue")
+        return True
 
     def _write_marker(self, marker: dict[str, Any], kind: str = "end") -> None:
         write_bytes_atomically((json.dumps(marker) + "\n").encode(),
