@@ -19,7 +19,7 @@
   ``GET /metrics``: the Prometheus export, when the metrics extra is installed.
 
 The server runs in a thread of its own, on :func:`tickwheel.aio.new_event_loop`, and
-writes the journal from another; the engine keeps the main thread. Needs the
+writes the journal from that thread too; the engine keeps the main thread. Needs the
 ``service`` extra (aiohttp).
 """
 
@@ -34,10 +34,9 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel.pipeline.io.files import write_bytes_atomically
@@ -71,8 +70,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_Arg = TypeVar("_Arg")
-_Result = TypeVar("_Result")
 
 #: A group commit starts at most this often: under load, requests share a file rather
 #: than each landing one (the engine lists its input directory every batch).
@@ -202,7 +199,6 @@ class SubmitServer:
         self._stopping: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._writer: ThreadPoolExecutor | None = None
         self._started = threading.Event()
         self._failure: BaseException | None = None
 
@@ -249,9 +245,6 @@ class SubmitServer:
         app.router.add_get("/metrics", self._get_metrics)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await runner.setup()
-        # The journal's writes (commits, retiring) in a thread of their own: the loop
-        # goes on reading and checking requests while a commit waits for its fsyncs.
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="tickwheel-submit-writer")
         committer = asyncio.create_task(self._commit_loop())
         retirer = asyncio.create_task(self._retire_loop())
         publisher = asyncio.create_task(self._floor_loop())
@@ -266,7 +259,6 @@ class SubmitServer:
             for task in (committer, retirer, publisher):
                 task.cancel()
             await asyncio.gather(committer, retirer, publisher, return_exceptions=True)
-            self._writer.shutdown(wait=True)  # a commit under way lands or fails first
 
     def stop(self) -> None:
         """Stop taking requests; those in progress are answered first."""
@@ -433,10 +425,6 @@ class SubmitServer:
         self._counts["replayed"] += 1
         return self._json(200, receipt.as_json(), {"Idempotent-Replayed": "true"})
 
-    async def _write(self, call: Callable[[_Arg], _Result], arg: _Arg) -> _Result:
-        assert self._writer is not None
-        return await asyncio.get_running_loop().run_in_executor(self._writer, call, arg)
-
     async def _commit_loop(self) -> None:
         """Group commits: requests that arrive while one is written, or within
         ``commit_interval_ms`` of its start, share the next."""
@@ -455,7 +443,10 @@ class SubmitServer:
             started = time.perf_counter()
             self._commit_wait_ms.record_many(round((started - w.queued) * 1000) for w in batch)
             try:
-                receipts = await self._write(self.journal.land, [w.submission for w in batch])
+                # On the loop's thread: a writer thread would wait for the interpreter's
+                # lock after each of the landing's syscalls, which costs the loop more
+                # than the fsyncs it would overlap (docs/service.md).
+                receipts = self.journal.land([w.submission for w in batch])
             except OSError as exc:
                 why = ("the input's disk is full" if is_disk_full(exc)
                        else f"the input could not be written: {exc.strerror or exc}")
@@ -481,7 +472,7 @@ class SubmitServer:
         while True:
             await asyncio.sleep(self.retire_interval_s)
             try:
-                retired = await self._write(self.journal.retire, committed)
+                retired = self.journal.retire(committed)
             except OSError as exc:  # tried again at the next round
                 log.warning("retiring committed input files: %s", exc)
                 continue
