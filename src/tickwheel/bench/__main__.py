@@ -200,7 +200,7 @@ def _service(args: argparse.Namespace) -> int:
           "each deadline to the webhook's receipt\n")
     print(service_table(results))
     print("\nwhere the acknowledgement time went, as the service measured it (from a "
-          "request's arrival; a commit's land includes its hand-over to the writer thread)\n")
+          "request's arrival; a commit's land is its keys, its file and their fsyncs)\n")
     print(ack_table(results))
     return 0
 
