@@ -190,6 +190,21 @@ def test_the_time_a_request_waits_and_a_commit_lands_is_measured(tmp_path: Path,
         assert set(status["ack_ms"]) == {"count", "mean", "p50", "p99", "max"}
 
 
+def test_a_commit_lands_on_the_loops_thread(server: SubmitServer) -> None:
+    # A writer thread would wait for the interpreter's lock after each syscall of the
+    # landing (docs/service.md): the commit runs where the requests are read.
+    threads: list[str] = []
+    land = server.journal.land
+
+    def recording(batch: Sequence[Submission]) -> list[Receipt]:
+        threads.append(threading.current_thread().name)
+        return land(batch)
+
+    server.journal.land = recording  # type: ignore[method-assign]
+    assert post(server, json.dumps(watch("a"))).status_code == 200
+    assert threads == ["tickwheel-submit-server"]
+
+
 def test_a_refused_request_holds_no_floor(server: SubmitServer, clock: ManualClock) -> None:
     assert post(server, json.dumps({"type": "nope"})).status_code == 400
     clock.now += 5_000
