@@ -591,7 +591,8 @@ def test_a_batch_run_yields_a_gaps_catch_up_in_bounded_shares(
         spill_events: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference engine decides a catch-up a share at a time, each yielded before
     the next, whether the log is in memory or merged from disk; the outcomes, and a
-    row after the gap that must see every occurrence before it, are as before."""
+    row after the gap that must see every occurrence before it, equal an unbounded
+    run's."""
     from tickwheel.pipeline.engines import reference
 
     lines = [*(line(1_000, "schedule", f"s{n}", every_ms=1_000, misfire="all")

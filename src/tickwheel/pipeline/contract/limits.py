@@ -13,7 +13,8 @@ __all__ = ["DEFAULT_BYTES_PER_TRIGGER", "DEFAULT_DRIVER_MEMORY",
            "DEFAULT_STOP_TIMEOUT_MS", "DEFAULT_TRIGGER_MS",
            "FOLLOW_DEDUPE_RETENTION_MS", "MAX_FILES_PER_TRIGGER", "MAX_LATENESS_MS",
            "MAX_PARTITIONS", "MAX_RETENTION_MS", "MAX_TRIGGER_MS",
-           "OCCURRENCES_PER_BATCH", "RESERVED_SPARK_SETTINGS"]
+           "OCCURRENCES_PER_BATCH", "RESERVED_SPARK_SETTINGS", "check_driver_memory",
+           "check_spark_setting_names", "check_spark_settings"]
 
 DEFAULT_LATENESS_MS: Final = 10_000
 #: A long of microseconds, as Spark's intervals take it: a bound any Spark setting can

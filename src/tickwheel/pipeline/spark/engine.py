@@ -697,8 +697,9 @@ class SparkEngine:
             log.info("a catch-up goes on in %d partitions", len(waiting))
 
     def _continue(self, waiting: tuple[tuple[int, int], ...]) -> bool:
-        """A ``continue`` marker for the partitions ``waiting`` (as :meth:`_catching_up`
-        gives them), unless one was written for these very statuses; whether it was."""
+        """Write a ``continue`` marker for the partitions ``waiting`` (as
+        :meth:`_catching_up` gives them) unless the last marker answered these same
+        statuses; returns whether it wrote one."""
         if waiting == self._continued:
             return False
         self._continued = waiting
