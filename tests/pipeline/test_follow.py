@@ -470,6 +470,51 @@ def test_a_following_engine_thaws_its_objects_every_so_often(
     assert frozen == [0]
 
 
+def test_no_collection_walks_what_a_batch_made_once_the_collector_is_back_on(
+        tmp_path: Path, inbox: Path) -> None:
+    """Frozen before the collector is enabled again: else the first young collection
+    after each batch walks everything the batch made, holding the interpreter's lock
+    while a submit server's loop waits."""
+    follower = engine(tmp_path, WallClock(1_000))
+    land(inbox, "a.jsonl", [watch(1_000, "op", 1_500)])
+    stop = threading.Event()
+    made: list[list[int]] = []
+    young_at_start: list[int] = []
+    frozen: list[int] = []
+    step = follower.step
+    stepped = False
+
+    def spied() -> Any:
+        nonlocal stepped
+        made.extend([i] for i in range(20_000))  # containers the collector tracks
+        batch = step()
+        stepped = True
+        return batch
+
+    def watch_collections(phase: str, info: dict[str, int]) -> None:
+        if stepped and phase == "start":
+            young_at_start.append(gc.get_count()[0])
+
+    def on_batch(batch: Any) -> None:
+        frozen.append(gc.get_freeze_count())
+        stop.set()
+
+    follower.step = spied  # type: ignore[method-assign]
+    was = gc.isenabled()
+    gc.enable()
+    gc.unfreeze()
+    gc.callbacks.append(watch_collections)
+    try:
+        follower.run(stop, trigger_ms=1, on_batch=on_batch)
+        gc.collect(0)  # one young collection at least, after the batch
+    finally:
+        gc.callbacks.remove(watch_collections)
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
+    assert frozen and frozen[0] >= len(made)
+    assert young_at_start and max(young_at_start) < len(made) // 2
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_batch_runs_with_the_collector_paused_and_run_leaves_it_as_it_was(
         tmp_path: Path, inbox: Path, enabled: bool) -> None:

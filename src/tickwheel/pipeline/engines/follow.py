@@ -566,7 +566,9 @@ class LocalFollowEngine:
                 began = time.monotonic()
                 with collector_paused():
                     batch = self.step()
-                freezer.after_batch(time.monotonic())
+                    # Frozen before the collector is back on: else its first young
+                    # collection walks every object the batch made, holding the lock.
+                    freezer.after_batch(time.monotonic())
                 if batch is not None:
                     result.batches += 1
                     result.rows_in += batch.rows

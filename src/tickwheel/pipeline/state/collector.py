@@ -6,7 +6,8 @@ operations, seen ids), none garbage through a cycle worth collecting at once, an
 collector would walk them all dozens of times. In a service a full collection inside a
 batch would also delay the batch's outcomes by its whole length (docs/follow.md has
 the measurement); paused, the collections that are due run once the batch has written
-its outputs. The pause ends with the batch.
+its outputs. The pause ends with the batch; a following engine freezes what the batch
+made before it ends, or the first young collection would walk all of it at once.
 """
 
 from __future__ import annotations
