@@ -99,6 +99,27 @@ def test_a_chunk_holds_a_bounded_number_of_bytes_and_entries(
     # A chunk closes once it reaches the bound: an entry bigger than it goes alone.
 
 
+def test_changes_that_fit_one_chunk_are_encoded_whole_without_sizing_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_entry_log, "CHUNK_BYTES", 1_000)
+    sized: list[Any] = []
+
+    def size(item: Any) -> int:
+        sized.append(item)
+        return 10_000  # an estimate far above the bound: never asked for
+    log = EntryLog()
+    items = [(f"k{n}", n) for n in range(20)]
+    written, _, _ = log.append(items, size)
+    assert [marshal.loads(chunk.blob) for chunk in written] == [items]
+    assert [chunk.entries for chunk in written] == [20] and sized == []
+    # Past the bound in bytes, the pieces are cut by the sizes given.
+    written, _, _ = log.append([(f"k{n}", f"{n:03d}" + "x" * 100) for n in range(20)],
+                               lambda item: 400)
+    assert [chunk.entries for chunk in written] == [3] * 6 + [2]
+    assert log.chunks == 8 and log.entries == 40
+    assert log.append([], size).chunks == [] and log.chunks == 8
+
+
 def test_a_log_missing_a_chunk_is_refused_by_name() -> None:
     store = _Store()
     for n in range(3):

@@ -116,10 +116,9 @@ class EntryLog:
         """The chunks that extend the log with ``changed`` (``size``: an entry's bytes)."""
         first = self.chunks
         written = []
-        for piece in _pieces(changed, size):
-            blob = encode(piece)
+        for blob, entries in _chunks(changed, size):
             self.digest = chain_digest(self.digest, blob)
-            written.append(Chunk(blob, self.digest, len(piece)))
+            written.append(Chunk(blob, self.digest, entries))
         self.chunks += len(written)
         self.entries += len(changed)
         self.bytes += sum(len(chunk.blob) for chunk in written)
@@ -139,6 +138,21 @@ class EntryLog:
         if self.rewrite_due(held, len(changed)):
             return self.rewrite(everything(), size)
         return self.append(changed, size)
+
+
+def _chunks(items: list[Entry], size: Callable[[Entry], int],
+            ) -> Iterable[tuple[bytes, int]]:
+    """``items`` encoded in chunks, each with how many entries it holds: a batch's
+    changes (a few thousand entries) in one encoder call, without the size of each
+    entry, when they fit one chunk; in pieces cut by ``size`` when they do not."""
+    if len(items) <= CHUNK_ENTRIES:
+        blob = encode(items)
+        if len(blob) <= CHUNK_BYTES:
+            if items:
+                yield blob, len(items)
+            return
+    for piece in _pieces(items, size):
+        yield encode(piece), len(piece)
 
 
 def _pieces(items: list[Entry], size: Callable[[Entry], int]) -> Iterable[list[Entry]]:
