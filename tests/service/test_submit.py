@@ -528,6 +528,45 @@ def test_retiring_stops_at_the_first_file_not_committed(tmp_path: Path,
     assert journal.retire(lambda candidates: []) == 0
 
 
+def test_a_file_that_cannot_be_deleted_is_retired_at_a_later_round(
+        tmp_path: Path, clock: ManualClock) -> None:
+    journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
+    names = _land(journal, 4)
+    taken = journal.take_retired(list)
+    assert taken == names[:3] and journal.stats().unretired == 1
+    (tmp_path / "in" / names[1]).unlink()
+    (tmp_path / "in" / names[1]).mkdir()  # unlink() fails on it
+    with pytest.raises(OSError):
+        journal.delete_retired(taken)
+    assert journal.stats().unretired == 3  # the two not deleted wait for the next round
+    (tmp_path / "in" / names[1]).rmdir()
+    assert journal.retire(list) == 2
+    assert [p.name for p in (tmp_path / "in").iterdir()] == names[3:]
+    assert journal.stats().retired == 3
+
+
+def test_the_server_deletes_retired_files_off_its_loops_thread(
+        tmp_path: Path, clock: ManualClock) -> None:
+    # Each unlink gives up the interpreter's lock; on the loop, winning it back from a
+    # busy engine would hold up the requests (docs/service.md).
+    committed: set[str] = set()
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                      committed_inputs=lambda names: [n for n in names if n in committed],
+                      retire_interval_s=0.01) as server:
+        threads: list[str] = []
+        delete = server.journal.delete_retired
+
+        def recording(names: Sequence[str]) -> int:
+            threads.append(threading.current_thread().name)
+            return delete(names)
+
+        server.journal.delete_retired = recording  # type: ignore[method-assign]
+        files = [post(server, json.dumps(watch(f"a{i}"))).json()["file"] for i in range(2)]
+        committed.update(files)
+        assert eventually(lambda: server.stats().retired_files == 1)
+    assert threads and "tickwheel-submit-server" not in threads
+
+
 def test_files_landed_before_a_restart_are_retired_after_it(tmp_path: Path,
                                                             clock: ManualClock) -> None:
     journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)

@@ -254,20 +254,39 @@ class SubmitJournal:
 
     def retire(self, committed: CommittedInputs) -> int:
         """Delete the files landed that the engine has ``committed``, all but the
-        newest; returns how many went. A file the engine has not committed stays, and
-        so do those after it: the engines read the input in name order."""
+        newest; returns how many went (:meth:`take_retired`, then
+        :meth:`delete_retired`)."""
+        return self.delete_retired(self.take_retired(committed))
+
+    def take_retired(self, committed: CommittedInputs) -> list[str]:
+        """The files landed that the engine has ``committed``, all but the newest,
+        taken off the files landed, for :meth:`delete_retired`. A file the engine has
+        not committed stays, and so do those after it: the engines read the input in
+        name order."""
         candidates = list(self._landed)[:-1]
         if not candidates:
-            return 0
+            return []
         done = set(committed(candidates))
-        retired = 0
+        taken: list[str] = []
         while len(self._landed) > 1 and self._landed[0] in done:
-            name = self._landed.popleft()
-            with contextlib.suppress(FileNotFoundError):  # someone else removed it
+            taken.append(self._landed.popleft())
+        return taken
+
+    def delete_retired(self, names: Sequence[str]) -> int:
+        """Delete ``names`` (from :meth:`take_retired`) from the input directory;
+        returns how many. Any one thread may call it while another lands files. On
+        an OSError, the names not deleted go back to the front of the files landed,
+        for the next round."""
+        for done, name in enumerate(names):
+            try:
                 os.unlink(self.input_dir / name)
-            retired += 1
-        self._retired += retired
-        return retired
+            except FileNotFoundError:  # someone else removed it
+                pass
+            except OSError:
+                self._landed.extendleft(reversed(names[done:]))
+                raise
+            self._retired += 1
+        return len(names)
 
     @property
     def last_commit_ms(self) -> int:

@@ -232,6 +232,8 @@ class SubmitServer:
                 log.exception("the submit server stopped")
         finally:
             self._started.set()
+            with contextlib.suppress(RuntimeError):  # deletes under way finish first
+                loop.run_until_complete(loop.shutdown_default_executor())
             loop.close()
 
     async def _main(self) -> None:
@@ -472,7 +474,11 @@ class SubmitServer:
         while True:
             await asyncio.sleep(self.retire_interval_s)
             try:
-                retired = self.journal.retire(committed)
+                names = self.journal.take_retired(committed)
+                # Deleted off the loop: each unlink gives up the interpreter's lock,
+                # and winning it back from a busy engine can take the switch interval.
+                retired = (await asyncio.to_thread(self.journal.delete_retired, names)
+                           if names else 0)
             except OSError as exc:  # tried again at the next round
                 log.warning("retiring committed input files: %s", exc)
                 continue
