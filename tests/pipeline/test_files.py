@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +37,37 @@ def test_a_write_that_fails_leaves_no_temporary_file(tmp_path: Path,
     with pytest.raises(OSError, match="disk gone"):
         write_bytes_atomically(b"x", tmp_path / "target")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_synced_write_is_durable_before_its_rename(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: bool) -> None:
+    # Durable: opened with O_DSYNC (each write synced as it returns), or fsync'd.
+    events: list[str] = []
+    real_open, real_fsync, real_replace = os.open, os.fsync, os.replace
+
+    def opening(path: Any, flags: int, *args: Any) -> int:
+        dsync = bool(flags & getattr(os, "O_DSYNC", 0))
+        events.append("open dsync" if dsync else "open")
+        return real_open(path, flags, *args)
+
+    def syncing(fd: int) -> None:
+        events.append("fsync")
+        real_fsync(fd)
+
+    def replacing(*args: Any) -> None:
+        events.append("rename")
+        real_replace(*args)
+
+    monkeypatch.setattr(os, "open", opening)
+    monkeypatch.setattr(os, "fsync", syncing)
+    monkeypatch.setattr(os, "replace", replacing)
+    write_bytes_atomically(b"x" * 100_000, tmp_path / "target", sync=sync)
+    assert (tmp_path / "target").read_bytes() == b"x" * 100_000
+    if sync:
+        assert events in (["open dsync", "rename"], ["open", "fsync", "rename"])
+    else:
+        assert events == ["open", "rename"]
 
 
 def test_temporary_files_take_the_umask_mode(tmp_path: Path) -> None:

@@ -22,6 +22,10 @@ _FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
           | getattr(os, "O_CLOEXEC", 0))
 _SUFFIX = re.compile(r"[0-9a-f]{8}\.tmp")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: Writes durable when they return, as if each were followed by ``fdatasync``: a
+#: write and its sync give up the interpreter's lock once, not twice (each time, a
+#: thread that gives it up may wait the switch interval to win it back from a busy one).
+_DSYNC = getattr(os, "O_DSYNC", 0)
 
 
 def _open_nofollow(path: Path, flags: int) -> int:
@@ -69,14 +73,18 @@ def truncate_nofollow(path: Path, size: int) -> None:
 def open_temporary(path: Path, prefix: str | None = None) -> tuple[BinaryIO, Path]:
     """A new, empty file beside ``path`` under a hidden name of its own (``prefix``, by
     default ``.<name>.``, then 8 random hex digits and ``.tmp``), open for writing."""
+    fd, tmp = _create_temporary(path, prefix, 0)
+    return os.fdopen(fd, "wb"), tmp
+
+
+def _create_temporary(path: Path, prefix: str | None, flags: int) -> tuple[int, Path]:
     head = f".{path.name}." if prefix is None else prefix
     for _ in range(64):
         tmp = path.with_name(f"{head}{secrets.token_hex(4)}.tmp")
         try:
-            fd = os.open(tmp, _FLAGS, 0o666)
+            return os.open(tmp, _FLAGS | flags, 0o666), tmp
         except FileExistsError:
             continue  # taken, or planted: draw another name
-        return os.fdopen(fd, "wb"), tmp
     raise FileExistsError(f"no free temporary name beside {path}")
 
 
@@ -91,13 +99,16 @@ def write_bytes_atomically(data: bytes, path: Path, *, sync: bool = True) -> Non
     then renamed into place: a crash leaves the old file or the new one, never half.
     Without ``sync``, a reader still sees one whole file, but a crash of the machine
     may leave the old one (for what is written again at every start)."""
-    out, tmp = open_temporary(path)
+    fd, tmp = _create_temporary(path, None, _DSYNC if sync else 0)
     try:
-        with out:
-            out.write(data)
-            if sync:
-                out.flush()
-                os.fsync(out.fileno())
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync and not _DSYNC:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
