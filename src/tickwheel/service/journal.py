@@ -1,12 +1,12 @@
 """SubmitJournal: accepted requests landed as input files, and their idempotency keys.
 
 A group commit writes the rows of every request in it as one JSON Lines file, whole,
-fsync'd and renamed into the input directory (then the directory fsync'd), named
+synced and renamed into the input directory (then the directory fsync'd), named
 ``submit-<ms>-<seq>.jsonl`` so that names only grow. The engines read it as any other
 input file. Only then is any request of it answered.
 
 The keys of a commit's requests are appended to a :class:`~tickwheel.service.key_log.KeyLog`
-(fsync'd) *before* its file is written. The writer is serial, so only the log's last
+(synced) *before* its file is written. The writer is serial, so only the log's last
 record can name a file that never landed (a crash between the two writes): at start that
 record counts only if its file, or a later one, is there. A key is answered again, not
 written again, for ``key_ttl_ms`` and within the newest ``max_keys``; a segment of the

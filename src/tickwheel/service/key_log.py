@@ -1,11 +1,11 @@
 """KeyLog: the idempotency keys of a submit server's commits, on disk, never rewritten.
 
 A record per commit (the file it landed as, when, and each request's key, body digest,
-rows and stamp) is appended, fsync'd, to the open segment, ``keys-<number>.jsonl``;
-a segment is closed at :data:`SEGMENT_BYTES` and a new one opened, and each start opens
-a new one. A segment goes as a whole once none of its keys is kept any more
-(:meth:`KeyLog.remove`). Nothing is rewritten, so a commit never waits for a copy of
-every key kept, which a single file would need to shed the old ones.
+rows and stamp) is appended, synced (``O_DSYNC``), to the open segment,
+``keys-<number>.jsonl``; a segment is closed at :data:`SEGMENT_BYTES` and a new one
+opened, and each start opens a new one. A segment goes as a whole once none of its keys
+is kept any more (:meth:`KeyLog.remove`). Nothing is rewritten, so a commit never waits
+for a copy of every key kept, which a single file would need to shed the old ones.
 
 Only the newest segment at a start can end in a record that does not count: torn by a
 crash, or naming a file that never landed (the writer is serial, so a crash between the
@@ -152,7 +152,7 @@ class KeyLog:
         fsync_directory(self.directory)
 
     def append(self, record: KeyRecord) -> int:
-        """``record`` on disk (fsync'd); the number of its segment. On an OSError the
+        """``record`` on disk (synced); the number of its segment. On an OSError the
         segment holds only the records before it."""
         if self._fd is None:
             raise ValueError("load() the log before appending to it")

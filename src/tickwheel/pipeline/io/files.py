@@ -1,4 +1,4 @@
-"""Files written whole: an exclusive temporary beside the target, fsync'd, then renamed.
+"""Files written whole: an exclusive temporary beside the target, synced, then renamed.
 
 The temporary name is ``.<target name>.<8 hex digits>.tmp``, created with ``O_EXCL`` and
 ``O_NOFOLLOW``: a file or a symlink planted at a guessable name makes the creation fail
@@ -95,7 +95,7 @@ def is_temporary_of(name: str, prefix: str) -> bool:
 
 
 def write_bytes_atomically(data: bytes, path: Path, *, sync: bool = True) -> None:
-    """``data`` written whole and fsync'd under a hidden name (which no reader takes),
+    """``data`` written whole and synced under a hidden name (which no reader takes),
     then renamed into place: a crash leaves the old file or the new one, never half.
     Without ``sync``, a reader still sees one whole file, but a crash of the machine
     may leave the old one (for what is written again at every start)."""
