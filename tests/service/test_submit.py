@@ -409,41 +409,36 @@ def key_segments(state: Path) -> list[Path]:
 
 def test_a_commit_is_durable_before_it_is_answered(tmp_path: Path, clock: ManualClock,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    # The keys' record, then the file: each opened with O_DSYNC (a write is synced as
-    # it returns) or fsync'd; then the directory's entry for the file.
+    # The keys' segment and the file: each opened with O_DSYNC (a write is synced as it
+    # returns) or fsync'd; then the directory's entry for the file.
     dsync = getattr(os, "O_DSYNC", 0)
-    names: dict[int, str] = {}
+    names: dict[int, str] = {}  # of the descriptors open
+    opened: list[str] = []
     synced: set[str] = set()  # opened with O_DSYNC
     events: list[str] = []
-    real_open, real_write, real_fsync = os.open, os.write, os.fsync
+    real_open, real_fsync = os.open, os.fsync
 
     def opening(path: Any, flags: int, *args: Any) -> int:
         fd = real_open(path, flags, *args)
         names[fd] = Path(path).name
+        opened.append(names[fd])
         if flags & dsync:
             synced.add(names[fd])
         return fd
-
-    def writing(fd: int, data: Any) -> int:
-        events.append(f"write {names[fd]}")
-        return real_write(fd, data)
 
     def syncing(fd: int) -> None:
         events.append(f"fsync {names[fd]}")
         real_fsync(fd)
 
     monkeypatch.setattr(os, "open", opening)
-    monkeypatch.setattr(os, "write", writing)
     monkeypatch.setattr(os, "fsync", syncing)
     journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
     events.clear()
     [receipt] = journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d", 1)])
     monkeypatch.undo()
     journal.close()
-    written = [event.split()[1] for event in events if event.startswith("write ")]
-    segment, temporary = written[0], written[-1]
-    assert segment == key_segments(tmp_path / "state")[-1].name
-    assert temporary.startswith(f".{receipt.file}.")
+    segment = key_segments(tmp_path / "state")[-1].name
+    temporary = next(name for name in opened if name.startswith(f".{receipt.file}."))
     for name in (segment, temporary):
         assert name in synced or f"fsync {name}" in events
     assert events[-1] == "fsync in"  # the directory, once the file is in place
