@@ -259,32 +259,30 @@ class SubmitJournal:
         return self.delete_retired(self.take_retired(committed))
 
     def take_retired(self, committed: CommittedInputs) -> list[str]:
-        """The files landed that the engine has ``committed``, all but the newest,
-        taken off the files landed, for :meth:`delete_retired`. A file the engine has
-        not committed stays, and so do those after it: the engines read the input in
-        name order."""
+        """The files landed that the engine has ``committed``, all but the newest, for
+        :meth:`delete_retired`. A file the engine has not committed stays, and so do
+        those after it: the engines read the input in name order."""
         candidates = list(self._landed)[:-1]
         if not candidates:
             return []
         done = set(committed(candidates))
         taken: list[str] = []
-        while len(self._landed) > 1 and self._landed[0] in done:
-            taken.append(self._landed.popleft())
+        for name in candidates:
+            if name not in done:
+                break
+            taken.append(name)
         return taken
 
     def delete_retired(self, names: Sequence[str]) -> int:
-        """Delete ``names`` (from :meth:`take_retired`) from the input directory;
-        returns how many. Any one thread may call it while another lands files. On
-        an OSError, the names not deleted go back to the front of the files landed,
-        for the next round."""
-        for done, name in enumerate(names):
-            try:
+        """Delete ``names`` (from :meth:`take_retired`, not yet deleted) from the input
+        directory, each counted among the files landed until it is gone; returns how
+        many. One thread may call it while another lands files; an OSError leaves the
+        names from the one that failed on for the next round."""
+        for name in names:
+            assert self._landed[0] == name, (self._landed[0], name)
+            with contextlib.suppress(FileNotFoundError):  # someone else removed it
                 os.unlink(self.input_dir / name)
-            except FileNotFoundError:  # someone else removed it
-                pass
-            except OSError:
-                self._landed.extendleft(reversed(names[done:]))
-                raise
+            self._landed.popleft()  # the loop only appends at the other end
             self._retired += 1
         return len(names)
 
