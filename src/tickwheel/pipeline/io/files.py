@@ -22,9 +22,9 @@ _FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
           | getattr(os, "O_CLOEXEC", 0))
 _SUFFIX = re.compile(r"[0-9a-f]{8}\.tmp")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-#: Writes durable when they return, as if each were followed by ``fdatasync``: a
-#: write and its sync give up the interpreter's lock once, not twice (each time, a
-#: thread that gives it up may wait the switch interval to win it back from a busy one).
+#: Each write syncs its data as ``fdatasync`` does before it returns: a write and its
+#: sync give up the interpreter's lock once, not twice (each time, a thread that gives
+#: it up may wait the switch interval to win it back from a busy one).
 _DSYNC = getattr(os, "O_DSYNC", 0)
 
 
@@ -52,12 +52,16 @@ def append_synced(path: Path, data: bytes) -> None:
     link) and fsync'd."""
     fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def truncate_nofollow(path: Path, size: int) -> None:
@@ -102,9 +106,7 @@ def write_bytes_atomically(data: bytes, path: Path, *, sync: bool = True) -> Non
     fd, tmp = _create_temporary(path, None, _DSYNC if sync else 0)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, data)
             if sync and not _DSYNC:
                 os.fsync(fd)
         finally:
