@@ -29,6 +29,7 @@ from tickwheel.pipeline.engines import follow
 from tickwheel.pipeline.engines.follow import LocalFollowEngine, wall_clock_ms
 from tickwheel.pipeline.engines.reference import ReferenceEngine
 from tickwheel.pipeline.io.input_dir import INPUT_NAMES
+from tickwheel.pipeline.semantics import partition
 from tickwheel.pipeline.state import entry_log
 from tickwheel.pipeline.state.encoding import LOCAL_CHECKPOINT_FORMAT
 
@@ -468,6 +469,25 @@ def test_a_following_engine_thaws_its_objects_every_so_often(
 
     follower.run(stop, trigger_ms=1, on_batch=on_batch)
     assert frozen == [0]
+
+
+def test_between_pieces_set_on_the_engine_runs_in_both_stages_of_a_batch(
+        tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submit server in the same process gets its turn between the pieces of a
+    batch's rows, in either stage, and the batch decides what it would without."""
+    monkeypatch.setattr(partition, "PIECE_ROWS", 4)
+    follower = engine(tmp_path, WallClock(1_000))
+    calls: list[int] = []
+
+    def hook() -> None:
+        calls.append(1)
+
+    follower.between_pieces = hook
+    assert follower.keys.between_pieces is follower.ops.between_pieces is hook
+    land(inbox, "a.jsonl", [watch(100 + i, f"op{i}", 500) for i in range(10)])
+    batch = follower.step()
+    assert batch is not None and batch.outcomes == 10  # expired at 500
+    assert len(calls) >= 4  # ten rows, each in both stages, in pieces of four
 
 
 def test_no_collection_walks_what_a_batch_made_once_the_collector_is_back_on(

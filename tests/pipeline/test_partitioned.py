@@ -507,6 +507,28 @@ def test_a_batch_saves_what_it_changed_but_not_what_came_and_went_within_it() ->
     assert key_changes == {"a": 2, "z": 1, ("a", "kept", 1): None}
 
 
+def test_a_release_calls_between_pieces_only_between_two_pieces(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each stage calls ``between_pieces`` once between two pieces it applies (ten rows
+    at ten times, in pieces of four: twice), not before the first or after the last,
+    and not at all for a release of one piece."""
+    monkeypatch.setattr(partition, "PIECE_ROWS", 4)
+    keys, ops = KeyPartition(0, 1, 0), OpPartition(0, 0)
+    calls: list[str] = []
+    keys.between_pieces = lambda: calls.append("key")
+    ops.between_pieces = lambda: calls.append("op")
+    keys.take([compact_wire(update(ts, f"k{ts}", value=ts)) for ts in range(10)], 9)
+    keys.release(end_ms=10)
+    assert calls == ["key", "key"]
+    ops.take([compact_wire(watch(ts, f"w{ts}", [], 20, "none")) for ts in range(10)], [])
+    ops.release(10)
+    assert calls == ["key", "key", "op", "op"]
+    ops.take([compact_wire(watch(11, "one", [], 30, "none"))], [])
+    done, _ = ops.release(25)
+    assert calls == ["key", "key", "op", "op"]
+    assert sorted(o.op_id for o in done) == [f"w{ts}" for ts in range(10)]  # at 20
+
+
 def test_a_row_below_the_point_time_has_reached_is_late_in_the_stage_that_owns_it() -> None:
     keys, ops = KeyPartition(0, 1, 10), OpPartition(0, 10)
     on_time = compact_wire(update(100, "a", value=1))

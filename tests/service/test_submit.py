@@ -19,6 +19,7 @@ pytest.importorskip("aiohttp")
 
 from tests.conftest import eventually
 from tickwheel.pipeline.contract.events import compact_wire, parse_wire
+from tickwheel.service import server as server_module
 from tickwheel.service.journal import Receipt, Submission, SubmitJournal
 from tickwheel.service.server import SubmitServer, parse_listen
 
@@ -205,6 +206,28 @@ def test_a_commit_lands_on_the_loops_thread(server: SubmitServer) -> None:
     server.journal.land = recording  # type: ignore[method-assign]
     assert post(server, json.dumps(watch("a"))).status_code == 200
     assert threads == ["tickwheel-submit-server"]
+
+
+def test_an_engine_gives_way_to_the_loop_only_while_requests_come(
+        server: SubmitServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An engine catching up with no one asking runs on; a request makes the loop busy
+    # for _BUSY_FOR_S, set here so that no timing decides the answers.
+    monkeypatch.setattr(server_module, "_BUSY_FOR_S", 3_600.0)
+    assert server.give_way() is False
+    assert post(server, json.dumps(watch("a"))).status_code == 200
+    assert server.give_way() is True
+    server.give_way_s = 0.0
+    assert server.give_way() is False
+    server.give_way_s = server_module.GIVE_WAY_S
+    monkeypatch.setattr(server_module, "_BUSY_FOR_S", 0.0)
+    assert server.give_way() is False  # the request is older than that
+
+
+@pytest.mark.parametrize("give_way_s", [-0.001, 1.5, float("nan")])
+def test_a_give_way_time_outside_0_to_1_s_is_refused(tmp_path: Path,
+                                                    give_way_s: float) -> None:
+    with pytest.raises(ValueError, match="give_way_s"):
+        SubmitServer(tmp_path / "in", tmp_path / "state", give_way_s=give_way_s)
 
 
 def test_a_refused_request_holds_no_floor(server: SubmitServer, clock: ManualClock) -> None:

@@ -532,6 +532,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
         follower.counts().release_ms, hand_over=follower.offer_rows)
     if server is not None:  # the rows it stamps are never late
         follower.time_floor = server.time_floor
+        follower.between_pieces = server.give_way  # its requests wait no switch interval
     last_print = 0.0
 
     def progress(batch: FollowBatch) -> None:

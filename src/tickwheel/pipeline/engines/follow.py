@@ -239,7 +239,9 @@ class LocalFollowEngine:
     ``time_floor`` is an intake's floor (such as
     :meth:`~tickwheel.service.server.SubmitServer.time_floor`): the clock's reading
     is held at most the lateness bound above it, so that the rows the intake stamps are
-    never late, however long their commit or a batch takes.
+    never late, however long their commit or a batch takes. :attr:`between_pieces` is
+    called between the pieces of a batch's rows (such as
+    :meth:`~tickwheel.service.server.SubmitServer.give_way`).
     """
 
     def __init__(self, input_dir: Path, output_dir: Path, *,
@@ -324,6 +326,15 @@ class LocalFollowEngine:
         if self.clock is not None:
             self.ops.stage.schedules.clock_notices = True
         self.ops.fire_limit = OCCURRENCES_PER_BATCH
+
+    @property
+    def between_pieces(self) -> Callable[[], object] | None:
+        """Called between two pieces of the rows a batch applies, in either stage."""
+        return self.ops.between_pieces
+
+    @between_pieces.setter
+    def between_pieces(self, call: Callable[[], object] | None) -> None:
+        self.keys.between_pieces = self.ops.between_pieces = call
 
     @property
     def catching_up(self) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -177,6 +177,10 @@ class _Partition:
         self.quarantined_by_reason: dict[str, int] = {}
         self.outcomes_by_outcome: dict[str, int] = {}
         self.seq = 0
+        #: Called between two pieces of a release (never before the first): an engine
+        #: that shares the interpreter with a thread that answers requests gives that
+        #: thread its turn there, rather than after the switch interval.
+        self.between_pieces: Callable[[], object] | None = None
 
     def _late(self, ts: int) -> bool:
         return self.release_ms is not None and ts < self.release_ms
@@ -307,7 +311,10 @@ class KeyPartition(_Partition):
         self.release_ms = point
         due = self._due(point, key_order)
         stage = self.stage
-        for piece in _pieces(due):
+        between = self.between_pieces
+        for index, piece in enumerate(_pieces(due)):
+            if index and between is not None:
+                between()
             stage.apply(piece)
         self.rows_applied += sum(1 for fields in due if fields[1] == "update")
         if stage.now is None or point - 1 > stage.now:
@@ -484,6 +491,8 @@ class OpPartition(_Partition):
             stage.apply_staged(piece)
             applied += piece
             pos = end
+            if pos < n and self.between_pieces is not None:
+                self.between_pieces()
         left = None if limit is None else max(0, limit - (book.looked - looked_before))
         if stage.now is None or point - 1 > stage.now:
             stage.advance_to(point - 1, left)
