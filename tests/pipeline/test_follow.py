@@ -471,6 +471,27 @@ def test_a_following_engine_thaws_its_objects_every_so_often(
     assert frozen == [0]
 
 
+def test_the_first_batch_imports_nothing(tmp_path: Path, inbox: Path) -> None:
+    """What writing outputs imports (pyarrow, and what it looks for) is imported when
+    the engine is made, not in its first batch, which a submit server's requests in
+    the same process would wait out. In a fresh interpreter: this one has it all."""
+    land(inbox, "a.jsonl", [watch(100, "a", 200)])
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tickwheel.pipeline.engines.follow import LocalFollowEngine\n"
+        f"engine = LocalFollowEngine(Path({str(inbox)!r}), Path({str(tmp_path / 'out')!r}),"
+        " clock=lambda: 10_000, lateness_ms=100)\n"
+        "before = set(sys.modules)\n"
+        "batch = engine.step()\n"
+        "assert batch is not None and batch.outcomes == 1, batch\n"
+        "print(sorted(set(sys.modules) - before))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_between_pieces_set_on_the_engine_runs_in_both_stages_of_a_batch(
         tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A submit server in the same process gets its turn between the pieces of a

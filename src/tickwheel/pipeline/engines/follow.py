@@ -314,6 +314,11 @@ class LocalFollowEngine:
         self._follow_clock()
         self._delivery: BatchDelivery | None = None
         self._compact()
+        # pyarrow's first tables import what it looks for (pandas, where installed),
+        # a third of a second: here, not in the first batch, while a submit server in
+        # this process answers requests.
+        outcomes_table([])
+        quarantine_table([])
         self._counts = FollowCounts()
         self._count()
 
