@@ -432,14 +432,14 @@ def key_segments(state: Path) -> list[Path]:
 
 def test_a_commit_is_durable_before_it_is_answered(tmp_path: Path, clock: ManualClock,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    # The keys' segment and the file: each opened with O_DSYNC (a write is synced as it
-    # returns) or fsync'd; then the directory's entry for the file.
+    # The keys' segment, then the file: each opened with O_DSYNC (a write is synced as
+    # it returns) or fsync'd; then the directory's entry for the file.
     dsync = getattr(os, "O_DSYNC", 0)
     names: dict[int, str] = {}  # of the descriptors open
     opened: list[str] = []
     synced: set[str] = set()  # opened with O_DSYNC
     events: list[str] = []
-    real_open, real_fsync = os.open, os.fsync
+    real_open, real_write, real_fsync = os.open, os.write, os.fsync
 
     def opening(path: Any, flags: int, *args: Any) -> int:
         fd = real_open(path, flags, *args)
@@ -449,11 +449,16 @@ def test_a_commit_is_durable_before_it_is_answered(tmp_path: Path, clock: Manual
             synced.add(names[fd])
         return fd
 
+    def writing(fd: int, data: Any) -> int:
+        events.append(f"write {names[fd]}")
+        return real_write(fd, data)
+
     def syncing(fd: int) -> None:
         events.append(f"fsync {names[fd]}")
         real_fsync(fd)
 
     monkeypatch.setattr(os, "open", opening)
+    monkeypatch.setattr(os, "write", writing)
     monkeypatch.setattr(os, "fsync", syncing)
     journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
     events.clear()
@@ -464,6 +469,10 @@ def test_a_commit_is_durable_before_it_is_answered(tmp_path: Path, clock: Manual
     temporary = next(name for name in opened if name.startswith(f".{receipt.file}."))
     for name in (segment, temporary):
         assert name in synced or f"fsync {name}" in events
+    # A key is on disk before its file can be: a crash between them leaves a key whose
+    # file never landed, which a start forgets, never a file whose key is lost.
+    assert events.index(f"write {temporary}") > max(
+        i for i, event in enumerate(events) if event == f"write {segment}")
     assert events[-1] == "fsync in"  # the directory, once the file is in place
 
 

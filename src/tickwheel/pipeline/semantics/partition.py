@@ -463,6 +463,7 @@ class OpPartition(_Partition):
         if point is None:
             return [], []
         limit = self.fire_limit
+        between = self.between_pieces
         looked_before = book.looked
         rows = self._due(point, op_order)
         applied: list[Any] = []
@@ -491,8 +492,8 @@ class OpPartition(_Partition):
             stage.apply_staged(piece)
             applied += piece
             pos = end
-            if pos < n and self.between_pieces is not None:
-                self.between_pieces()
+            if pos < n and between is not None:
+                between()
         left = None if limit is None else max(0, limit - (book.looked - looked_before))
         if stage.now is None or point - 1 > stage.now:
             stage.advance_to(point - 1, left)
