@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from tickwheel.bench._load import LOAD_CLIENTS
 from tickwheel.bench._timers import IMPLEMENTATIONS, TIMER_WORKLOADS, Result, run_timers
 
 ANCHOR = "asyncio"
@@ -193,8 +194,10 @@ def _service(args: argparse.Namespace) -> int:
     from tickwheel.bench._service import ack_table, run_service, service_table
 
     results = run_service(args.engines, args.seconds, args.batch_rate, args.single_rate,
-                          args.fire_rate, args.master, args.phases, args.repeat)
-    print(f"\nservice benchmark: {args.seconds} s a phase, open loop over loopback, "
+                          args.fire_rate, args.master, args.phases, args.repeat,
+                          args.load_client)
+    print(f"\nservice benchmark: {args.seconds} s a phase, open loop over loopback "
+          f"({args.load_client} load generator), "
           f"medians over rounds: {args.repeat}; ack latency from when each request "
           "is due; ratio to the bare aiohttp server's p99 in parentheses; fire delay from "
           "each deadline to the webhook's receipt\n")
@@ -339,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--repeat", type=_positive, default=3,
                     help="rounds of every phase, interleaved (medians reported; "
                          "default: %(default)s)")
+    sv.add_argument("--load-client", choices=LOAD_CLIENTS, default="h11",
+                    help="the load generator's HTTP client (default: %(default)s)")
     lk = sub.add_parser("locks", help="the timers' lock (Mutex) against threading.Lock")
     lk.add_argument("--n", type=_positive, default=2_000_000,
                     help="lock cycles per measurement (default: %(default)s)")

@@ -3,9 +3,9 @@ loopback by an open-loop load generator in another, fresh for each phase, delive
 a webhook receiver in this one.
 
 Each phase starts a fresh service (input, output, checkpoint) and sends requests at a
-fixed rate for ``seconds``; a request's latency runs from when it is due to be sent to
-its answer, so a server that falls behind is charged for the wait (no coordinated
-omission). Phases:
+fixed rate for ``seconds`` (:mod:`tickwheel.bench._load`); a request's latency runs from
+when it is due to be sent to its answer, so a server that falls behind is charged for
+the wait (no coordinated omission). Phases:
 
 - ``batch``: requests of 100 rows, ``batch_rate`` rows a second;
 - ``single``: requests of one row, ``single_rate`` a second;
@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tickwheel.bench._load import FIRE_IN_MS
+
 __all__ = ["PHASES", "PhaseResult", "ack_table", "run_service", "service_table",
            "start_service"]
 
-_FIRE_IN_MS = 2_000
-_MAX_IN_FLIGHT = 512
 _BARE_SERVER = """
 import sys
 from aiohttp import web
@@ -205,69 +205,16 @@ def _stop_service(child: subprocess.Popen[str]) -> None:
         child.wait()
 
 
-async def _load(url: str, result: PhaseResult, seconds: float, fire: bool) -> None:
-    """Requests at a fixed rate for ``seconds``; each one's latency from when it is due."""
-    import aiohttp
-
-    per_request = result.rows_per_request
-    rate = result.target_rows_s / per_request  # requests a second
-    total = int(rate * seconds)
-    in_flight = 0
-
-    async def send(session: aiohttp.ClientSession, due: float, index: int) -> None:
-        nonlocal in_flight
-        now = _wall_ms()
-        rows = [{"type": "watch", "op_id": f"{result.phase}-{index}-{i}", "keys": [],
-                 "condition": "none",
-                 "deadline_ms": now + (_FIRE_IN_MS if fire else 3_600_000)}
-                for i in range(per_request)]
-        body = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
-        try:
-            async with session.post(f"{url}/v1/events", data=body,
-                                    headers={"Idempotency-Key": f"{result.phase}-{index}"}
-                                    ) as response:
-                await response.read()
-                if response.status == 200:
-                    result.rows_acked += per_request
-                    result.latency_ms.append((time.perf_counter() - due) * 1000)
-                else:
-                    result.errors += 1
-        except (aiohttp.ClientError, TimeoutError):
-            result.errors += 1
-        finally:
-            in_flight -= 1
-
-    connector = aiohttp.TCPConnector(limit=_MAX_IN_FLIGHT)
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        tasks: set[asyncio.Task[None]] = set()
-        started = time.perf_counter()
-        for index in range(total):
-            due = started + index / rate
-            wait = due - time.perf_counter()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            if in_flight >= _MAX_IN_FLIGHT:
-                result.overloaded += 1
-                continue
-            in_flight += 1
-            task = asyncio.create_task(send(session, due, index))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.gather(*tasks)
-        result.seconds = time.perf_counter() - started
-
-
 def _load_elsewhere(url: str, result: PhaseResult, seconds: float, fire: bool,
-                    scratch: Path) -> None:
-    """:func:`_load` in a process of its own, fresh for each phase: no phase is measured
-    with the heap, the sockets or the CPU of the one before it."""
+                    scratch: Path, client: str) -> None:
+    """:func:`~tickwheel.bench._load.run_load` in a process of its own, fresh for each
+    phase: no phase is measured with the heap, the sockets or the CPU of the one before
+    it."""
     out = scratch / "load.json"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "tickwheel.bench._service", url, result.phase,
+    subprocess.run([sys.executable, "-m", "tickwheel.bench._load", url, result.phase,
                     str(result.rows_per_request), str(result.target_rows_s), str(seconds),
-                    "fire" if fire else "ack", str(out)], check=True)
+                    "fire" if fire else "ack", client, str(out)], check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result.load_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     loaded = json.loads(out.read_text())
@@ -276,17 +223,8 @@ def _load_elsewhere(url: str, result: PhaseResult, seconds: float, fire: bool,
     result.latency_ms = loaded["latency_ms"]
 
 
-def _load_main(argv: list[str]) -> None:
-    url, phase, per_request, rate, seconds, mode, out = argv
-    result = PhaseResult("", phase, int(per_request), int(rate))
-    asyncio.run(_load(url, result, float(seconds), fire=mode == "fire"))
-    Path(out).write_text(json.dumps({
-        "rows_acked": result.rows_acked, "seconds": result.seconds, "errors": result.errors,
-        "overloaded": result.overloaded, "latency_ms": result.latency_ms}))
-
-
 def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds: float,
-           master: str, anchor: str | None = None) -> PhaseResult:
+           master: str, anchor: str | None = None, client: str = "h11") -> PhaseResult:
     """One phase against a fresh service of ``engine``, or against an anchor
     (``bare`` or ``intake``, see the module doc)."""
     name = engine if anchor is None else _ANCHORS[anchor]
@@ -301,11 +239,12 @@ def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds:
         else:
             child, url = _start_anchor(anchor, work)
         try:
-            _load_elsewhere(url, result, seconds, fire=phase == "fire", scratch=work)
+            _load_elsewhere(url, result, seconds, fire=phase == "fire", scratch=work,
+                            client=client)
             if anchor != "bare":
                 result.intake = _intake_status(url)
             if phase == "fire":  # the last deadlines, the lateness and delivery
-                deadline = time.monotonic() + _FIRE_IN_MS / 1000 + 30
+                deadline = time.monotonic() + FIRE_IN_MS / 1000 + 30
                 while len(receiver.seen) < result.rows_acked and time.monotonic() < deadline:
                     time.sleep(0.1)
                 result.fire_delay_ms = list(receiver.delays)
@@ -345,7 +284,8 @@ PHASES = ("batch", "single", "fire")
 
 def run_service(engines: list[str], seconds: float, batch_rate: int, single_rate: int,
                 fire_rate: int, master: str = "local[2]",
-                phases: tuple[str, ...] = PHASES, repeat: int = 1) -> list[PhaseResult]:
+                phases: tuple[str, ...] = PHASES, repeat: int = 1,
+                client: str = "h11") -> list[PhaseResult]:
     """Every phase against each anchor and engine, ``repeat`` rounds, interleaved."""
     loads = [(phase, per_request, rate) for phase, per_request, rate in (
         ("batch", 100, batch_rate), ("single", 1, single_rate), ("fire", 100, fire_rate))
@@ -356,12 +296,13 @@ def run_service(engines: list[str], seconds: float, batch_rate: int, single_rate
             for phase, per_request, rate in loads:
                 if phase != "fire":
                     results.append(_phase("", phase, per_request, rate, seconds, master,
-                                          anchor=anchor))
+                                          anchor=anchor, client=client))
         for engine in engines:
             for phase, per_request, rate in loads:
                 print(f"{engine}: {phase} at {rate:,} rows/s for {seconds:.0f} s (round "
                       f"{round_number} of {repeat})", flush=True)
-                results.append(_phase(engine, phase, per_request, rate, seconds, master))
+                results.append(_phase(engine, phase, per_request, rate, seconds, master,
+                                      client=client))
     return results
 
 
@@ -447,6 +388,3 @@ def ack_table(results: list[PhaseResult]) -> str:
             f"{_histogram_cell(runs, 'commit_wait_ms')} | {_histogram_cell(runs, 'land_ms')} |")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":  # the load generator of one phase (see _load_elsewhere)
-    _load_main(sys.argv[1:])
