@@ -100,10 +100,6 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class _Receiver:
     """A webhook receiver on loopback: when each expiry arrived, less its deadline."""
 
