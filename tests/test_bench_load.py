@@ -5,6 +5,7 @@ closed connections and a full window are counted, never waited on forever."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -93,6 +94,38 @@ def test_a_server_that_closes_each_connection_is_measured_all_the_same(client: s
 
     result = asyncio.run(main())
     assert (result.rows_acked, result.errors) == (20, 0)
+
+
+def test_a_connection_that_answers_twice_is_dropped_and_the_load_goes_on() -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            writer.write(answer + answer)  # the second answers nothing
+
+    async def main() -> tuple[LoadResult, int]:
+        handlers: set[asyncio.Task[object]] = set()
+
+        async def counted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          ) -> None:
+            handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                await serve(reader, writer)
+            writer.close()
+
+        server = await asyncio.start_server(counted, "127.0.0.1", 0)
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            result = await load(f"http://127.0.0.1:{port}", "h11", seconds=0.1)
+            await asyncio.wait(handlers, timeout=5)  # each sees its connection closed
+        return result, len(handlers)
+
+    result, connections = asyncio.run(main())
+    assert (result.rows_acked, result.errors) == (10, 0)
+    assert connections == 10  # none was used again after its extra answer
 
 
 @pytest.mark.parametrize("client", LOAD_CLIENTS)

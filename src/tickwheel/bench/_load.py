@@ -158,6 +158,9 @@ class _H11Connection(asyncio.Protocol):
                              + self.http.send(h11.EndOfMessage()))
 
     def data_received(self, data: bytes) -> None:
+        if self.waiting is None:  # an answer to nothing asked: the connection is broken
+            self._fail()
+            return
         h11 = self._h11
         self.http.receive_data(data)
         try:
@@ -178,10 +181,12 @@ class _H11Connection(asyncio.Protocol):
         (due, rows), self.waiting = self.waiting, None
         self.sender.answered(status, due, rows)
         h11 = self._h11
-        if self.http.our_state is h11.DONE and self.http.their_state is h11.DONE:
+        extra, _ = self.http.trailing_data  # bytes after the answer answer nothing asked
+        if (self.http.our_state is h11.DONE and self.http.their_state is h11.DONE
+                and not extra):
             self.http.start_next_cycle()
             self.sender.idle_connection(self)
-        else:  # the server closes it (Connection: close)
+        else:  # the server closes it (Connection: close), or it is broken
             self.close()
 
     def _fail(self) -> None:
