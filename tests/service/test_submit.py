@@ -19,6 +19,7 @@ pytest.importorskip("aiohttp")
 
 from tests.conftest import eventually
 from tickwheel.pipeline.contract.events import compact_wire, parse_wire
+from tickwheel.service import intake as intake_module
 from tickwheel.service import server as server_module
 from tickwheel.service.journal import Receipt, Submission, SubmitJournal
 from tickwheel.service.server import SubmitServer, parse_listen
@@ -312,6 +313,82 @@ def test_hostile_bodies_are_refused_not_crashed_on(server: SubmitServer) -> None
     huge = post(server, '{"ts_ms": 1180591620717411303424, "type": "tick"}')
     assert huge.json()["refused"][0]["reason"] == "bad_type"
     assert landed_rows(server.input_dir) == []
+
+
+def test_a_lone_surrogate_in_an_array_row_is_written_faithfully(server: SubmitServer,
+                                                                clock: ManualClock) -> None:
+    # Valid JSON that no UTF-8 file holds raw: escaped as it came, as JSON Lines keep it.
+    answer = post(server, '[{"type":"tick","junk":"\\ud800"}]')
+    assert answer.status_code == 200
+    (landed,) = server.input_dir.glob("submit-*.jsonl")
+    assert "\\ud800" in landed.read_text()
+    assert landed_rows(server.input_dir) == [{"ts_ms": clock.now, "type": "tick",
+                                              "junk": "\ud800"}]
+    assert post(server, json.dumps(watch("after"))).status_code == 200
+
+
+def test_a_deeply_nested_array_row_is_written_whole(server: SubmitServer) -> None:
+    deep = '[{"type":"tick","a":' + "[" * 900 + "]" * 900 + "}]"
+    assert post(server, deep).status_code == 200
+    (row,) = landed_rows(server.input_dir)
+    assert json.dumps(row["a"]) == json.dumps(json.loads(deep)[0]["a"])
+
+
+def test_a_row_too_deep_to_write_is_refused_and_lets_go_of_its_stamp(
+        server: SubmitServer, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    def too_deep(row: object) -> str:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(intake_module, "_dumps", too_deep)
+    answer = post(server, '[{"type":"tick","a":[[[]]]}]')
+    assert answer.status_code == 400
+    assert answer.json()["refused"][0]["reason"] == "unparseable"
+    clock.now += 1_000
+    assert server.stats().writing_requests == 0
+    assert server.time_floor() == clock.now  # time goes on
+    assert landed_rows(server.input_dir) == []
+
+
+def test_any_fault_while_reading_a_request_lets_go_of_its_stamp(
+        server: SubmitServer, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("a fault of the server's own")
+
+    monkeypatch.setattr(server_module, "read_parsed_rows", broken)
+    assert post(server, json.dumps(watch("a"))).status_code == 500
+    clock.now += 1_000
+    assert server.stats().writing_requests == 0
+    assert server.time_floor() == clock.now
+    monkeypatch.undo()
+    assert post(server, json.dumps(watch("a"))).status_code == 200
+
+
+def test_an_empty_array_is_refused_and_lands_no_file(server: SubmitServer) -> None:
+    for body in ("[]", " [ ] ", "{}"):
+        answer = post(server, body)
+        assert answer.status_code == 400, body
+    assert post(server, "[]").json()["error"] == "the body holds no rows"
+    assert list(server.input_dir.iterdir()) == []
+
+
+class _Broken(SubmitJournal):
+    def land(self, batch: object) -> object:  # type: ignore[override]
+        raise ValueError("a fault in the commit, not the disk")
+
+
+def test_a_commit_that_fails_answers_500_and_the_loop_goes_on(tmp_path: Path,
+                                                              clock: ManualClock) -> None:
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as server:
+        working = server.journal
+        server.journal = _Broken(tmp_path / "in", tmp_path / "state2", clock=clock)
+        answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
+        assert answer.status_code == 500 and "nothing of them" in answer.json()["error"]
+        clock.now += 1_000
+        assert server.time_floor() == clock.now  # its stamp let go
+        server.journal = working
+        answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
+        assert answer.status_code == 200 and "Idempotent-Replayed" not in answer.headers
+        assert [r["op_id"] for r in landed_rows(server.input_dir)] == ["a"]
 
 
 def test_a_row_ahead_of_the_future_bound_is_refused(tmp_path: Path,

@@ -20,6 +20,7 @@ from tickwheel.pipeline.contract.events import (
     Wire,
     compact_wire,
     is_quarantined,
+    is_utf8,
 )
 
 __all__ = [
@@ -120,13 +121,31 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _repeats(value: Any) -> bool:
-    if isinstance(value, _Repeated):
-        return True
-    if isinstance(value, dict):
-        return any(_repeats(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_repeats(v) for v in value)
+    # A walk with a stack of its own: a row nests as deep as the parser lets it.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Repeated):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False
+
+
+def _dumps(row: Any) -> str:
+    """``row`` as one line of JSON: its characters as they are, or escaped where a
+    string holds a lone surrogate (valid JSON, but no UTF-8 file can hold it raw)."""
+    line = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
+    return line if is_utf8(line) else json.dumps(row, separators=(",", ":"))
+
+
+def _shown(row: Any) -> str:
+    try:
+        return json.dumps(row)[:_SHOWN_CHARS]
+    except RecursionError:
+        return "(nested too deep to show)"
 
 
 def _loads(text: str) -> Any:
@@ -152,17 +171,22 @@ def _array_lines(text: str, now_ms: int) -> list[str | RefusedRow]:
         raise IntakeError(f"the body is not a JSON array: {exc}") from None
     except RecursionError:  # nested deeper than the parser goes
         raise IntakeError("the body is not a JSON array of rows: nested too deep") from None
+    if not isinstance(rows, list):
+        raise IntakeError("the body is not a JSON array of rows")
+    if not rows:
+        raise IntakeError("the body holds no rows")
     out: list[str | RefusedRow] = []
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
-            out.append(RefusedRow(index, Reason.UNPARSEABLE.value,
-                                  json.dumps(row)[:_SHOWN_CHARS]))
+            out.append(RefusedRow(index, Reason.UNPARSEABLE.value, _shown(row)))
         elif _repeats(row):
-            out.append(RefusedRow(index, Reason.DUPLICATE_FIELD.value,
-                                  json.dumps(row)[:_SHOWN_CHARS]))
+            out.append(RefusedRow(index, Reason.DUPLICATE_FIELD.value, _shown(row)))
         else:
             stamped = row if "ts_ms" in row else {"ts_ms": now_ms, **row}
-            out.append(json.dumps(stamped, separators=(",", ":"), ensure_ascii=False))
+            try:
+                out.append(_dumps(stamped))
+            except RecursionError:
+                out.append(RefusedRow(index, Reason.UNPARSEABLE.value, _shown(row)))
     return out
 
 

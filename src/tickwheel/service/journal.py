@@ -215,6 +215,9 @@ class SubmitJournal:
     def land(self, batch: Sequence[Submission]) -> list[Receipt]:
         """Every submission of ``batch`` written, durably, as one input file; its
         receipts. OSError (a full disk, say) leaves nothing of it behind."""
+        # Encoded first: a line no UTF-8 file can hold fails the commit before its keys
+        # are logged.
+        data = "".join(f"{line}\n" for s in batch for line in s.lines).encode()
         name = self._next_name()
         receipts = [Receipt(name, len(s.lines), s.ts_ms) for s in batch]
         at = self._clock()
@@ -223,7 +226,6 @@ class SubmitJournal:
         segment = (self._key_log.append(KeyRecord(name, at, tuple(k for k, _ in keyed)))
                    if keyed else None)
         try:
-            data = "".join(f"{line}\n" for s in batch for line in s.lines).encode()
             write_bytes_atomically(data, self.input_dir / name)
             fsync_directory(self.input_dir)
         except BaseException:

@@ -153,6 +153,11 @@ class _Busy(Exception):
     """Answered 503: nothing was written; the client retries after Retry-After."""
 
 
+class _Failed(Exception):
+    """Answered 500: a commit failed for a reason other than the disk, and nothing of
+    it was written; the service goes on with the next."""
+
+
 def _valid_key(key: str) -> bool:
     return 0 < len(key) <= _MAX_KEY_CHARS and key.isascii() and key.isprintable()
 
@@ -407,6 +412,9 @@ class SubmitServer:
             self._stamper.settle(stamp)
             self._counts["refused_bad"] += 1
             return self._json(400, exc.as_json())
+        except BaseException:  # a stamp held would stop the engine's time
+            self._stamper.settle(stamp)
+            raise
         return await self._commit(Submission(parsed.lines, key, digest, stamp, parsed.rows),
                                   arrived)
 
@@ -423,6 +431,8 @@ class SubmitServer:
             receipt = await asyncio.shield(done)
         except _Busy as exc:
             return self._busy(str(exc))
+        except _Failed as exc:
+            return self._json(500, {"error": str(exc)})
         finally:
             if key is not None and self._inflight.get(key) is done:
                 del self._inflight[key]
@@ -436,7 +446,7 @@ class SubmitServer:
         if inflight is not None:
             try:
                 await asyncio.shield(inflight)
-            except _Busy:
+            except (_Busy, _Failed):
                 return None  # it was not written: this one may try
         found = self.journal.replay(key)
         if found is None:
@@ -474,8 +484,12 @@ class SubmitServer:
                 why = ("the input's disk is full" if is_disk_full(exc)
                        else f"the input could not be written: {exc.strerror or exc}")
                 log.error("a commit of %d requests failed: %s", len(batch), why)
-                for waiting in batch:
-                    waiting.done.set_exception(_Busy(why))
+                self._fail(batch, _Busy(why))
+                continue
+            except Exception:  # one commit's fault never ends the loop
+                log.exception("a commit of %d requests failed", len(batch))
+                self._fail(batch, _Failed("the rows could not be written; nothing of them "
+                                          "was kept"))
                 continue
             finally:  # landed (the engine lists them) or refused: time need not wait
                 for waiting in batch:
@@ -485,6 +499,12 @@ class SubmitServer:
             for waiting, receipt in zip(batch, receipts, strict=True):
                 self._counts["accepted_rows"] += receipt.accepted
                 waiting.done.set_result(receipt)
+
+    @staticmethod
+    def _fail(batch: list[_Waiting], error: Exception) -> None:
+        for waiting in batch:
+            if not waiting.done.done():
+                waiting.done.set_exception(error)
 
     async def _retire_loop(self) -> None:
         """Input files the engine has committed deleted, every ``retire_interval_s``:
