@@ -18,7 +18,7 @@ pytest.importorskip("aiohttp")
 
 from tests.conftest import eventually
 from tests.service.receiver import receiving
-from tickwheel.client import Client, SubmitError
+from tickwheel.client import Client, RowsRefused, SubmitError
 from tickwheel.pipeline.engines.follow import wall_clock_ms
 
 pytestmark = pytest.mark.realtime
@@ -88,6 +88,9 @@ def test_submitted_then_fired_then_delivered(tmp_path: Path) -> None:
                 for i in range(1, 20):
                     client.schedule_at(f"job-{i}", now + 300)
                 client.cancel("job-0")
+                with pytest.raises(RowsRefused) as ahead:  # beyond the lateness bound
+                    client.cancel("job-1", ts_ms=wall_clock_ms() + 60_000)
+                assert ahead.value.refused[0].reason == "future"
             assert eventually(lambda: len(receiver.ids()) == 20, 60,
                               unless=lambda: child.poll() is not None)
             metrics = httpx.get(f"{url}/metrics").text
@@ -236,6 +239,9 @@ def test_the_spark_engine_takes_rows_over_http_too(tmp_path: Path) -> None:
                 client.schedule_at("later", wall_clock_ms() + 600_000)
                 client.schedule_at("soon", wall_clock_ms() + 500)
                 client.cancel("later")
+                with pytest.raises(RowsRefused) as ahead:  # beyond the lateness bound
+                    client.cancel("soon", ts_ms=wall_clock_ms() + 60_000)
+                assert ahead.value.refused[0].reason == "future"
                 assert client.status()["intake"]["accepted_rows"] == 3
             assert eventually(lambda: len(receiver.ids()) == 2, 240,
                               unless=lambda: child.poll() is not None)

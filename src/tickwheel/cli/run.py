@@ -528,7 +528,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
     server = None if listen is None else _start_submit(
         listen, input, follower.checkpoint_dir / SUBMIT_STATE,
         lambda: asdict(follower.counts()), lambda: follower.rows_read,
-        follower.committed_inputs, max_future_ms if clock is ClockKind.wall else None, collector,
+        # One client's row may not move everyone's time: ahead by at most the lateness.
+        follower.committed_inputs, lateness_ms if clock is ClockKind.wall else None, collector,
         follower.counts().release_ms, hand_over=follower.offer_rows)
     if server is not None:  # the rows it stamps are never late
         follower.time_floor = server.time_floor
@@ -626,8 +627,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         print_error(f"{exc}")
         raise typer.Exit(2) from exc
     if follow is not None:
-        undelivered = _follow_spark(spark_engine, *follow, listen=listen,
-                                    max_future_ms=max_future_ms)
+        undelivered = _follow_spark(spark_engine, *follow, listen=listen)
         if sink is not None:
             _print_delivery(sink.close(timeout_s=1.0))
             if undelivered:
@@ -661,15 +661,14 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
                   metrics_port: int | None, stop_timeout_ms: int, *,
-                  listen: tuple[str, int] | None = None,
-                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> int:
+                  listen: tuple[str, int] | None = None) -> int:
     """Run the service until a signal; how many outcomes were left undelivered."""
     live = _SparkCounts(spark_engine)
     collector = _serve_metrics(metrics_port, "follow", live, listen)
     server = None if listen is None else _start_submit(
         listen, spark_engine.input_dir, spark_engine.checkpoint_dir / SUBMIT_STATE,
         live.as_json, lambda: live.rows_in, spark_engine.committed_inputs,
-        max_future_ms if clock is ClockKind.wall else None, collector,
+        spark_engine.lateness_ms if clock is ClockKind.wall else None, collector,
         spark_engine.result().release_ms,
         floor_file=spark_engine.checkpoint_dir / SUBMIT_STATE / FLOOR_FILE)
     if server is not None:  # the rows it stamps are never late
