@@ -95,11 +95,38 @@ def _request(rows: Mapping[str, Any] | Iterable[Mapping[str, Any]],
     """A submission's body (JSON Lines), its key (a fresh UUID unless given) and
     headers: the same for every attempt."""
     listed = [dict(rows)] if isinstance(rows, Mapping) else [dict(r) for r in rows]
+    return _lines_request([json.dumps(r, separators=(",", ":")) for r in listed],
+                          idempotency_key)
+
+
+def _lines_request(lines: Iterable[str], idempotency_key: str | None,
+                   ) -> tuple[bytes, str, dict[str, str]]:
+    """:func:`_request` for rows already written as JSON text, sent as they are."""
+    listed = list(lines)
     if not listed:
         raise ValueError("no rows to submit")
-    body = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in listed).encode()
+    for index, line in enumerate(listed):
+        if "\n" in line or "\r" in line:
+            raise ValueError(f"row {index} spans lines: one JSON object a line")
+    body = "".join(f"{line}\n" for line in listed).encode("utf-8")
     key = idempotency_key or str(uuid.uuid4())
     return body, key, {"Idempotency-Key": key, "Content-Type": "application/x-ndjson"}
+
+
+def _receipt(response: httpx.Response, key: str) -> Accepted:
+    """A 200's body as the submit API writes it, or SubmitError saying what came."""
+    try:
+        body = response.json()
+        accepted, file, ts_ms = body["accepted"], body["file"], body["ts_ms"]
+        if not (type(accepted) is int and type(ts_ms) is int and isinstance(file, str)):
+            raise TypeError
+    except (ValueError, TypeError, KeyError):
+        shown = response.text[:200] or "an empty body"
+        raise SubmitError(f"{response.url} answered 200 with {shown!r}, not the submit "
+                          "API's answer: is the URL the service's (a proxy, or another "
+                          "server)?", 200) from None
+    return Accepted(accepted, file, ts_ms,
+                    response.headers.get("Idempotent-Replayed") == "true", key)
 
 
 class _Attempts:
@@ -127,21 +154,26 @@ class _Attempts:
         """The accepted answer; None to retry; SubmitError to give up."""
         status = response.status_code
         if status == 200:
-            body = response.json()
-            return Accepted(int(body["accepted"]), str(body["file"]), int(body["ts_ms"]),
-                            response.headers.get("Idempotent-Replayed") == "true", key)
+            return _receipt(response, key)
         if status in _RETRIED:
             self.last = f"{status} {response.text[:200]}"
             return None
         try:
             body = response.json()
-        except ValueError:
+            if not isinstance(body, dict):
+                raise TypeError
+        except (ValueError, TypeError):
             body = {"error": response.text[:200]}
         message = str(body.get("error", f"answered {status}"))
-        if status == 400 and body.get("refused"):
-            raise RowsRefused(message, tuple(
-                RefusedRow(int(r["index"]), str(r["reason"]), str(r["row"]))
-                for r in body["refused"]))
+        refused = body.get("refused")
+        if status == 400 and refused and isinstance(refused, list):
+            try:
+                rows = tuple(RefusedRow(int(r["index"]), str(r["reason"]), str(r["row"]))
+                             for r in refused)
+            except (TypeError, KeyError, ValueError):
+                rows = ()
+            if rows:
+                raise RowsRefused(message, rows)
         raise SubmitError(f"{message} ({status})", status)
 
     def unavailable(self, url: str) -> SubmitUnavailable:
@@ -214,9 +246,12 @@ class Client(_Rows):
     def submit(self, rows: Mapping[str, Any] | Iterable[Mapping[str, Any]], *,
                idempotency_key: str | None = None) -> Accepted:
         """Rows of the event log (any of its row types, schedules too), durably taken."""
+        return self._send(_request(rows, idempotency_key))
+
+    def _send(self, request: tuple[bytes, str, dict[str, str]]) -> Accepted:
         import httpx
 
-        body, key, headers = _request(rows, idempotency_key)
+        body, key, headers = request
         attempts = _Attempts(*self._retry)
         while True:
             retry_after = None
@@ -234,6 +269,12 @@ class Client(_Rows):
             if delay is None:
                 raise attempts.unavailable(self.url)
             time.sleep(delay)
+
+    def submit_lines(self, lines: Iterable[str], *,
+                     idempotency_key: str | None = None) -> Accepted:
+        """Rows already written as JSON text, one object a line, sent as they are: the
+        service judges them exactly as it judges a file's lines."""
+        return self._send(_lines_request(lines, idempotency_key))
 
     def schedule_at(self, op_id: str, when: int | datetime, *, keys: Iterable[str] = (),
                     condition: str = "none", targets: Mapping[str, int] | None = None,
@@ -302,9 +343,17 @@ class AsyncClient(_Rows):
 
     async def submit(self, rows: Mapping[str, Any] | Iterable[Mapping[str, Any]], *,
                      idempotency_key: str | None = None) -> Accepted:
+        return await self._send(_request(rows, idempotency_key))
+
+    async def submit_lines(self, lines: Iterable[str], *,
+                           idempotency_key: str | None = None) -> Accepted:
+        """Rows already written as JSON text, one object a line, sent as they are."""
+        return await self._send(_lines_request(lines, idempotency_key))
+
+    async def _send(self, request: tuple[bytes, str, dict[str, str]]) -> Accepted:
         import httpx
 
-        body, key, headers = _request(rows, idempotency_key)
+        body, key, headers = request
         attempts = _Attempts(*self._retry)
         while True:
             retry_after = None

@@ -162,3 +162,61 @@ def test_the_async_client_retries_too() -> None:
 
     asyncio.run(main())
     assert len(seen) == 3 and len({r.headers["Idempotency-Key"] for r in seen}) == 1
+
+
+@pytest.mark.parametrize("body", [b"<html>hello</html>", b'{"ok": true}', b"[1]",
+                                  b'{"accepted": "1", "file": "f", "ts_ms": 1}'])
+def test_a_200_that_is_not_the_apis_answer_is_a_submit_error(body: bytes) -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body)
+
+    with Client("http://127.0.0.1:1", transport=httpx.MockTransport(handle)) as client, \
+            pytest.raises(SubmitError, match="not the submit API's answer") as error:
+        client.cancel("a")
+    assert error.value.status == 200
+
+
+def test_a_refusal_whose_body_is_not_the_apis_says_what_came() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"error": "nope", "refused": [{"index": "x"}]})
+
+    with Client("http://127.0.0.1:1", transport=httpx.MockTransport(handle)) as client, \
+            pytest.raises(SubmitError, match=r"nope \(400\)"):
+        client.cancel("a")
+
+
+def test_lines_are_sent_as_written(server: SubmitServer) -> None:
+    twice = '{"type":"cancel","op_id":"a","op_id":"b"}'
+    with Client(server.url) as client:
+        with pytest.raises(RowsRefused) as refused:
+            client.submit_lines([twice])
+        assert refused.value.refused[0].reason == "duplicate_field"
+        with pytest.raises(ValueError, match="spans lines"):
+            client.submit_lines(['{"type":"cancel",\n"op_id":"a"}'])
+        client.submit_lines(['{"type":"cancel", "op_id":"a"}'])
+    assert landed(server) == [{"ts_ms": 5_000, "type": "cancel", "op_id": "a"}]
+    (path,) = server.input_dir.glob("submit-*.jsonl")
+    assert path.read_text() == '{"ts_ms":5000,"type":"cancel", "op_id":"a"}\n'
+
+
+def test_the_submit_command_forwards_rows_unchanged(server: SubmitServer,
+                                                    tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tickwheel.cli import app
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"type":"cancel","op_id":"a","op_id":"b"}\n')
+    refused = CliRunner().invoke(app, ["submit", server.url, str(rows)])
+    assert refused.exit_code == 1 and "duplicate_field" in refused.output
+    assert landed(server) == []
+    rows.write_text('{"type":"cancel","op_id":"a"}\n')
+    taken = CliRunner().invoke(app, ["submit", server.url, str(rows),
+                                     "--idempotency-key", "k"])
+    assert taken.exit_code == 0, taken.output
+    rows.write_text('{"type":"cancel","op_id":"b"}\n')
+    clash = CliRunner().invoke(app, ["submit", server.url, str(rows),
+                                     "--idempotency-key", "k"])
+    assert clash.exit_code == 1
+    assert "new --idempotency-key" in clash.output
+    assert "again with --idempotency-key k" not in clash.output

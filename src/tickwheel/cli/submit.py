@@ -54,7 +54,7 @@ def submit(
     with Client(url, retries=retries) as client:
         try:
             for rows in _row_batches(sources, batch_rows):
-                accepted = client.submit(rows, idempotency_key=f"{run_key}-{batches}")
+                accepted = client.submit_lines(rows, idempotency_key=f"{run_key}-{batches}")
                 sent += accepted.accepted
                 batches += 1
         except RowsRefused as exc:
@@ -63,31 +63,45 @@ def submit(
             print_error(f"request {batches} refused ({exc}); the requests before it took "
                    f"{sent:,} rows; run again with --idempotency-key {run_key} once fixed")
             raise typer.Exit(1) from exc
-        except (SubmitError, OSError, ValueError) as exc:
-            print_error(f"request {batches}: {exc}; the requests before it took {sent:,} rows; run "
-                   f"again with --idempotency-key {run_key}")
+        except SubmitError as exc:
+            if exc.status == 422:  # the same key again can never succeed
+                advice = (f"key {run_key}-{batches} was taken before with other rows, so the "
+                          "input changed since the run that used it: send the rows not yet "
+                          "taken with a new --idempotency-key")
+            elif exc.status is not None and exc.status < 500 and exc.status != 429:
+                advice = "nothing of it was written: fix what the server names and run again"
+            else:
+                advice = f"run again with --idempotency-key {run_key}"
+            print_error(f"request {batches}: {exc}; the requests before it took {sent:,} "
+                        f"rows; {advice}")
+            raise typer.Exit(1) from exc
+        except (OSError, ValueError) as exc:
+            print_error(f"request {batches}: {exc}; the requests before it took {sent:,} "
+                        f"rows; run again with --idempotency-key {run_key}")
             raise typer.Exit(1) from exc
     console.print(f"{sent:,} rows taken in {plural(batches, 'request')} "
                   f"(idempotency key {run_key})")
 
 
-def _row_batches(sources: list[Path], size: int) -> Iterator[list[dict[str, object]]]:
-    """Rows of JSON Lines files (or standard input), ``size`` at a time; ValueError
-    naming the file and line of one that is not a JSON object."""
-    batch: list[dict[str, object]] = []
+def _row_batches(sources: list[Path], size: int) -> Iterator[list[str]]:
+    """Rows of JSON Lines files (or standard input) as their text, unchanged, ``size``
+    at a time; ValueError naming the file and line of one that is not a JSON object.
+    Parsed only to check that: the service judges the text as written (a field named
+    twice, say, is refused there rather than resolved here)."""
+    batch: list[str] = []
     for path in sources:
-        stream = sys.stdin if str(path) == "-" else path.open(encoding="utf-8")
+        stream = sys.stdin if str(path) == "-" else path.open(encoding="utf-8-sig")
         with contextlib.nullcontext(stream) if stream is sys.stdin else stream:
             for number, line in enumerate(stream, 1):
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
                     row = None
                 if not isinstance(row, dict):
                     raise ValueError(f"{path}:{number}: not a JSON object: {line[:200]!r}")
-                batch.append(row)
+                batch.append(line.strip())
                 if len(batch) >= size:
                     yield batch
                     batch = []
