@@ -95,6 +95,10 @@ def test_lord_howe_shifts_by_half_an_hour() -> None:
     ({"cron": "0 0 L * *"}, "day-of-month"),
     ({"cron": "0 0 * * *", "tz": "Nowhere/City"}, "tz"),
     ({"cron": "0 0 * * *", "tz": "/etc/passwd"}, "tz"),
+    ({"cron": "0 0 * * *", "tz": "localtime"}, "host's own zone"),
+    ({"cron": "0 0 * * *", "tz": "posixrules"}, "host's own zone"),
+    ({"cron": "0 0 * * *", "tz": "right/UTC"}, "not an IANA zone name"),
+    ({"cron": "0 0 * * *", "tz": "posix/Europe/London"}, "not an IANA zone name"),
     ({"cron": "@fortnightly"}, "macro"),
     ({"cron": "1 2 3"}, "5 fields"),
     ({"every_ms": 0}, "every_ms"),
@@ -114,6 +118,12 @@ def test_lord_howe_shifts_by_half_an_hour() -> None:
 def test_a_bad_spec_is_refused_naming_the_field(fields: dict[str, object], named: str) -> None:
     with pytest.raises(ScheduleError, match=named):
         Schedule(**fields)  # type: ignore[arg-type]
+
+
+def test_tz_given_on_an_interval_is_refused_whatever_its_value() -> None:
+    for tz in ("UTC", "Europe/London"):
+        with pytest.raises(ScheduleError, match="tz applies to cron schedules only"):
+            Schedule.from_fields({"every_ms": 1_000, "tz": tz})
 
 
 @pytest.mark.parametrize("schedule", [

@@ -167,6 +167,10 @@ class Schedule:
         unknown = sorted(set(fields) - set(_FIELD_NAMES))
         if unknown:
             raise ScheduleError(f"unknown schedule field {unknown[0]!r}")
+        if fields.get("every_ms") is not None and fields.get("tz") is not None:
+            # Refused when given at all, "UTC" too: one rule, not one per value.
+            raise ScheduleError("tz applies to cron schedules only: an interval is an "
+                                "exact duration in any zone")
         return cls(**{k: v for k, v in fields.items() if v is not None})
 
     def to_fields(self) -> dict[str, Any]:

@@ -14,6 +14,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 __all__ = ["ZoneError", "instant_ms", "load_zone", "local_of", "wall_ms"]
 
 _EPOCH = datetime(1970, 1, 1)
+#: Names a zone database may hold that are no IANA zone: the host's own zone (which
+#: would make occurrences depend on the machine) and the database's template.
+_HOST_NAMES = frozenset({"localtime", "posixrules"})
+#: Trees of copies with other rules (leap seconds in ``right/``), no IANA names.
+_OTHER_TREES = ("posix/", "right/")
 
 
 class ZoneError(ValueError):
@@ -26,6 +31,10 @@ def load_zone(name: str) -> tzinfo:
         raise ZoneError(f"tz must be an IANA zone name such as 'Europe/London', got {name!r}")
     if name in ("UTC", "Etc/UTC"):
         return UTC
+    if name in _HOST_NAMES or name.startswith(_OTHER_TREES):
+        raise ZoneError(f"tz {name!r} is not an IANA zone name: it names the host's own "
+                        "zone or a copy with other rules, so times would depend on the "
+                        "machine; name the zone, such as 'Europe/London'")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
