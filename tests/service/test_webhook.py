@@ -156,3 +156,50 @@ def test_delivery_by_webhook_is_at_least_once_across_kill_9(tmp_path: Path) -> N
             output, _ = child.communicate(timeout=60)
     assert child.returncode == 0, output
     assert up.ids() == {f"op-{i}@{now}" for i in range(50)}
+
+
+@pytest.mark.parametrize("status", [200, 404])
+def test_a_huge_answer_is_read_no_further_than_a_dead_letter_keeps(
+        tmp_path: Path, status: int) -> None:
+    import threading
+
+    from tickwheel.service.webhook import MAX_ANSWER_BYTES
+
+    sent = [0]
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:  # says 1 GiB follows, and sends while the client reads
+        connection, _ = listener.accept()
+        with connection:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += connection.recv(65_536)
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            body = head.split(b"\r\n\r\n", 1)[1]
+            while len(body) < length:
+                body += connection.recv(65_536)
+            connection.sendall(b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n"
+                               % (status, 1 << 30))
+            chunk = b"x" * 65_536
+            try:
+                while sent[0] < 1 << 30:
+                    connection.sendall(chunk)
+                    sent[0] += len(chunk)
+            except OSError:  # the client closed: it read enough
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    webhook = WebhookProcessor(f"http://127.0.0.1:{listener.getsockname()[1]}/hook",
+                               tmp_path / "dead-letter", timeout_s=5)
+    result = webhook.process_batch(ROWS)
+    webhook.close()
+    thread.join(timeout=30)
+    listener.close()
+    assert not thread.is_alive()
+    assert sent[0] < 64 * MAX_ANSWER_BYTES  # what the socket buffers took, no more
+    if status == 200:
+        assert result is ProcessingResult.SUCCESS
+    else:
+        (letter,) = (tmp_path / "dead-letter").glob("*.json")
+        assert json.loads(letter.read_text())["answer"] == "x" * MAX_ANSWER_BYTES

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel.dispatch import ProcessingResult
 from tickwheel.pipeline.contract.events import OutcomeKind
@@ -33,13 +33,16 @@ if TYPE_CHECKING:
 
     from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
-__all__ = ["DEAD_LETTER_DIR", "WebhookProcessor", "WebhookStats", "check_webhook_url"]
+__all__ = ["DEAD_LETTER_DIR", "MAX_ANSWER_BYTES", "WebhookProcessor", "WebhookStats",
+           "check_webhook_url"]
 
 log = logging.getLogger(__name__)
 
 #: Where refused deliveries go, beside the outcomes.
 DEAD_LETTER_DIR = DEAD_LETTERS
 _CONGESTED = frozenset({429, 503})
+#: The most of an answer's body read: what a dead letter keeps of it.
+MAX_ANSWER_BYTES: Final = 65_536
 
 
 def check_webhook_url(url: str) -> str:
@@ -104,14 +107,12 @@ class WebhookProcessor:
         body = json.dumps({"outcomes": [_as_json(row) for row in tasks]},
                           ensure_ascii=False).encode()
         try:
-            answer = self._client().post(self.url, content=body,
-                                         headers={"content-type": "application/json"})
+            status, answer = self._post(body)
         except httpx.TimeoutException:
             return self._count("congested", ProcessingResult.CONGESTION)
         except httpx.TransportError as exc:
             log.info("webhook %s: %s; retried", self.url, exc)
             return self._count("transient", ProcessingResult.TRANSIENT_ERROR)
-        status = answer.status_code
         if 200 <= status < 300:
             self._lag_ms = time.time_ns() // 1_000_000 - min(row.resolved_ms for row in tasks)
             return self._count("delivered", ProcessingResult.SUCCESS, len(tasks))
@@ -119,8 +120,23 @@ class WebhookProcessor:
             return self._count("congested", ProcessingResult.CONGESTION)
         if status >= 500:
             return self._count("transient", ProcessingResult.TRANSIENT_ERROR)
-        self._dead_letter(body, status, answer.text)
+        self._dead_letter(body, status, answer.decode("utf-8", "replace"))
         return self._count("dead_letters", ProcessingResult.PERMANENT_ERROR, len(tasks))
+
+    def _post(self, body: bytes) -> tuple[int, bytes]:
+        """The answer's status and at most its first ``MAX_ANSWER_BYTES``: a receiver
+        answering a huge body costs that much memory, no more. A connection whose
+        answer is left unread is closed, not used again."""
+        # identity: the raw bytes read are the answer's, not a compressed bomb's.
+        headers = {"content-type": "application/json", "accept-encoding": "identity"}
+        with self._client().stream("POST", self.url, content=body,
+                                   headers=headers) as answer:
+            kept = bytearray()
+            for chunk in answer.iter_raw():
+                kept += chunk
+                if len(kept) >= MAX_ANSWER_BYTES:
+                    break
+            return answer.status_code, bytes(kept[:MAX_ANSWER_BYTES])
 
     def _count(self, what: str, result: ProcessingResult, n: int = 1) -> ProcessingResult:
         with self._lock:
@@ -130,7 +146,7 @@ class WebhookProcessor:
     def _dead_letter(self, body: bytes, status: int, answer: str) -> None:
         self.dead_letters.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns()}-{threading.get_ident()}.json"
-        record = {"url": self.url, "status": status, "answer": answer[:65_536],
+        record = {"url": self.url, "status": status, "answer": answer,
                   "request": json.loads(body)}
         write_bytes_atomically(json.dumps(record, ensure_ascii=False).encode(),
                                self.dead_letters / name)
