@@ -15,7 +15,13 @@ import pytest
 from tests.pipeline.logs import random_log
 from tests.pipeline.test_follow import WallClock, engine, land, rows
 from tickwheel import Schedule
-from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined, compact_wire, parse_line
+from tickwheel.pipeline.contract.events import (
+    OutcomeKind,
+    Quarantined,
+    compact_wire,
+    parse_line,
+    parse_wire,
+)
 from tickwheel.pipeline.engines import follow
 from tickwheel.pipeline.engines.partitioned import run_partitioned
 from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
@@ -416,8 +422,24 @@ def test_the_report_counts_fired_and_skipped_by_schedule_kind(tmp_path: Path) ->
 
 def test_a_fired_row_reaches_a_webhook_with_its_occurrence_as_its_id() -> None:
     row = OutcomeRow("job-1@5000", OutcomeKind.FIRED, 5_120, 120, (), None, 3)
-    assert _as_json(row)["id"] == "job-1@5000"
+    assert _as_json(row)["id"] == "schedule:job-1@5000"
     assert _as_json(row)["skipped"] == 3
+
+
+def test_a_watch_and_an_occurrence_of_one_name_and_time_have_different_ids() -> None:
+    watched = OutcomeRow("job", OutcomeKind.EXPIRED, 5_120, 120, (), None)  # at 5,000
+    fired = OutcomeRow("job@5000", OutcomeKind.FIRED, 5_120, 120, (), None)
+    assert _as_json(watched)["id"] == "op:job@5000"
+    assert _as_json(watched)["id"] != _as_json(fired)["id"]
+
+
+@pytest.mark.parametrize("schedule_id", ["", "x@1", "@"])
+def test_a_schedule_id_that_would_make_occurrence_ids_ambiguous_is_refused(
+        schedule_id: str) -> None:
+    for kind in ("schedule", "pause", "resume", "unschedule"):
+        fields = {"every_ms": 1_000} if kind == "schedule" else {}
+        row = json.dumps({"ts_ms": 0, "type": kind, "schedule_id": schedule_id, **fields})
+        assert parse_wire(row)[1] == "bad_id", kind
 
 
 def batch_outcomes(follower: follow.LocalFollowEngine) -> list[int]:

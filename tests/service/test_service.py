@@ -148,7 +148,7 @@ def test_every_acknowledged_row_is_applied_once_across_kill_9(tmp_path: Path) ->
             stop.set()
             sender.join(timeout=60)
             def undelivered() -> set[str]:
-                return set(acked) - {i.split("@")[0] for i in receiver.ids()}
+                return set(acked) - {i.removeprefix("op:").split("@")[0] for i in receiver.ids()}
 
             assert eventually(lambda: not undelivered(), 120,
                               unless=lambda: child.poll() is not None), (

@@ -41,8 +41,8 @@ def test_each_answer_gets_eurekas_verdict(tmp_path: Path, status: int,
         assert webhook.process_batch(ROWS) is result
         webhook.close()
     sent = receiver.requests[0]["outcomes"]
-    assert [o["id"] for o in sent] == [f"op-{i}@{100 + i}" for i in range(5)]
-    assert sent[0] == {"id": "op-0@100", "op_id": "op-0", "outcome": "expired",
+    assert [o["id"] for o in sent] == [f"op:op-{i}@{100 + i}" for i in range(5)]
+    assert sent[0] == {"id": "op:op-0@100", "op_id": "op-0", "outcome": "expired",
                        "resolved_ms": 1_000, "latency_ms": 900, "keys": ["k"],
                        "error": None, "skipped": 0}
     letters = list((tmp_path / "dead-letter").glob("*.json"))
@@ -84,7 +84,7 @@ def test_a_receiver_that_answers_503_then_200_gets_every_outcome(tmp_path: Path)
             sink.deliver(rows)
             assert sink.flush(timeout_s=60)
         webhook.close()
-    assert receiver.ids() == {f"op-{i}@{i - 1}" for i in range(600)}
+    assert receiver.ids() == {f"op:op-{i}@{i - 1}" for i in range(600)}
     assert receiver.statuses[:3] == [503, 503, 503]
 
 
@@ -103,7 +103,7 @@ def test_a_batch_run_delivers_every_outcome_to_the_webhook(tmp_path: Path) -> No
     import pyarrow.parquet as pq
 
     written = pq.read_table(tmp_path / "out" / "outcomes").to_pylist()
-    assert receiver.ids() == {f"{r['op_id']}@{r['resolved_ms'] - r['latency_ms']}"
+    assert receiver.ids() == {f"op:{r['op_id']}@{r['resolved_ms'] - r['latency_ms']}"
                               for r in written}
     assert f"delivered {len(written):,} outcomes" in done.stdout
 
@@ -155,7 +155,7 @@ def test_delivery_by_webhook_is_at_least_once_across_kill_9(tmp_path: Path) -> N
             child.send_signal(signal.SIGTERM)
             output, _ = child.communicate(timeout=60)
     assert child.returncode == 0, output
-    assert up.ids() == {f"op-{i}@{now}" for i in range(50)}
+    assert up.ids() == {f"op:op-{i}@{now}" for i in range(50)}
 
 
 @pytest.mark.parametrize("status", [200, 404])

@@ -1,7 +1,7 @@
 """WebhookProcessor: outcomes delivered by HTTP POST, through the batching dispatcher.
 
 Each batch of outcomes is one JSON POST, ``{"outcomes": [...]}``, each outcome with a
-stable ``id`` (``<op_id>@<registered ms>``) so that a receiver can drop the duplicates
+stable ``id`` (:func:`outcome_id`) so that a receiver can drop the duplicates
 that at-least-once delivery brings. The answer decides what the dispatcher does, by
 Eureka's rules for replication traffic:
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 __all__ = ["DEAD_LETTER_DIR", "MAX_ANSWER_BYTES", "WebhookProcessor", "WebhookStats",
-           "check_webhook_url"]
+           "check_webhook_url", "outcome_id"]
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +164,18 @@ class WebhookProcessor:
             client.close()
 
 
-def _as_json(row: OutcomeRow) -> dict[str, Any]:
+def outcome_id(row: OutcomeRow) -> str:
+    """An outcome's id, the same on every delivery: ``op:<op_id>@<registered ms>`` for
+    an operation, ``schedule:<schedule_id>@<occurrence ms>`` for an occurrence of a
+    schedule. The kind comes first, so an operation and a schedule of one name never
+    share an id."""
     if row.outcome is OutcomeKind.FIRED:
-        stable = row.op_id  # already <schedule_id>@<occurrence ms>
-    else:
-        stable = f"{row.op_id}@{row.resolved_ms - row.latency_ms}"
-    return {"id": stable, "op_id": row.op_id,
+        return f"schedule:{row.op_id}"  # its op_id is <schedule_id>@<occurrence ms>
+    return f"op:{row.op_id}@{row.resolved_ms - row.latency_ms}"
+
+
+def _as_json(row: OutcomeRow) -> dict[str, Any]:
+    return {"id": outcome_id(row), "op_id": row.op_id,
             "outcome": row.outcome.value, "resolved_ms": row.resolved_ms,
             "latency_ms": row.latency_ms, "keys": list(row.keys), "error": row.error,
             "skipped": row.skipped}

@@ -105,6 +105,9 @@ class Reason(enum.Enum):
     # Follow mode on the wall clock: ts_ms further ahead of the clock than the bound.
     # Taken, it would move time so far that everything pending expired at once.
     FUTURE = "future"
+    # A schedule_id that is empty or holds "@": an occurrence's id,
+    # <schedule_id>@<occurrence ms>, would not say which schedule it is of.
+    BAD_ID = "bad_id"
 
 
 #: A ``schedule`` row's spec fields (those of :class:`~tickwheel.Schedule`), in the
@@ -502,6 +505,8 @@ def _unkeyed(row: dict[str, Any], raw: str | None, ts: int, kind: str) -> Wire:
         return (ts, "tick", raw, None, (), 0, None, _EMPTY, 0, None, None, None)
     if kind in _SCHEDULE_TYPES:
         schedule_id = _string(row, "schedule_id", ts)
+        if not schedule_id or "@" in schedule_id:
+            raise _Bad(Reason.BAD_ID, ts)
         spec = _schedule_spec(row, ts) if kind == "schedule" else _EMPTY
         return (ts, _SCHEDULE_NAMES[kind], raw, schedule_id, (), 0, None, spec, 0, None,
                 None, None)
