@@ -197,6 +197,7 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
     taken = IntakeStats(requests=5, accepted_rows=40, commits=2, replayed=1, refused_bad=1,
                         refused_busy=0, refused_too_large=0, backlog_rows=12, keys=4,
                         retired_files=7, unretired_files=2, writing_requests=0,
+                        connections=9, refused_connections=11, timed_out_connections=13,
                         floor_lag_ms=0, ack_ms=acks.snapshot(),
                         commit_wait_ms=waits.snapshot(), land_ms=lands.snapshot())
 
@@ -217,6 +218,9 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
     assert value("tickwheel_intake_backlog_rows", {"intake": "api"}) == 12
     assert value("tickwheel_intake_retired_files_total", {"intake": "api"}) == 7
     assert value("tickwheel_intake_unretired_files", {"intake": "api"}) == 2
+    assert value("tickwheel_intake_connections", {"intake": "api"}) == 9
+    assert value("tickwheel_intake_refused_connections_total", {"intake": "api"}) == 11
+    assert value("tickwheel_intake_timed_out_connections_total", {"intake": "api"}) == 13
     assert value("tickwheel_intake_ack_ms_count", {"intake": "api"}) == 3
     assert value("tickwheel_intake_ack_ms_bucket", {"intake": "api", "le": "20"}) == 2
     assert value("tickwheel_intake_commit_wait_ms_sum", {"intake": "api"}) == 19

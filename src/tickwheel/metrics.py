@@ -286,13 +286,16 @@ class TickwheelCollector(Collector):
              ("refused_bad", "Requests refused with 400 or 422"),
              ("refused_busy", "Requests refused with 503 (engine behind, disk full)"),
              ("refused_too_large", "Requests refused with 413"),
-             ("retired_files", "Input files deleted once the engine committed them")],
+             ("retired_files", "Input files deleted once the engine committed them"),
+             ("refused_connections", "Connections answered 503 at once: over the limit"),
+             ("timed_out_connections", "Connections closed: no request head in time")],
             [("backlog_rows", "Rows acknowledged that the engine has not read yet"),
              ("keys", "Idempotency keys held"),
              ("unretired_files", "Input files landed and not yet retired"),
              ("writing_requests", "Requests stamped and not yet landed or refused"),
              ("floor_lag_ms", "How far the time floor, which holds the engine's clock, "
-                              "stands behind the wall clock")],
+                              "stands behind the wall clock"),
+             ("connections", "Connections open to the submit API")],
             [("ack_ms", "Milliseconds from a request's arrival to its acknowledgement"),
              ("commit_wait_ms", "Milliseconds a request waited for its group commit"),
              ("land_ms", "Milliseconds a group commit took to land its file")])

@@ -6,7 +6,7 @@ import enum
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -59,6 +59,7 @@ from tickwheel.pipeline.io.outputs import (
 )
 from tickwheel.pipeline.io.ownership import OwnershipError
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
+from tickwheel.service.connections import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
 from tickwheel.service.server import FLOOR_FILE, SUBMIT_STATE
 
 if TYPE_CHECKING:
@@ -166,6 +167,15 @@ def run(
         help="--follow: take rows over HTTP (POST /v1/events; GET /v1/status, /metrics) "
              "on this address, 127.0.0.1 unless a host is named; port 0 picks one (needs "
              "the service extra)")] = None,
+    max_connections: Annotated[int, typer.Option(
+        min=1, max=1_000_000,
+        help="--listen: connections held at once (lowered to leave the engine 256 of the "
+             "process's open-file limit); one beyond them is answered 503 and closed")
+    ] = DEFAULT_MAX_CONNECTIONS,
+    header_timeout_ms: Annotated[int, typer.Option(
+        min=1, max=3_600_000,
+        help="--listen: a connection that sends no complete request head for this long "
+             "(idle, or sending slowly) is closed")] = round(DEFAULT_HEADER_TIMEOUT_S * 1000),
     deliver_to: Annotated[str | None, typer.Option(
         help="POST outcomes to this http(s) URL in batches, through the batching "
              "dispatcher: at least once, each with a stable id; 503, 429 and timeouts "
@@ -184,7 +194,8 @@ def run(
     if processor is not None and deliver_to is not None:
         print_error("give --processor or --deliver-to, not both")
         raise typer.Exit(2)
-    address = None if listen is None else _check_listen(listen, follow)
+    address = None if listen is None else _Listen(
+        *_check_listen(listen, follow), max_connections, header_timeout_ms / 1000)
     user_processor = None if processor is None else _load_processor(processor)
     if deliver_to is not None:
         user_processor = _webhook(deliver_to, output)
@@ -413,7 +424,7 @@ def _start_metrics(port: int | None, host: str) -> None:
 
 
 def _serve_metrics(port: int | None, name: str, counts: object,
-                   listen: tuple[str, int] | None = None) -> TickwheelCollector | None:
+                   listen: _Listen | None = None) -> TickwheelCollector | None:
     """The run's counts in the metrics export (with the webhook's, if it delivers to
     one): on the metrics port, and on the submit API's port when there is one (and the
     metrics extra is installed). The collector, to which the submit API adds its own."""
@@ -431,6 +442,16 @@ def _serve_metrics(port: int | None, name: str, counts: object,
         collector.add_webhook("deliver-to", _webhook_processor)
     REGISTRY.register(collector)
     return collector
+
+
+@dataclass(frozen=True, slots=True)
+class _Listen:
+    """Where the submit API listens, and what its clients may hold."""
+
+    host: str
+    port: int
+    max_connections: int
+    header_timeout_s: float
 
 
 def _check_listen(value: str, follow: bool) -> tuple[str, int]:
@@ -459,7 +480,7 @@ def _metrics_text() -> Callable[[], tuple[bytes, str]] | None:
     return lambda: (generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
 
 
-def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
+def _start_submit(address: _Listen, input: Path, state_dir: Path,
                   status: Callable[[], Mapping[str, object]], rows_read: Callable[[], int],
                   committed_inputs: Callable[[Sequence[str]], Collection[str]],
                   max_future_ms: int | None,
@@ -471,7 +492,9 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
     from tickwheel.service.server import SubmitServer
 
     try:
-        server = SubmitServer(input, state_dir, host=address[0], port=address[1],
+        server = SubmitServer(input, state_dir, host=address.host, port=address.port,
+                              max_connections=address.max_connections,
+                              header_timeout_s=address.header_timeout_s,
                               status=status, rows_read=rows_read,
                               committed_inputs=committed_inputs, metrics=_metrics_text(),
                               max_future_ms=max_future_ms, min_stamp_ms=release_ms or 0,
@@ -482,7 +505,7 @@ def _start_submit(address: tuple[str, int], input: Path, state_dir: Path,
     try:
         server.start()
     except OSError as exc:
-        print_error(f"--listen {address[0]}:{address[1]}: cannot serve there: "
+        print_error(f"--listen {address.host}:{address.port}: cannot serve there: "
                f"{exc.strerror or exc}")
         raise typer.Exit(2) from exc
     if collector is not None:
@@ -498,7 +521,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                   stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS,
                   max_files_per_batch: int | None = None,
                   max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-                  listen: tuple[str, int] | None = None) -> None:
+                  listen: _Listen | None = None) -> None:
     from tickwheel.pipeline.engines.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
     sink = None if processor is None else OutcomeSink(processor)
@@ -584,7 +607,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                driver_memory: str | None = None,
                settings: dict[str, str] | None = None,
                max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-               listen: tuple[str, int] | None = None, worker_cache: bool = True) -> None:
+               listen: _Listen | None = None, worker_cache: bool = True) -> None:
     try:
         from tickwheel.pipeline.spark import SparkEngine, spark_session
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -661,7 +684,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
                   metrics_port: int | None, stop_timeout_ms: int, *,
-                  listen: tuple[str, int] | None = None) -> int:
+                  listen: _Listen | None = None) -> int:
     """Run the service until a signal; how many outcomes were left undelivered."""
     live = _SparkCounts(spark_engine)
     collector = _serve_metrics(metrics_port, "follow", live, listen)

@@ -34,13 +34,19 @@ import math
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.service.connections import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    ConnectionGuard,
+    connection_limit,
+)
 from tickwheel.service.intake import MAX_BODY_BYTES, IntakeError, TimeStamper, read_parsed_rows
 from tickwheel.service.journal import (
     DEFAULT_KEY_TTL_MS,
@@ -124,6 +130,9 @@ class IntakeStats:
     retired_files: int  # input files deleted once the engine committed them
     unretired_files: int  # input files landed and not yet retired
     writing_requests: int  # stamped, and not yet landed or refused
+    connections: int  # open now
+    refused_connections: int  # answered 503 at once: over the connection limit
+    timed_out_connections: int  # closed: no request head within the header timeout
     floor_lag_ms: int  # how far the time floor stands behind the clock (time_floor)
     ack_ms: HistogramSnapshot  # from a request's arrival to its 200, rows written
     commit_wait_ms: HistogramSnapshot  # from a request's turn to its group commit's start
@@ -158,6 +167,10 @@ class _Failed(Exception):
     it was written; the service goes on with the next."""
 
 
+def _unset_factory() -> asyncio.Protocol:
+    raise RuntimeError("the connection guard has no protocol factory yet")
+
+
 def _valid_key(key: str) -> bool:
     return 0 < len(key) <= _MAX_KEY_CHARS and key.isascii() and key.isprintable()
 
@@ -177,9 +190,16 @@ class SubmitServer:
                  retire_interval_s: float = RETIRE_INTERVAL_S,
                  free_bytes: Callable[[Path], int] | None = None,
                  min_stamp_ms: int = 0, floor_file: Path | None = None,
-                 hand_over: HandOver | None = None, give_way_s: float = GIVE_WAY_S) -> None:
+                 hand_over: HandOver | None = None, give_way_s: float = GIVE_WAY_S,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S) -> None:
         if not 0 <= give_way_s <= 1:  # also refuses NaN
             raise ValueError(f"give_way_s must be from 0 to 1 (seconds), not {give_way_s!r}")
+        ConnectionGuard(_unset_factory, max_connections=max_connections,
+                        header_timeout_s=header_timeout_s)  # refuses bad bounds now
+        self.max_connections = max_connections
+        self.header_timeout_s = header_timeout_s
+        self._guard: ConnectionGuard | None = None
         self.host, self.port = host, port
         self.input_dir = input_dir
         self.journal = SubmitJournal(input_dir, state_dir, clock=clock, key_ttl_ms=key_ttl_ms,
@@ -256,22 +276,41 @@ class SubmitServer:
 
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
-        app = web.Application(client_max_size=self.max_body_bytes)
+        guard = ConnectionGuard(_unset_factory,  # aiohttp's, once the runner has made it
+                                max_connections=connection_limit(self.max_connections),
+                                header_timeout_s=self.header_timeout_s)
+
+        @web.middleware
+        async def guarded(request: web.Request,
+                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                          ) -> web.StreamResponse:
+            response: web.StreamResponse = await guard.middleware(request, handler)
+            return response
+
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[guarded])
         app.router.add_post("/v1/events", self._post_events)
         app.router.add_get("/v1/status", self._get_status)
         app.router.add_get("/metrics", self._get_metrics)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+        # An idle keep-alive connection goes as one that sends no request head does.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0,
+                               keepalive_timeout=self.header_timeout_s)
         await runner.setup()
+        assert runner.server is not None
+        guard.factory = runner.server
+        self._guard = guard
         committer = asyncio.create_task(self._commit_loop())
         retirer = asyncio.create_task(self._retire_loop())
         publisher = asyncio.create_task(self._floor_loop())
+        listener: asyncio.Server | None = None
         try:
-            site = web.TCPSite(runner, self.host, self.port)
-            await site.start()
-            self.port = int(runner.addresses[0][1])
+            listener = await asyncio.get_running_loop().create_server(
+                guard.protocol, self.host, self.port)
+            self.port = int(listener.sockets[0].getsockname()[1])
             self._started.set()
             await self._stopping.wait()
         finally:
+            if listener is not None:
+                listener.close()  # no new connection from here
             await runner.cleanup()  # answers the requests in progress first
             for task in (committer, retirer, publisher):
                 task.cancel()
@@ -320,10 +359,14 @@ class SubmitServer:
     def stats(self) -> IntakeStats:
         journal = self.journal.stats()
         floor = self._stamper.floor()
+        guard = self._guard
         return IntakeStats(**self._counts, backlog_rows=self.backlog_rows(),
                            keys=journal.keys, retired_files=journal.retired,
                            unretired_files=journal.unretired,
                            writing_requests=self._stamper.held(),
+                           connections=0 if guard is None else len(guard.open),
+                           refused_connections=0 if guard is None else guard.refused,
+                           timed_out_connections=0 if guard is None else guard.timed_out,
                            floor_lag_ms=max(0, self._clock() - floor),
                            ack_ms=self._ack_ms.snapshot(),
                            commit_wait_ms=self._commit_wait_ms.snapshot(),
