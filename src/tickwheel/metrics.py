@@ -321,7 +321,11 @@ class TickwheelCollector(Collector):
              ("files_skipped", "Input files the last listing skipped: a name that is not "
                                "UTF-8, a symlink out of the input directory or to nothing"),
              ("files_changed", "Input files that changed after they were read (follow "
-                               "mode): rows written since are not read")],
+                               "mode): rows written since are not read"),
+             ("delivery_behind_batches", "Batches whose outcomes are written and not yet "
+                                         "settled by the webhook or processor"),
+             ("delivery_lag_ms", "Milliseconds since the oldest batch not yet settled by "
+                                 "the webhook or processor was written")],
             [])
         quarantined = CounterMetricFamily("tickwheel_pipeline_quarantined",
                                           "Rows quarantined, by reason",
@@ -336,7 +340,8 @@ class TickwheelCollector(Collector):
                       "held": held, "skipped": getattr(r, "skipped", 0)}
             # Where the result has them.
             for gauge in ("batches", "lag_ms", "state_bytes", "files_skipped",
-                          "files_changed", "schedules"):
+                          "files_changed", "schedules", "delivery_behind_batches",
+                          "delivery_lag_ms"):
                 value = getattr(r, gauge, None)
                 if value is not None:
                     values[gauge] = value

@@ -4,16 +4,18 @@ the last batch settled (what the Spark engine does with a sink)."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import eventually
 from tests.pipeline.test_sink import Flaky
 from tickwheel import ProcessingResult
 from tickwheel.pipeline.contract.events import OutcomeKind
-from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
+from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery, DeliveryLag
 from tickwheel.pipeline.delivery.sink import OutcomeSink
 from tickwheel.pipeline.engines.reference import OutcomeRow
 from tickwheel.pipeline.io.outputs import outcome_rows
@@ -70,6 +72,7 @@ def test_each_batch_is_settled_and_marked(tmp_path: Path) -> None:
         delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered")
         assert delivery.last_settled() == -1
         for b in range(4):
+            files(tmp_path / "outcomes", range(b, b + 1))
             delivery.submit(b, batch(b))
         delivery.close()
         assert sorted(processor.seen) == sorted(f"b{b}-op{i}" for b in range(4)
@@ -120,7 +123,8 @@ def test_a_batch_run_again_is_delivered_again_without_moving_the_mark_back(
     assert delivery.last_settled() == 5
 
 
-def test_the_query_waits_when_delivery_is_max_behind(tmp_path: Path) -> None:
+def test_the_engine_never_waits_for_delivery_and_later_batches_are_read_back(
+        tmp_path: Path) -> None:
     gate, entered = threading.Event(), threading.Event()
 
     class Gated(Flaky):
@@ -129,22 +133,40 @@ def test_the_query_waits_when_delivery_is_max_behind(tmp_path: Path) -> None:
             gate.wait(30)
             return super().process_batch(tasks)
 
+    outcomes = tmp_path / "outcomes"
     processor = Gated()
+    with sink_for(processor) as sink:
+        delivery = BatchDelivery(sink, outcomes, tmp_path / "delivered", max_behind=1)
+        files(outcomes, range(1))  # written before it is handed over, as engines do
+        delivery.submit(0, batch(0))  # taken by the thread, stuck in the processor
+        assert entered.wait(30)
+        started = time.monotonic()
+        for b in range(1, 10):  # 1 waits in memory; 2-9 are left in their files
+            files(outcomes, range(b, b + 1))
+            delivery.submit(b, batch(b))
+        assert time.monotonic() - started < 5  # none of them waited for the processor
+        lag = delivery.lag()
+        assert (lag.batches, lag.from_files) == (10, True)
+        gate.set()
+        delivery.close()
+    order = [op_id.split("-")[0] for op_id in processor.seen]
+    assert sorted(set(order), key=lambda b: int(b[1:])) == [f"b{b}" for b in range(10)]
+    assert [b for b in order if b != "b0"] == sorted((b for b in order if b != "b0"),
+                                                     key=lambda b: int(b[1:]))  # in order
+    assert (delivery.read_back_batches, delivery.last_settled()) == (8, 9)
+    assert delivery.lag() == DeliveryLag(0, 0, False)
+
+
+def test_once_caught_up_batches_wait_in_memory_again(tmp_path: Path) -> None:
+    processor = Flaky()
     with sink_for(processor) as sink:
         delivery = BatchDelivery(sink, tmp_path / "outcomes", tmp_path / "delivered",
                                  max_behind=1)
-        delivery.submit(0, batch(0))  # taken by the thread, stuck in the processor
-        assert entered.wait(30)
-        delivery.submit(1, batch(1))  # queued: one batch behind
-        third = threading.Thread(target=delivery.submit, args=(2, batch(2)))
-        third.start()
-        third.join(0.3)
-        assert third.is_alive()  # held back, not queued without bound
-        gate.set()
-        third.join(30)
-        assert not third.is_alive()
+        delivery.submit(0, batch(0))
+        assert eventually(lambda: delivery.lag().batches == 0, 30)
+        delivery.submit(1, batch(1))  # no file: it must be delivered from memory
         delivery.close()
-    assert seen_batches(processor) == {"b0", "b1", "b2"}
+    assert seen_batches(processor) == {"b0", "b1"}
 
 
 def test_a_delivery_that_cannot_finish_fails_the_run(tmp_path: Path) -> None:

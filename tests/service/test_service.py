@@ -251,3 +251,51 @@ def test_the_spark_engine_takes_rows_over_http_too(tmp_path: Path) -> None:
     outcomes = {o["op_id"]: o["outcome"] for r in receiver.requests for o in r["outcomes"]}
     assert outcomes == {"later": "cancelled", "soon": "expired"}
 
+
+
+def _engine_status(url: str) -> dict[str, object]:
+    engine: dict[str, object] = httpx.get(f"{url}/v1/status", timeout=30).json()["engine"]
+    return engine
+
+
+@pytest.mark.parametrize("engine", [
+    pytest.param((), id="local"),
+    pytest.param(("--engine", "spark", "--partitions", "2"), id="spark",
+                 marks=[pytest.mark.spark, pytest.mark.slow]),
+])
+def test_a_dead_receiver_never_holds_back_deadlines(tmp_path: Path,
+                                                    engine: tuple[str, ...]) -> None:
+    """A receiver that answers 500 for a while: the engine goes on resolving and
+    writing its outputs, the status shows delivery behind, and once the receiver is
+    back every outcome reaches it."""
+    (tmp_path / "in").mkdir()
+    dead = threading.Event()
+    dead.set()
+    extra = engine + (("--conf", f"spark.local.dir={tmp_path / 'spark-local'}")
+                      if engine else ())
+    with receiving(lambda _n: 500 if dead.is_set() else 200) as receiver:
+        child, url = _service(tmp_path, receiver.url, *extra)
+        try:
+            with Client(url) as client:
+                for wave in range(8):  # batches of their own, each well past two
+                    now = wall_clock_ms()
+                    client.submit([client.watch_row(f"w{wave}-{i}", now + 200)
+                                   for i in range(50)])
+                    assert eventually(
+                        lambda w=wave: int(str(_engine_status(url)["by_outcome"].get(
+                            "expired", 0))) >= 50 * (w + 1), 240,
+                        unless=lambda: child.poll() is not None)
+            assert receiver.ids() == set()  # nothing settled: it only ever said 500
+            status = _engine_status(url)
+            assert int(str(status["delivery_behind_batches"])) >= 3
+            assert int(str(status["delivery_lag_ms"])) > 0
+            assert "tickwheel_pipeline_delivery_behind_batches" in httpx.get(
+                f"{url}/metrics", timeout=30).text
+            dead.clear()
+            assert eventually(lambda: len(receiver.ids()) == 400, 240,
+                              unless=lambda: child.poll() is not None)
+            assert eventually(lambda: _engine_status(url)["delivery_behind_batches"] == 0,
+                              60)
+        finally:
+            _stop(child)
+    assert len(_outcome_ids(tmp_path / "out")) == 400

@@ -766,6 +766,16 @@ class _SparkCounts:
             return None
         return time.time_ns() // 1_000_000 - self.release_ms
 
+    @property
+    def delivery_behind_batches(self) -> int | None:
+        lag = self.engine.delivery_lag()
+        return None if lag is None else lag.batches
+
+    @property
+    def delivery_lag_ms(self) -> int | None:
+        lag = self.engine.delivery_lag()
+        return None if lag is None else lag.lag_ms
+
     def quarantined_by_reason(self) -> dict[str, int]:
         return dict(self._by_reason)
 
@@ -778,6 +788,8 @@ class _SparkCounts:
                 "release_ms": self.release_ms, "lag_ms": self.lag_ms,
                 "ignored_cancels": self.ignored_cancels, "state_bytes": self.state_bytes,
                 "files_skipped": self.files_skipped, "files_changed": self.files_changed,
+                "delivery_behind_batches": self.delivery_behind_batches,
+                "delivery_lag_ms": self.delivery_lag_ms,
                 "by_reason": self.quarantined_by_reason(),
                 "by_outcome": self.outcomes_by_outcome()}
 

@@ -166,6 +166,10 @@ class FollowCounts:
     files_changed: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
     by_outcome: dict[str, int] = field(default_factory=dict)
+    # With a sink: batches whose outcomes are written and not yet settled by it, and
+    # how long ago the oldest of them was handed over (delivery never holds the engine).
+    delivery_behind_batches: int | None = None
+    delivery_lag_ms: int | None = None
 
     @property
     def lag_ms(self) -> int | None:
@@ -575,7 +579,7 @@ class LocalFollowEngine:
         result = FollowResult()
         if self.sink is not None:
             self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
-                                           self.checkpoint_dir / "delivered", stopping=stop)
+                                           self.checkpoint_dir / "delivered")
         freezer = CollectorFreezer(FOLLOW_THAW_EVERY_S)
         try:
             while not stop.is_set():
@@ -665,5 +669,9 @@ class LocalFollowEngine:
         """The counters after the last batch: a snapshot, safe to read from any thread
         (the metrics export reads it while batches run), with the input files skipped
         at the last listing, which may have run no batch."""
+        delivery = self._delivery
+        lag = None if delivery is None else delivery.lag()
         return replace(self._counts, files_skipped=len(self._skipped),
-                       files_changed=self._files_changed)
+                       files_changed=self._files_changed,
+                       delivery_behind_batches=None if lag is None else lag.batches,
+                       delivery_lag_ms=None if lag is None else lag.lag_ms)

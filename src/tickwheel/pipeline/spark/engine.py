@@ -63,7 +63,7 @@ from tickwheel.pipeline.contract.limits import (
     MAX_TRIGGER_MS,
     OCCURRENCES_PER_BATCH,
 )
-from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
+from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery, DeliveryLag
 from tickwheel.pipeline.delivery.sink import OutcomeSink
 from tickwheel.pipeline.io.compaction import batch_files, compact, settled_batch
 from tickwheel.pipeline.io.files import read_bytes_nofollow, write_bytes_atomically
@@ -524,7 +524,7 @@ class SparkEngine:
         started = time.perf_counter()
         if self.sink is not None:
             self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
-                                           self.checkpoint_dir / "delivered", stopping=stop)
+                                           self.checkpoint_dir / "delivered")
         # A marker a run stopped while the input was gone left: the source's first
         # listing says afresh.
         (self.checkpoint_dir / INPUT_GONE).unlink(missing_ok=True)
@@ -637,6 +637,11 @@ class SparkEngine:
                     raise RuntimeError("a catch-up of schedules made no progress after "
                                        f"{_END_OF_INPUT_TRIES} passes")
             query.processAllAvailable()
+
+    def delivery_lag(self) -> DeliveryLag | None:
+        """How far delivery to the sink stands behind the engine (None without one)."""
+        delivery = self._delivery
+        return None if delivery is None else delivery.lag()
 
     def _close_delivery(self, *, raise_failure: bool = True,
                         timeout_s: float | None = None) -> int:
