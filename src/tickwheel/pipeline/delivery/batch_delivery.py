@@ -85,6 +85,7 @@ class BatchDelivery:
         self._behind_since: int | None = None  # wall ms the first of them was handed over
         self._current_since: int | None = None  # of the batch being delivered
         self._handed = self._settled = 0  # batches handed over by submit, and settled
+        self._behind_count = 0  # batches handed over to be read back, not yet taken
         self._closing = False
         self._failure: BaseException | None = None
         # What the last run left unsettled, listed before this run writes a batch.
@@ -117,6 +118,7 @@ class BatchDelivery:
                 elif self._behind_since is None:
                     self._behind_since = _wall_ms()
                 self._behind_upto = batch_id
+                self._behind_count += 1
             else:
                 self._queued.append((batch_id, outcomes, _wall_ms()))
             self._changed.notify()
@@ -186,6 +188,9 @@ class BatchDelivery:
                 self._current_since = item[2]
             elif self._behind_upto is not None:
                 upto = self._behind_upto
+                # Some of them wrote no outcome file: all count as settled once the
+                # files up to ``upto`` are.
+                taken, self._behind_count = self._behind_count, 0
                 # From here the batch being read back stands for the oldest.
                 self._current_since, self._behind_since = self._behind_since, None
             else:
@@ -199,8 +204,10 @@ class BatchDelivery:
                 self._current_since = _mtime_ms(paths)
             self._deliver(batch_id, paths)
             self.read_back_batches += 1
-            self._settled_one()
+            self.delivered_batches += 1
         with self._changed:
+            self._settled += taken
+            self._current_since = None
             if self._behind_upto == upto:  # caught up: later batches wait in memory
                 self._behind_upto = None
                 log.info("delivery caught up with batch %d", upto)
