@@ -157,6 +157,19 @@ def test_a_repeated_local_hour_fires_once_at_its_first_pass() -> None:
     assert [row[1] for row in fired(result)] == [ms("2026-11-01T05:30:00")]  # 01:30 EDT
 
 
+def test_a_frequent_schedule_fires_in_both_passes_of_a_repeated_hour() -> None:
+    start = ms("2026-11-01T04:00:00")  # 00:00 EDT
+    result = run([line(start, "schedule", "q", cron="*/30 * * * *", tz="America/New_York"),
+                  line(start, "schedule", "h", cron="0 * * * *", tz="America/New_York"),
+                  *(tick(t) for t in range(start, ms("2026-11-01T08:00:00") + 1, 60_000))])
+    times = [row[1] for row in fired(result) if row[0].startswith("q@")]
+    # After the rows' time: from 00:30 EDT, 01:00 and 01:30 twice, to 03:00 EST.
+    halves = [ms(f"2026-11-01T{h:02d}:{m:02d}:00") for h in range(4, 9) for m in (0, 30)]
+    assert times == halves[1:-1]
+    assert [row[1] for row in fired(result) if row[0].startswith("h@")] == [
+        ms(f"2026-11-01T{h:02d}:00:00") for h in range(5, 9)]  # 01 EDT, 01 EST, 02, 03
+
+
 def test_jitter_delays_each_fire_the_same_way_every_run_and_never_early() -> None:
     lines = [line(0, "schedule", "j", every_ms=1_000, jitter_ms=400), tick(20_000)]
     first, again = fired(run(lines)), fired(run(lines))

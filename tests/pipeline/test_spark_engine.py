@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -640,6 +641,29 @@ def test_follow_mode_fires_deadlines_on_the_wall_clock_and_carries_on_after_a_st
     assert sorted(ids) == ["after", "later", "soon"]  # nothing doubled
     expired = next(o for o in outcomes_of(out) if o[0] == "after")
     assert expired[2] == now + 2_000  # resolved at its deadline, in event time
+
+
+def test_the_daylight_saving_rule_is_the_reference_engines(spark: Any, tmp_path: Path) -> None:
+    # New York, 2026-11-01: a fixed time of day fires in the first pass of the repeated
+    # hour, a frequent spec in both; 2026-03-08: times in the gap fire at its end.
+    lines = []
+    for day in ("2026-03-08", "2026-11-01"):
+        start = round(datetime.fromisoformat(f"{day}T00:00:00+00:00").timestamp() * 1000)
+        for sid, cron in (("fixed", "30 1 * * *"), ("gap", "30 2 * * *"),
+                          ("quarter", "*/15 * * * *"), ("hourly", "0 * * * *")):
+            lines.append(json.dumps({"ts_ms": start, "type": "schedule",
+                                     "schedule_id": f"{sid}-{day}", "cron": cron,
+                                     "tz": "America/New_York",
+                                     "end_ms": start + 12 * 3_600_000}))
+        lines += [json.dumps({"ts_ms": t, "type": "tick"})
+                  for t in range(start, start + 13 * 3_600_000, 600_000)]
+    write_files(lines, tmp_path / "in", files=2)
+    expected = reference(tmp_path / "in")
+    fired = {o.op_id for o in expected.outcomes}
+    assert "quarantine-" not in fired and len(fired) > 90
+    SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ckpt",
+                lateness_ms=LATENESS_MS, partitions=2).run()
+    assert outcomes_of(tmp_path / "out") == expected_outcomes(expected)
 
 
 def test_schedules_fire_on_the_wall_clock_once_each_across_a_stop(spark: Any,

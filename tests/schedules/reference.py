@@ -3,8 +3,9 @@
 It checks every day, takes every local time of a matching day whose fields match (from
 the field sets a test generated, not from the parser under test), and maps each to an
 instant by the stated rule: a time that occurs twice fires at its first occurrence
-(fold=0); a time that does not exist fires at the first local minute (or second) after
-it that exists, found by stepping one at a time. Slow and obviously right.
+(fold=0), and a frequent spec's (a minute or hour field that starts with ``*``) at both
+(fold=0 and fold=1); a time that does not exist fires at the first local minute (or
+second) after it that exists, found by stepping one at a time. Slow and obviously right.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class Fields:
     days_of_week: frozenset[int]  # 0 = Sunday
     dom_star: bool
     dow_star: bool
+    every_pass: bool = False  # the minute or hour field starts with * (or ?)
 
     def day_matches(self, d: date) -> bool:
         if d.month not in self.months:
@@ -59,5 +61,7 @@ def occurrences(fields: Fields, zone: ZoneInfo, first_day: date, last_day: date,
                         while not _exists(at, zone):  # in a gap: the first time after it
                             at += step
                         found.add(_ms(at.replace(tzinfo=zone, fold=0)))
+                        if fields.every_pass:  # the second pass too, where it repeats
+                            found.add(_ms(at.replace(tzinfo=zone, fold=1)))
         day += timedelta(days=1)
     return sorted(found)

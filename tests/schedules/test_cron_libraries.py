@@ -21,7 +21,7 @@ def _fields(minute: int, hour: int | str) -> Fields:
     hours = range(24) if hour == "*" else range(0, 24, 2) if hour == "*/2" else [hour]
     return Fields(frozenset({0}), frozenset({minute}), frozenset(hours),  # type: ignore[arg-type]
                   frozenset(range(1, 32)), frozenset(range(1, 13)), frozenset(range(7)),
-                  dom_star=True, dow_star=True)
+                  dom_star=True, dow_star=True, every_pass=isinstance(hour, str))
 
 
 def _differences(next_of: object) -> tuple[int, int]:

@@ -75,7 +75,8 @@ def random_spec(rng: random.Random, with_seconds: bool) -> tuple[str, Fields]:
         dom_text, doms = "1-28", set(range(1, 29))
     fields = Fields(frozenset(secs), frozenset(mins), frozenset(hours), frozenset(doms),
                     frozenset(months), frozenset(dows), dom_star=dom_text[0] in "*?",
-                    dow_star=dow_text[0] in "*?")
+                    dow_star=dow_text[0] in "*?",
+                    every_pass=min_text[0] in "*?" or hour_text[0] in "*?")
     parts = [min_text, hour_text, dom_text, mon_text, dow_text]
     if with_seconds:
         parts.insert(0, sec_text)
@@ -158,3 +159,29 @@ def test_the_zones_cover_every_kind_of_shift() -> None:
     assert _shifts("Pacific/Chatham") == {hour}
     assert _shifts("America/Santiago") == {hour}
     assert _shifts("Asia/Kolkata") == set()
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_the_next_occurrence_from_any_time_around_a_fall_back_is_the_references(
+        seed: int) -> None:
+    """From every minute of the hours around a repeated hour, either pass of it too:
+    ``next_after`` equals the first reference occurrence after that instant."""
+    rng = random.Random(20_000 + seed)
+    zones = [z for z in ZONES if _transition_days(ZoneInfo(z))]
+    zone_name = zones[seed % len(zones)]
+    zone = ZoneInfo(zone_name)
+    text, fields = random_spec(rng, with_seconds=False)
+    schedule = Schedule(cron=text, tz=zone_name)
+    for day in _transition_days(zone):
+        last = day + timedelta(days=400)
+        expected = occurrences(fields, zone, day - timedelta(days=1), last,
+                               with_seconds=False)
+        beyond = _local_midnight_ms(last + timedelta(days=1), zone)
+        start = _local_midnight_ms(day, zone)
+        for t in range(start, start + 6 * 3_600_000, 60_000):
+            later = [o for o in expected if o > t]
+            got = schedule.next_after(t)
+            if later:
+                assert got == later[0], (text, zone_name, t)
+            else:  # none in the reference's window: the next lies beyond it
+                assert got is None or got >= beyond, (text, zone_name, t)

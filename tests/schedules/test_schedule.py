@@ -69,13 +69,35 @@ def test_a_time_in_the_spring_forward_gap_fires_once_at_the_end_of_the_gap() -> 
     assert s.next_after(gap_end) == ms(2026, 3, 9, 6)  # 02:00 EDT the next day
 
 
-def test_a_repeated_time_fires_once_at_its_first_occurrence() -> None:
+def test_a_fixed_time_of_day_that_repeats_fires_once_at_its_first_occurrence() -> None:
     s = Schedule(cron="30 1 * * *", tz="America/New_York")
     first = ms(2026, 11, 1, 5, 30)  # 01:30 EDT; 01:30 EST is 06:30 UTC
     assert s.next_after(ms(2026, 11, 1)) == first
     assert s.next_after(first) == ms(2026, 11, 2, 6, 30)
     # Asked from inside the second pass, it does not go back to the first.
     assert s.next_after(ms(2026, 11, 1, 6, 15)) == ms(2026, 11, 2, 6, 30)
+
+
+def test_a_time_after_the_repeated_hour_fires_when_asked_from_its_second_pass() -> None:
+    s = Schedule(cron="30 2 * * *", tz="America/New_York")
+    # 01:45 EST (06:45 UTC): 02:30 EST the same day is 45 minutes later, not tomorrow.
+    assert s.next_after(ms(2026, 11, 1, 6, 45)) == ms(2026, 11, 1, 7, 30)
+
+
+def test_a_frequent_job_fires_in_both_passes_of_a_repeated_hour() -> None:
+    quarter = Schedule(cron="*/15 * * * *", tz="America/New_York")
+    fires, t = [], ms(2026, 11, 1, 4, 50)  # 00:50 EDT
+    for _ in range(10):
+        t = quarter.next_after(t)
+        fires.append(t)
+    assert fires == [ms(2026, 11, 1, 5, m) for m in (0, 15, 30, 45)] + [  # 01:xx EDT
+        ms(2026, 11, 1, 6, m) for m in (0, 15, 30, 45)] + [  # 01:xx EST
+        ms(2026, 11, 1, 7, 0), ms(2026, 11, 1, 7, 15)]  # 02:00 EST: no silent hour
+    hourly = Schedule(cron="@hourly", tz="America/New_York")
+    day, t = [], ms(2026, 11, 1, 4) - 1  # the local day: 00:00 EDT to 00:00 EST
+    while (t := hourly.next_after(t)) < ms(2026, 11, 2, 5):  # type: ignore[operator]
+        day.append(t)
+    assert len(day) == 25
 
 
 def test_lord_howe_shifts_by_half_an_hour() -> None:

@@ -64,6 +64,10 @@ class CronExpression:
     days_of_week: tuple[int, ...]  # 0 = Sunday
     dom_restricted: bool
     dow_restricted: bool
+    #: The minute or the hour field starts with ``*`` or ``?``: a frequent job, which
+    #: fires in both passes of a repeated hour (cron's rule: only jobs at a fixed time
+    #: of day are held to one pass).
+    every_pass: bool = False
 
     @classmethod
     def parse(cls, text: str) -> CronExpression:
@@ -89,6 +93,7 @@ class CronExpression:
             days_of_month=parsed[3], months=parsed[4], days_of_week=dow,
             dom_restricted=not fields[3].startswith(("*", "?")),
             dow_restricted=not fields[5].startswith(("*", "?")),
+            every_pass=fields[1].startswith(("*", "?")) or fields[2].startswith(("*", "?")),
         )
         expr._check_can_match()
         return expr

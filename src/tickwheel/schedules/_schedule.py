@@ -8,7 +8,9 @@ Worked example, ``Schedule(cron="30 2 * * *", tz="America/New_York")``: on 2026-
 the clocks jump from 02:00 to 03:00, so 02:30 does not exist and the day's occurrence
 is the first instant after the gap, 03:00 EDT (07:00 UTC). On 2026-11-01 01:30 comes
 twice; a schedule at 01:30 fires at the first, 01:30 EDT (05:30 UTC), and not at the
-second. An interval schedule counts exact milliseconds from its anchor and ignores zones.
+second, while a frequent one (``*/15 * * * *``: its minute or hour field starts with
+``*``) fires in both passes, as cron runs such jobs. An interval schedule counts exact
+milliseconds from its anchor and ignores zones.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from tickwheel.schedules._cron import CronExpression
-from tickwheel.schedules._zone import instant_ms, load_zone, local_of, wall_ms
+from tickwheel.schedules._zone import instant_ms, load_zone, local_of, repeated_window, wall_ms
 
 __all__ = ["Catchup", "Misfire", "Schedule", "ScheduleError"]
 
@@ -214,20 +216,48 @@ class Schedule:
         expr, zone = self._cron, self._zone
         assert expr is not None and zone is not None
         t_ms = max(t_ms, MIN_MS + 2 * DAY_MS)  # room for any zone's offset
-        # Start from t read with the first occurrence's offset: in the second pass of
-        # a repeated hour that skips the local times that map to the first pass.
+        # In the second pass of a repeated hour, the repeated wall times map to the
+        # first pass, before t: the search starts at the end of the repeated range.
         local = local_of(t_ms, zone)
         if local.fold:
-            first_pass_offset = wall_ms(local) - instant_ms(local, zone)
-            local = local_of(t_ms + first_pass_offset, UTC)
+            window = repeated_window(t_ms, zone)
+            assert window is not None, "a second pass outside a repeated hour"
+            transition, before, _ = window
+            local = local_of(transition + before - 1, UTC)
+        first: int | None = None
         while True:
             candidate = expr.next_local(local)
             if candidate is None:
-                return None
+                break
             at = instant_ms(candidate, zone)
             if at > t_ms:
-                return at
+                first = at
+                break
             local = candidate
+        if not expr.every_pass:
+            return first
+        second = self._next_in_second_pass(t_ms)
+        if second is None or (first is not None and first <= second):
+            return first
+        return second
+
+    def _next_in_second_pass(self, t_ms: int) -> int | None:
+        """For a frequent spec, the first occurrence after ``t_ms`` in the second pass
+        of the repeated hour that ``t_ms`` is in (either pass of it), or None. The
+        first pass is the ordinary search's; a later repeated hour's second pass never
+        comes before its first."""
+        expr, zone = self._cron, self._zone
+        assert expr is not None and zone is not None
+        window = repeated_window(t_ms, zone)
+        if window is None:
+            return None
+        transition, before, after = window
+        # Wall times read with the offset after: from the second pass's start on.
+        start = local_of(max(t_ms, transition - 1) + after, UTC)
+        candidate = expr.next_local(start)
+        if candidate is None or wall_ms(candidate) >= transition + before:
+            return None
+        return wall_ms(candidate) - after
 
     def jitter_for(self, schedule_id: str, occurrence_ms: int) -> int:
         """The delay in [0, jitter_ms) of this occurrence: the same on every replay, in

@@ -3,7 +3,8 @@
 A local time that does not exist (the spring-forward gap) maps to the first instant
 after the gap: the transition itself. A local time that occurs twice (fall back) maps to
 its first occurrence. Both keep the mapping monotonic, which is what lets a cron search
-walk local times in order and stop at the first instant past the one it was given.
+walk local times in order and stop at the first instant past the one it was given; a
+frequent spec's second pass of a repeated hour is found apart (:func:`repeated_window`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["ZoneError", "instant_ms", "load_zone", "local_of", "wall_ms"]
+__all__ = ["ZoneError", "instant_ms", "load_zone", "local_of", "repeated_window", "wall_ms"]
 
 _EPOCH = datetime(1970, 1, 1)
 #: Names a zone database may hold that are no IANA zone: the host's own zone (which
@@ -59,6 +60,29 @@ def _offset_ms(naive: datetime, zone: tzinfo, fold: int) -> int:
 
 def _offset_at(ms: int, zone: tzinfo) -> timedelta | None:
     return (_EPOCH + timedelta(milliseconds=ms)).replace(tzinfo=UTC).astimezone(zone).utcoffset()
+
+
+def repeated_window(ms: int, zone: tzinfo) -> tuple[int, int, int] | None:
+    """Where the instant ``ms`` falls in either pass of a repeated hour (fall back):
+    ``(transition, offset before, offset after)`` in ms, the transition being the first
+    instant of the second pass; None elsewhere."""
+    if zone is UTC:
+        return None
+    local = local_of(ms, zone)
+    before = _offset_ms(local, zone, 0)
+    after = _offset_ms(local, zone, 1)
+    if before <= after:
+        return None  # occurs once (or, read as a gap, does not: never for a real instant)
+    # The transition lies within one shift of ``ms``, on the side its fold says.
+    lo, hi = (ms - (before - after), ms) if local.fold else (ms, ms + (before - after))
+    base = _offset_at(lo, zone)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _offset_at(mid, zone) == base:
+            lo = mid
+        else:
+            hi = mid
+    return hi, before, after
 
 
 def wall_ms(naive: datetime) -> int:
