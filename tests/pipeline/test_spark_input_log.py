@@ -317,6 +317,22 @@ def test_a_file_deleted_and_written_again_under_its_name_is_new_input(tmp_path: 
     assert restarted.publish() == 1 and restarted.files(3, 4) == [str(inbox / "a.jsonl")]
 
 
+def test_a_file_deleted_and_written_again_while_no_micro_batch_runs_is_new_input(
+        tmp_path: Path) -> None:
+    # Idle on the event clock: Spark calls no commit until a micro-batch runs, but
+    # asking for the next offset says the last one committed.
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _land(inbox, "a.jsonl", "b.jsonl")
+    reader = _reader(inbox, checkpoint)
+    assert reader.latestOffset({"next": 0}, ReadAllAvailable()) == {"next": 2}
+    (inbox / "b.jsonl").unlink()
+    for _ in range(3):  # triggers with nothing new
+        assert reader.latestOffset({"next": 2}, ReadAllAvailable()) == {"next": 2}
+    _land(inbox, "b.jsonl", "c.jsonl")
+    assert reader.latestOffset({"next": 2}, ReadAllAvailable()) == {"next": 4}
+    assert _read(reader, 2, 4) == [str(inbox / "b.jsonl"), str(inbox / "c.jsonl")]
+
+
 @pytest.mark.parametrize("spelling", ["dotdot", "symlink"])
 def test_the_input_spelled_another_way_is_the_same_input(tmp_path: Path, spelling: str) -> None:
     inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"

@@ -129,6 +129,11 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int],  # noqa: N802
                      limit: ReadLimit) -> dict[str, int]:
+        # Spark asks for the next offset once the micro-batch before has committed, so
+        # every file below ``start`` is committed: a file deleted while no micro-batch
+        # runs is forgotten at once, and one written again under its name is new input
+        # (Spark's own commit call comes only with the next micro-batch).
+        self.log.commit(start["next"])
         # The clock before the listing: a file listed after it landed after it too.
         clock = self._clock(start.get("clock", 0)) if self.wall_clock else None
         if self.follow:
