@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -299,3 +300,34 @@ def test_a_dead_receiver_never_holds_back_deadlines(tmp_path: Path,
         finally:
             _stop(child)
     assert len(_outcome_ids(tmp_path / "out")) == 400
+
+
+def test_outcomes_a_dead_receiver_missed_are_delivered_after_a_restart(
+        tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    dead = threading.Event()
+    dead.set()
+    with receiving(lambda _n: 500 if dead.is_set() else 200) as receiver:
+        child, url = _service(tmp_path, receiver.url, "--stop-timeout-ms", "2000")
+        try:
+            with Client(url) as client:
+                for wave in range(4):
+                    client.submit([client.watch_row(f"w{wave}-{i}", wall_clock_ms() + 100)
+                                   for i in range(50)])
+                    assert eventually(
+                        lambda w=wave: int(str(_engine_status(url)["by_outcome"].get(
+                            "expired", 0))) >= 50 * (w + 1), 120,
+                        unless=lambda: child.poll() is not None)
+        finally:
+            started = time.monotonic()
+            output = _stop(child)
+        assert time.monotonic() - started < 30  # the stop waits 2 s for the receiver
+        assert "not delivered: the next start delivers them" in output
+        assert receiver.ids() == set()
+        dead.clear()
+        child, url = _service(tmp_path, receiver.url)
+        try:
+            assert eventually(lambda: len(receiver.ids()) == 200, 120,
+                              unless=lambda: child.poll() is not None)
+        finally:
+            _stop(child)
