@@ -195,7 +195,8 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
     waits.record_many([1, 9, 9])
     lands.record(4)
     taken = IntakeStats(requests=5, accepted_rows=40, commits=2, replayed=1, refused_bad=1,
-                        refused_busy=0, refused_too_large=0, backlog_rows=12, keys=4,
+                        refused_busy=0, refused_too_large=0, refused_unauthorized=0,
+                        backlog_rows=12, keys=4,
                         retired_files=7, unretired_files=2, writing_requests=0,
                         connections=9, refused_connections=11, timed_out_connections=13,
                         floor_lag_ms=0, ack_ms=acks.snapshot(),

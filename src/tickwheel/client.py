@@ -113,6 +113,14 @@ def _lines_request(lines: Iterable[str], idempotency_key: str | None,
     return body, key, {"Idempotency-Key": key, "Content-Type": "application/x-ndjson"}
 
 
+def _auth_headers(token: str | None) -> dict[str, str]:
+    if token is None:
+        return {}
+    if not token or not token.isascii() or not token.isprintable() or " " in token:
+        raise ValueError("token must be printable ASCII without spaces")
+    return {"Authorization": f"Bearer {token}"}
+
+
 def _receipt(response: httpx.Response, key: str) -> Accepted:
     """A 200's body as the submit API writes it, or SubmitError saying what came."""
     try:
@@ -231,17 +239,19 @@ class _Rows:
 
 
 class Client(_Rows):
-    """A blocking client of one service. Thread-safe, as its httpx client is."""
+    """A blocking client of one service. Thread-safe, as its httpx client is.
+    ``token``: the service's bearer token (``--token-file``), sent with every request."""
 
     def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                  retries: int = DEFAULT_RETRIES, backoff_s: float = 0.05,
-                 max_backoff_s: float = 5.0,
+                 max_backoff_s: float = 5.0, token: str | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
         import httpx
 
         self.url = url.rstrip("/")
         self._retry = (retries, backoff_s, max_backoff_s)
-        self._http = httpx.Client(timeout=timeout_s, transport=transport)
+        self._http = httpx.Client(timeout=timeout_s, transport=transport,
+                                  headers=_auth_headers(token))
 
     def submit(self, rows: Mapping[str, Any] | Iterable[Mapping[str, Any]], *,
                idempotency_key: str | None = None) -> Accepted:
@@ -333,13 +343,14 @@ class AsyncClient(_Rows):
 
     def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                  retries: int = DEFAULT_RETRIES, backoff_s: float = 0.05,
-                 max_backoff_s: float = 5.0,
+                 max_backoff_s: float = 5.0, token: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         import httpx
 
         self.url = url.rstrip("/")
         self._retry = (retries, backoff_s, max_backoff_s)
-        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport)
+        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport,
+                                       headers=_auth_headers(token))
 
     async def submit(self, rows: Mapping[str, Any] | Iterable[Mapping[str, Any]], *,
                      idempotency_key: str | None = None) -> Accepted:

@@ -286,6 +286,7 @@ class TickwheelCollector(Collector):
              ("refused_bad", "Requests refused with 400 or 422"),
              ("refused_busy", "Requests refused with 503 (engine behind, disk full)"),
              ("refused_too_large", "Requests refused with 413"),
+             ("refused_unauthorized", "Requests refused with 401: no token, or a wrong one"),
              ("retired_files", "Input files deleted once the engine committed them"),
              ("refused_connections", "Connections answered 503 at once: over the limit"),
              ("timed_out_connections", "Connections closed: no request head in time")],

@@ -190,10 +190,21 @@ def test_a_metrics_endpoint_that_cannot_be_served_is_refused_before_any_work(
         for host in ("127.0.0.1", "192.0.2.1"):  # a port in use; an address not ours
             result = runner.invoke(app, [
                 "run", "--engine", engine, "--follow", "--input", str(tmp_path), "--output",
-                str(tmp_path / "out"), "--metrics-port", str(port), "--metrics-host", host])
+                str(tmp_path / "out"), "--metrics-port", str(port), "--metrics-host", host,
+                "--insecure-no-auth"])
             assert result.exit_code == 2, result.output
             assert f"--metrics-host {host} --metrics-port {port}: cannot serve" in result.output
             assert not (tmp_path / "out").exists()
+
+
+def test_a_metrics_endpoint_beyond_loopback_needs_insecure_no_auth(tmp_path: Path) -> None:
+    result = runner.invoke(app, [
+        "run", "--follow", "--input", str(tmp_path), "--output", str(tmp_path / "out"),
+        "--metrics-port", "0", "--metrics-host", "0.0.0.0"])
+    assert result.exit_code == 2, result.output
+    assert "--metrics-host 0.0.0.0 is beyond loopback" in result.output
+    assert "--insecure-no-auth" in result.output
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(("option", "value", "reason"), [

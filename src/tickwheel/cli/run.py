@@ -176,6 +176,14 @@ def run(
         min=1, max=3_600_000,
         help="--listen: a connection that sends no complete request head for this long "
              "(idle, or sending slowly) is closed")] = round(DEFAULT_HEADER_TIMEOUT_S * 1000),
+    token_file: Annotated[Path | None, typer.Option(
+        help="--listen: every request must carry Authorization: Bearer <the token in "
+             "this file> (one line, at least 16 printable characters); needed to listen "
+             "beyond loopback")] = None,
+    insecure_no_auth: Annotated[bool, typer.Option(
+        "--insecure-no-auth",
+        help="--listen or --metrics-host beyond loopback without credentials: anyone "
+             "who reaches the port can submit, or read the metrics")] = False,
     deliver_to: Annotated[str | None, typer.Option(
         help="POST outcomes to this http(s) URL in batches, through the batching "
              "dispatcher: at least once, each with a stable id; 503, 429 and timeouts "
@@ -195,7 +203,19 @@ def run(
         print_error("give --processor or --deliver-to, not both")
         raise typer.Exit(2)
     address = None if listen is None else _Listen(
-        *_check_listen(listen, follow), max_connections, header_timeout_ms / 1000)
+        *_check_listen(listen, follow), max_connections, header_timeout_ms / 1000,
+        _check_token(token_file, listen, insecure_no_auth))
+    if listen is None and token_file is not None:
+        print_error("--token-file applies to --listen only")
+        raise typer.Exit(2)
+    if metrics_port is not None and not insecure_no_auth:
+        from tickwheel.service.auth import is_loopback
+
+        if not is_loopback(metrics_host):
+            print_error(f"--metrics-host {metrics_host} is beyond loopback, and the metrics "
+                        "port takes no credentials: scrape /metrics through --listen with "
+                        "--token-file, or give --insecure-no-auth")
+            raise typer.Exit(2)
     user_processor = None if processor is None else _load_processor(processor)
     if deliver_to is not None:
         user_processor = _webhook(deliver_to, output)
@@ -452,6 +472,28 @@ class _Listen:
     port: int
     max_connections: int
     header_timeout_s: float
+    token: str | None = None
+
+
+def _check_token(token_file: Path | None, listen: str, insecure: bool) -> str | None:
+    """The token every request must carry, or None; refused (exit 2) before any work
+    if its file is unusable, or if the listener is beyond loopback without one."""
+    from tickwheel.service.auth import TokenError, is_loopback, read_token
+    from tickwheel.service.server import parse_listen
+
+    if token_file is not None:
+        try:
+            return read_token(token_file)
+        except TokenError as exc:
+            print_error(f"--token-file {exc}")
+            raise typer.Exit(2) from exc
+    host = parse_listen(listen)[0]
+    if not is_loopback(host) and not insecure:
+        print_error(f"--listen {listen} is beyond loopback: give --token-file (every "
+                    "request then needs the token), or --insecure-no-auth to let anyone "
+                    "who reaches the port submit")
+        raise typer.Exit(2)
+    return None
 
 
 def _check_listen(value: str, follow: bool) -> tuple[str, int]:
@@ -494,6 +536,7 @@ def _start_submit(address: _Listen, input: Path, state_dir: Path,
     try:
         server = SubmitServer(input, state_dir, host=address.host, port=address.port,
                               max_connections=address.max_connections,
+                              token=address.token,
                               header_timeout_s=address.header_timeout_s,
                               status=status, rows_read=rows_read,
                               committed_inputs=committed_inputs, metrics=_metrics_text(),

@@ -30,6 +30,9 @@ def submit(
              "command again writes nothing twice (default: a fresh one, printed)")] = None,
     retries: Annotated[int, typer.Option(
         min=0, max=100, help="attempts after congestion or no answer, with backoff")] = 8,
+    token_file: Annotated[Path | None, typer.Option(
+        help="the service's token (its --token-file), sent as Authorization: Bearer")
+    ] = None,
 ) -> None:
     """Send rows to a following service's submit API (tickwheel run --follow --listen):
     each request is answered only once its rows are on disk."""
@@ -44,6 +47,15 @@ def submit(
     except ValueError as exc:
         print_error(f"URL: {exc}")
         raise typer.Exit(2) from exc
+    token = None
+    if token_file is not None:
+        from tickwheel.service.auth import TokenError, read_token
+
+        try:
+            token = read_token(token_file)
+        except TokenError as exc:
+            print_error(f"--token-file {exc}")
+            raise typer.Exit(2) from exc
     sources = files or [Path("-")]
     for path in sources:
         if str(path) != "-" and not path.is_file():
@@ -51,7 +63,7 @@ def submit(
             raise typer.Exit(2)
     run_key = idempotency_key or f"submit-{int(time.time() * 1000)}-{os.getpid()}"
     sent = batches = 0
-    with Client(url, retries=retries) as client:
+    with Client(url, retries=retries, token=token) as client:
         try:
             for rows in _row_batches(sources, batch_rows):
                 accepted = client.submit_lines(rows, idempotency_key=f"{run_key}-{batches}")

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.service.auth import authorized
 from tickwheel.service.connections import (
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
@@ -125,6 +126,7 @@ class IntakeStats:
     refused_bad: int
     refused_busy: int
     refused_too_large: int
+    refused_unauthorized: int  # answered 401: no token, or a wrong one
     backlog_rows: int
     keys: int
     retired_files: int  # input files deleted once the engine committed them
@@ -192,13 +194,17 @@ class SubmitServer:
                  min_stamp_ms: int = 0, floor_file: Path | None = None,
                  hand_over: HandOver | None = None, give_way_s: float = GIVE_WAY_S,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S) -> None:
+                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+                 token: str | None = None) -> None:
         if not 0 <= give_way_s <= 1:  # also refuses NaN
             raise ValueError(f"give_way_s must be from 0 to 1 (seconds), not {give_way_s!r}")
         ConnectionGuard(_unset_factory, max_connections=max_connections,
                         header_timeout_s=header_timeout_s)  # refuses bad bounds now
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
+        if token is not None and not token:
+            raise ValueError("token must not be empty")
+        self.token = token  # every request must carry it, if set
         self._guard: ConnectionGuard | None = None
         self.host, self.port = host, port
         self.input_dir = input_dir
@@ -226,7 +232,8 @@ class SubmitServer:
         self._free_bytes = free_bytes or (lambda path: shutil.disk_usage(path).free)
         self._free, self._free_checked = 0, -_FREE_CHECK_S
         self._counts = dict.fromkeys(("requests", "accepted_rows", "commits", "replayed",
-                                      "refused_bad", "refused_busy", "refused_too_large"), 0)
+                                      "refused_bad", "refused_busy", "refused_too_large",
+                                      "refused_unauthorized"), 0)
         self._waiting: list[_Waiting] = []
         self._ack_ms, self._commit_wait_ms, self._land_ms = Histogram(), Histogram(), Histogram()
         self._inflight: dict[str, asyncio.Future[Receipt]] = {}
@@ -280,10 +287,19 @@ class SubmitServer:
                                 max_connections=connection_limit(self.max_connections),
                                 header_timeout_s=self.header_timeout_s)
 
+        token = self.token
+
         @web.middleware
         async def guarded(request: web.Request,
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
                           ) -> web.StreamResponse:
+            if token is not None and not authorized(request.headers.get("Authorization"),
+                                                    token):
+                self._counts["refused_unauthorized"] += 1
+                return self._json(401, {"error": "this service needs Authorization: "
+                                                 "Bearer <token>"},
+                                  {"WWW-Authenticate": 'Bearer realm="tickwheel"',
+                                   "Connection": "close"})  # the body is never read
             response: web.StreamResponse = await guard.middleware(request, handler)
             return response
 
