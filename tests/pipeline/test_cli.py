@@ -753,6 +753,38 @@ def test_the_driver_memory_is_the_heap_of_the_jvm_the_session_starts(tmp_path: P
         spark_session("local[1]", settings={"spark.master": "local[4]"})
 
 
+@pytest.mark.spark
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_a_spark_run_ends_its_jvm_and_the_thread_that_logs_it_before_the_interpreter_exits(
+        tmp_path: Path) -> None:
+    """A thread still logging the JVM's output while the interpreter exits can hold the
+    terminal stream's lock as the interpreter flushes it, and CPython aborts (SIGABRT)
+    after the run's work is done. At exit, neither the JVM nor that thread is left."""
+    pytest.importorskip("pyspark")
+    source = _generated(tmp_path)
+    script = (
+        "import atexit, os, pathlib, sys, threading\n"
+        "def report():\n"
+        "    kids = [k for t in pathlib.Path(f'/proc/{os.getpid()}/task').iterdir()\n"
+        "            for k in (t / 'children').read_text().split()]\n"
+        "    names = sorted(t.name for t in threading.enumerate()\n"
+        "                   if t is not threading.main_thread())\n"
+        "    print('AT EXIT', names, 'children', kids, file=sys.__stderr__, flush=True)\n"
+        "atexit.register(report)  # registered first: runs after every other hook\n"
+        "from tickwheel.cli import main\n"
+        "sys.argv = ['tickwheel', *sys.argv[1:]]\n"
+        "main()\n")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    result = subprocess.run(
+        [sys.executable, "-c", script, "run", "--engine", "spark", "--input", str(source),
+         "--output", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("AT EXIT")]
+    assert "tickwheel-spark-jvm-output" not in line, line
+    assert line.endswith("children []"), line  # the JVM has exited, and was waited for
+
+
 # -- input paths: both engines read the same files, or refuse the same ones ----------------
 
 

@@ -652,7 +652,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
                listen: _Listen | None = None, worker_cache: bool = True) -> None:
     try:
-        from tickwheel.pipeline.spark import SparkEngine, spark_session
+        from tickwheel.pipeline.spark import SparkEngine, spark_session, stop_spark
     except ImportError as exc:  # pragma: no cover - depends on the install
         print_error("the Spark engine needs its extra: "
                "pip install 'tickwheel[spark]'")
@@ -672,57 +672,67 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         warn_no_input(input)
     memory = driver_memory or DEFAULT_DRIVER_MEMORY
     console.print(f"starting Spark ({master}, driver memory {memory})")
+    from pyspark.sql import SparkSession
+
+    started_here = SparkSession.getActiveSession() is None  # else a caller's, kept
     try:
         spark = spark_session(master, driver_memory=memory, settings=settings)
     except RuntimeError as exc:  # no JVM, or one that stopped at once
         print_error(f"could not start Spark: {exc}")
         raise typer.Exit(1) from exc
-    sink = None if processor is None else OutcomeSink(processor)
     try:
-        spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
-                                   partitions=partitions,
-                                   max_files_per_trigger=max_files_per_trigger,
-                                   dedupe_retention_ms=dedupe_retention_ms,
-                                   wall_clock=follow is not None and follow[1] is ClockKind.wall,
-                                   sink=sink, max_future_ms=max_future_ms,
-                                   worker_cache=worker_cache)
-        if follow is None and spark_engine.clock == "wall":
-            raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
-                             "with --follow --clock wall")
-    except ValueError as exc:
-        print_error(f"{exc}")
-        raise typer.Exit(2) from exc
-    if follow is not None:
-        undelivered = _follow_spark(spark_engine, *follow, listen=listen)
+        sink = None if processor is None else OutcomeSink(processor)
+        try:
+            spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
+                                       partitions=partitions,
+                                       max_files_per_trigger=max_files_per_trigger,
+                                       dedupe_retention_ms=dedupe_retention_ms,
+                                       wall_clock=(follow is not None
+                                                   and follow[1] is ClockKind.wall),
+                                       sink=sink, max_future_ms=max_future_ms,
+                                       worker_cache=worker_cache)
+            if follow is None and spark_engine.clock == "wall":
+                raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
+                                 "with --follow --clock wall")
+        except ValueError as exc:
+            print_error(f"{exc}")
+            raise typer.Exit(2) from exc
+        if follow is not None:
+            undelivered = _follow_spark(spark_engine, *follow, listen=listen)
+            if sink is not None:
+                _print_delivery(sink.close(timeout_s=1.0))
+                if undelivered:
+                    console.print(f"{undelivered:,} outcomes not delivered: the next start "
+                                  "delivers them")
+            return
+        console.print(f"running the query ({spark_engine.partitions} partitions, checkpoint "
+                      f"{checkpoint})")
+        with console.status("first micro-batch") as status:
+            written = [0, 0]  # outcomes, quarantined rows
+
+            def progress(batch_id: int, outcomes: int, quarantined: int) -> None:
+                written[0] += outcomes
+                written[1] += quarantined
+                status.update(f"micro-batch {batch_id} done: {written[0]:,} outcomes, "
+                              f"{written[1]:,} quarantined rows")
+
+            spark_engine.on_batch = progress
+            result = spark_engine.run(final=final)
+        reasons = count_outputs(output / "quarantine", "reason")
+        outcomes = sum(count_outputs(output / "outcomes", "outcome").values())
+        _print_run(f"Spark engine ({master}, {spark_engine.partitions} partitions, "
+                   f"{plural(result.batches, 'micro-batch')})",
+                   result.seconds, result.rows_in,
+                   result.rows_applied, reasons, outcomes, result.pending,
+                   result.ignored_cancels, held=result.held, schedules=result.schedules,
+                   skipped=result.skipped)
         if sink is not None:
-            _print_delivery(sink.close(timeout_s=1.0))
-            if undelivered:
-                console.print(f"{undelivered:,} outcomes not delivered: the next start "
-                              "delivers them")
-        return
-    console.print(f"running the query ({spark_engine.partitions} partitions, checkpoint "
-                  f"{checkpoint})")
-    with console.status("first micro-batch") as status:
-        written = [0, 0]  # outcomes, quarantined rows
-
-        def progress(batch_id: int, outcomes: int, quarantined: int) -> None:
-            written[0] += outcomes
-            written[1] += quarantined
-            status.update(f"micro-batch {batch_id} done: {written[0]:,} outcomes, "
-                          f"{written[1]:,} quarantined rows")
-
-        spark_engine.on_batch = progress
-        result = spark_engine.run(final=final)
-    reasons = count_outputs(output / "quarantine", "reason")
-    outcomes = sum(count_outputs(output / "outcomes", "outcome").values())
-    _print_run(f"Spark engine ({master}, {spark_engine.partitions} partitions, "
-               f"{plural(result.batches, 'micro-batch')})",
-               result.seconds, result.rows_in,
-               result.rows_applied, reasons, outcomes, result.pending,
-               result.ignored_cancels, held=result.held, schedules=result.schedules,
-               skipped=result.skipped)
-    if sink is not None:
-        _finish_delivery(sink.close(), "the next run on this checkpoint delivers them")
+            _finish_delivery(sink.close(), "the next run on this checkpoint delivers them")
+    finally:
+        # The JVM ended and its output read before the interpreter exits: a thread
+        # that logs its last lines while it exits would abort the process.
+        if started_here:
+            stop_spark(spark)
 
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,

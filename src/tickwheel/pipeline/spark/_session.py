@@ -15,11 +15,12 @@ import contextlib
 import logging
 import os
 import re
+import subprocess
 import sys
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from tickwheel.pipeline.contract.limits import (
     DEFAULT_DRIVER_MEMORY,
@@ -30,7 +31,7 @@ from tickwheel.pipeline.contract.limits import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ROCKSDB", "spark_session"]
+__all__ = ["ROCKSDB", "spark_session", "stop_spark"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,12 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 #: Whether this process has launched its JVM here: PySpark keeps one JVM per process,
 #: and a session started after one was stopped runs on the same.
 _launched = False
+#: The JVM this module launched (its gateway, and the thread reading its output), until
+#: :func:`stop_spark` ends it.
+_jvm: tuple[Any, _JvmOutput] | None = None
+#: Set once :func:`stop_spark` ended the JVM: PySpark cannot start another in this
+#: process.
+_jvm_ended = False
 
 
 def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
@@ -60,6 +67,9 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
     adds only what the engine needs; see :mod:`tickwheel.spark_job`."""
     from pyspark.sql import SparkSession
 
+    if _jvm_ended:
+        raise RuntimeError("this process ended its Spark JVM (stop_spark): start Spark "
+                           "in a new process")
     check_driver_memory(driver_memory)
     given = check_spark_setting_names(settings or {})
     is_local = master is not None and master.startswith("local")
@@ -106,7 +116,7 @@ def _start_context(settings: dict[str, str]) -> None:
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    global _launched
+    global _launched, _jvm
     conf = SparkConf().setAll(list(settings.items()))
     read_end, write_end = os.pipe()
     reader = _JvmOutput(os.fdopen(read_end, "rb"))
@@ -120,7 +130,43 @@ def _start_context(settings: dict[str, str]) -> None:
             from failure
     os.close(write_end)
     _launched = True
+    _jvm = (gateway, reader)
     SparkContext(conf=conf, gateway=gateway)
+
+
+def stop_spark(spark: SparkSession, timeout_s: float = 60.0) -> int | None:
+    """Stop ``spark`` and, where :func:`spark_session` launched the JVM, end the JVM
+    too, and read its output to the end; returns the JVM's exit status (None when this
+    module did not launch it).
+
+    The last use of Spark in a process, before it exits: without it the JVM outlives
+    the session, and its shutdown lines reach the thread that logs them while the
+    interpreter is exiting. A daemon thread that writes to the terminal then can hold
+    the stream's lock as the interpreter flushes it, and CPython aborts the process
+    (``Fatal Python error: _enter_buffered_busy``, exit by SIGABRT) after all its work
+    is done."""
+    global _jvm, _jvm_ended
+    spark.stop()
+    launched = _jvm
+    if launched is None:
+        return None
+    gateway, reader = launched
+    _jvm, _jvm_ended = None, True
+    with contextlib.suppress(Exception):  # its connections may be gone already
+        gateway.shutdown()
+    proc = gateway.proc
+    if proc.stdin is not None:  # Spark's gateway server exits at the end of its input
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    try:
+        status: int = proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        log.warning("Spark's JVM did not exit within %.0f s of its session's stop: "
+                    "killed", timeout_s)
+        proc.kill()
+        status = proc.wait()
+    reader.join(timeout_s)
+    return status
 
 
 #: A line log4j starts (Spark's default layout: date, time, level).
