@@ -259,7 +259,7 @@ class _Notifier:
 
 def _spark(out: Path, on_batch: Callable[[int, int, int], None],
            notifier: _Notifier) -> tuple[float, int, Delivery]:
-    from tickwheel.pipeline.spark import SparkEngine, spark_session
+    from tickwheel.pipeline.spark import SparkEngine, spark_session, stop_spark
 
     print("spark engine: starting local[2] ...", flush=True)
     spark = spark_session("local[2]")
@@ -271,7 +271,7 @@ def _spark(out: Path, on_batch: Callable[[int, int, int], None],
         result = engine.run()
     finally:
         delivery = sink.close()
-        spark.stop()
+        stop_spark(spark)  # its JVM ended now, not while the interpreter exits
     return result.seconds, result.batches, delivery
 
 
