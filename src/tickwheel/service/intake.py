@@ -26,11 +26,13 @@ from tickwheel.pipeline.contract.events import (
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_ROWS_PER_REQUEST",
+    "SCHEDULE_ACTIONS",
     "IntakeError",
     "ParsedRows",
     "RefusedRow",
     "TimeStamper",
     "read_parsed_rows",
+    "schedule_row",
 ]
 
 #: The largest request body taken; a larger one is answered 413 unread.
@@ -207,6 +209,46 @@ def _stamped(line: str, now_ms: int) -> tuple[str, Wire]:
     if is_quarantined(fields) and fields[1] == Reason.DUPLICATE_FIELD.value:
         return line, compact_wire(line)  # its own ts_ms, spelt otherwise, or a repeat
     return stamped, fields
+
+
+#: The management requests on one schedule, by the row each writes.
+SCHEDULE_ACTIONS: Final = ("schedule", "pause", "resume", "unschedule")
+
+
+def schedule_row(kind: str, schedule_id: str, body: bytes) -> bytes:
+    """The row that a management request on ``schedule_id`` writes, as a body for
+    :func:`read_parsed_rows`: for ``schedule``, ``body`` is a JSON object of the
+    schedule's fields; for the others it is empty (or an empty object).
+    :class:`IntakeError` for a body that is not that."""
+    if kind not in SCHEDULE_ACTIONS:
+        raise ValueError(f"kind must be one of {SCHEDULE_ACTIONS}, not {kind!r}")
+    text = body.decode("utf-8", "replace").strip() if body else ""
+    if kind != "schedule":
+        if text not in ("", "{}"):
+            raise IntakeError(f"a {kind} request takes no body")
+        fields: dict[str, Any] = {}
+    else:
+        try:
+            fields = _loads(_text(body))
+        except ValueError as exc:
+            raise IntakeError(f"the body is not a JSON object of the schedule's fields: "
+                              f"{exc}") from None
+        except RecursionError:
+            raise IntakeError("the body is nested too deep") from None
+        if not isinstance(fields, dict) or not fields:
+            raise IntakeError("the body must be a JSON object of the schedule's fields, "
+                              "such as {\"cron\": \"0 * * * *\", \"tz\": \"UTC\"}")
+        if _repeats(fields):
+            raise IntakeError("the body names a field twice", (
+                RefusedRow(0, Reason.DUPLICATE_FIELD.value, _shown(fields)),))
+        for name, wanted in (("type", kind), ("schedule_id", schedule_id)):
+            if name in fields and fields[name] != wanted:
+                raise IntakeError(f"the body's {name} is not the request's ({wanted!r})")
+    row = {**fields, "type": kind, "schedule_id": schedule_id}
+    try:
+        return _dumps(row).encode("utf-8")
+    except RecursionError:
+        raise IntakeError("the body is nested too deep") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,14 @@ from tickwheel.service.connections import (
     ConnectionGuard,
     connection_limit,
 )
-from tickwheel.service.intake import MAX_BODY_BYTES, IntakeError, TimeStamper, read_parsed_rows
+from tickwheel.service.intake import (
+    MAX_BODY_BYTES,
+    SCHEDULE_ACTIONS,
+    IntakeError,
+    TimeStamper,
+    read_parsed_rows,
+    schedule_row,
+)
 from tickwheel.service.journal import (
     DEFAULT_KEY_TTL_MS,
     CommittedInputs,
@@ -305,6 +312,9 @@ class SubmitServer:
 
         app = web.Application(client_max_size=self.max_body_bytes, middlewares=[guarded])
         app.router.add_post("/v1/events", self._post_events)
+        app.router.add_put("/v1/schedules/{id}", self._manage_schedule)
+        app.router.add_delete("/v1/schedules/{id}", self._manage_schedule)
+        app.router.add_post("/v1/schedules/{id}/{action:pause|resume}", self._manage_schedule)
         app.router.add_get("/v1/status", self._get_status)
         app.router.add_get("/metrics", self._get_metrics)
         # An idle keep-alive connection goes as one that sends no request head does.
@@ -444,16 +454,43 @@ class SubmitServer:
         return True
 
     async def _post_events(self, request: web.Request) -> web.Response:
-        arrived = self._last_request = time.perf_counter()
-        self._counts["requests"] += 1
-        key = request.headers.get("Idempotency-Key")
+        return await self._take(request, None)
+
+    async def _manage_schedule(self, request: web.Request) -> web.Response:
+        """``PUT /v1/schedules/{id}`` (its fields), ``POST .../pause``, ``.../resume``
+        and ``DELETE``: the matching row, taken as ``POST /v1/events`` takes rows."""
+        action = request.match_info.get("action")
+        kind = {"PUT": "schedule", "DELETE": "unschedule"}.get(request.method, action)
+        assert kind in SCHEDULE_ACTIONS, (request.method, action)
+        return await self._take(request, kind)
+
+    async def _body(self, request: web.Request, key: str | None,
+                    schedule_kind: str | None) -> bytes | web.Response:
+        """The rows a request submits, or the answer that refuses it."""
         if key is not None and not _valid_key(key):
             self._counts["refused_bad"] += 1
             return self._json(400, {"error": f"Idempotency-Key: 1 to {_MAX_KEY_CHARS} "
                                              "printable ASCII characters"})
         body = await self._read(request)
+        if not isinstance(body, bytes) or schedule_kind is None:
+            return body
+        try:
+            return schedule_row(schedule_kind, request.match_info["id"], body)
+        except IntakeError as exc:
+            self._counts["refused_bad"] += 1
+            return self._json(400, exc.as_json())
+
+    async def _take(self, request: web.Request, schedule_kind: str | None) -> web.Response:
+        """Rows of the request (its body's, or a management request's one row) through
+        the group commit."""
+        arrived = self._last_request = time.perf_counter()
+        self._counts["requests"] += 1
+        key = request.headers.get("Idempotency-Key")
+        body = await self._body(request, key, schedule_kind)
         if not isinstance(body, bytes):
             return body
+        # A management request's key stands for its row: the same key on another
+        # schedule, or another action, is another body.
         digest = hashlib.blake2b(body, digest_size=16).hexdigest()
         if key is not None:
             replayed = await self._replay(key, digest)
