@@ -328,6 +328,26 @@ class Client(_Rows):
         result: dict[str, Any] = response.json()
         return result
 
+    def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.2) -> None:
+        """Return once the service's engine runs (the Spark engine takes tens of seconds
+        to start, while the API already takes rows); :class:`SubmitUnavailable` if it
+        does not within ``timeout_s``."""
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while True:
+            try:
+                if self.status().get("ready", True):
+                    return
+                last = "the engine is starting"
+            except (httpx.HTTPError, ValueError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise SubmitUnavailable(f"{self.url}: not ready within {timeout_s:g} s "
+                                        f"(last: {last})")
+            time.sleep(poll_s)
+
     def close(self) -> None:
         self._http.close()
 
@@ -425,6 +445,24 @@ class AsyncClient(_Rows):
         response.raise_for_status()
         result: dict[str, Any] = response.json()
         return result
+
+    async def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.2) -> None:
+        """:meth:`Client.wait_ready`, as a coroutine."""
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while True:
+            try:
+                if (await self.status()).get("ready", True):
+                    return
+                last = "the engine is starting"
+            except (httpx.HTTPError, ValueError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise SubmitUnavailable(f"{self.url}: not ready within {timeout_s:g} s "
+                                        f"(last: {last})")
+            await asyncio.sleep(poll_s)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -220,3 +220,30 @@ def test_the_submit_command_forwards_rows_unchanged(server: SubmitServer,
     assert clash.exit_code == 1
     assert "new --idempotency-key" in clash.output
     assert "again with --idempotency-key k" not in clash.output
+
+
+def test_wait_ready_returns_once_the_engine_runs(tmp_path: Path) -> None:
+    import threading
+
+    running = threading.Event()
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000,
+                      ready=running.is_set) as server, Client(server.url) as client:
+        assert client.status()["ready"] is False
+        with pytest.raises(SubmitUnavailable, match="the engine is starting"):
+            client.wait_ready(timeout_s=0.3, poll_s=0.05)
+        assert client.cancel("a").accepted == 1  # rows are taken meanwhile
+        threading.Timer(0.2, running.set).start()
+        client.wait_ready(timeout_s=30, poll_s=0.05)
+        assert client.status()["ready"] is True
+
+        async def main() -> None:
+            async with AsyncClient(server.url) as async_client:
+                await async_client.wait_ready(timeout_s=30)
+
+        asyncio.run(main())
+
+
+def test_wait_ready_on_no_service_says_what_it_last_saw() -> None:
+    with Client("http://127.0.0.1:1", retries=0) as client, \
+            pytest.raises(SubmitUnavailable, match="ConnectError"):
+        client.wait_ready(timeout_s=0.2, poll_s=0.05)

@@ -83,8 +83,9 @@ def test_submitted_then_fired_then_delivered(tmp_path: Path) -> None:
     with receiving(lambda _n: 200) as receiver:
         child, url = _service(tmp_path, receiver.url)
         try:
-            now = wall_clock_ms()
             with Client(url) as client:
+                client.wait_ready(timeout_s=60)
+                now = wall_clock_ms()
                 client.schedule_at("job-0", now + 60_000)  # cancelled well before
                 for i in range(1, 20):
                     client.schedule_at(f"job-{i}", now + 300)
@@ -237,6 +238,7 @@ def test_the_spark_engine_takes_rows_over_http_too(tmp_path: Path) -> None:
                               "--conf", f"spark.local.dir={tmp_path / 'spark-local'}")
         try:
             with Client(url) as client:
+                client.wait_ready(timeout_s=240)  # the query runs: deadlines fire on time
                 client.schedule_at("later", wall_clock_ms() + 600_000)
                 client.schedule_at("soon", wall_clock_ms() + 500)
                 client.cancel("later")

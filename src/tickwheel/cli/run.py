@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -528,7 +529,8 @@ def _start_submit(address: _Listen, input: Path, state_dir: Path,
                   max_future_ms: int | None,
                   collector: TickwheelCollector | None,
                   release_ms: int | None, floor_file: Path | None = None,
-                  hand_over: HandOver | None = None) -> SubmitServer:
+                  hand_over: HandOver | None = None,
+                  ready: Callable[[], bool] | None = None) -> SubmitServer:
     """The submit API, serving from now on (exit 2 if its address cannot be bound);
     it stamps no row below ``release_ms``, the engine's time at start."""
     from tickwheel.service.server import SubmitServer
@@ -541,7 +543,7 @@ def _start_submit(address: _Listen, input: Path, state_dir: Path,
                               status=status, rows_read=rows_read,
                               committed_inputs=committed_inputs, metrics=_metrics_text(),
                               max_future_ms=max_future_ms, min_stamp_ms=release_ms or 0,
-                              floor_file=floor_file, hand_over=hand_over)
+                              floor_file=floor_file, hand_over=hand_over, ready=ready)
     except (OSError, ValueError) as exc:  # its keys or input files, as a start finds them
         print_error(f"the submit API's state in {state_dir}: {exc}")
         raise typer.Exit(2) from exc
@@ -591,12 +593,13 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             return follower.clock() - release
 
     collector = _serve_metrics(metrics_port, "follow", _Live(), listen)
+    ran = threading.Event()  # set once the engine has run a batch: it is running
     server = None if listen is None else _start_submit(
         listen, input, follower.checkpoint_dir / SUBMIT_STATE,
         lambda: asdict(follower.counts()), lambda: follower.rows_read,
         # One client's row may not move everyone's time: ahead by at most the lateness.
         follower.committed_inputs, lateness_ms if clock is ClockKind.wall else None, collector,
-        follower.counts().release_ms, hand_over=follower.offer_rows)
+        follower.counts().release_ms, hand_over=follower.offer_rows, ready=ran.is_set)
     if server is not None:  # the rows it stamps are never late
         follower.time_floor = server.time_floor
         follower.between_pieces = server.give_way  # its requests wait no switch interval
@@ -604,6 +607,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
 
     def progress(batch: FollowBatch) -> None:
         nonlocal last_print
+        ran.set()
         now = time.monotonic()
         if batch.outcomes or batch.quarantined or now - last_print >= 10:
             counts = follower.counts()
@@ -741,18 +745,20 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
     """Run the service until a signal; how many outcomes were left undelivered."""
     live = _SparkCounts(spark_engine)
     collector = _serve_metrics(metrics_port, "follow", live, listen)
+    ran = threading.Event()  # set once a micro-batch has run: the query is running
     server = None if listen is None else _start_submit(
         listen, spark_engine.input_dir, spark_engine.checkpoint_dir / SUBMIT_STATE,
         live.as_json, lambda: live.rows_in, spark_engine.committed_inputs,
         spark_engine.lateness_ms if clock is ClockKind.wall else None, collector,
         spark_engine.result().release_ms,
-        floor_file=spark_engine.checkpoint_dir / SUBMIT_STATE / FLOOR_FILE)
+        floor_file=spark_engine.checkpoint_dir / SUBMIT_STATE / FLOOR_FILE, ready=ran.is_set)
     if server is not None:  # the rows it stamps are never late
         spark_engine.floor_file = server.floor_file
     last_print = 0.0
 
     def progress(batch_id: int, outcomes: int, quarantined: int) -> None:
         nonlocal last_print
+        ran.set()
         live.refresh()
         now = time.monotonic()
         if outcomes or quarantined or now - last_print >= 10:

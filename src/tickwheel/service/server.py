@@ -202,7 +202,8 @@ class SubmitServer:
                  hand_over: HandOver | None = None, give_way_s: float = GIVE_WAY_S,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
-                 token: str | None = None) -> None:
+                 token: str | None = None,
+                 ready: Callable[[], bool] | None = None) -> None:
         if not 0 <= give_way_s <= 1:  # also refuses NaN
             raise ValueError(f"give_way_s must be from 0 to 1 (seconds), not {give_way_s!r}")
         ConnectionGuard(_unset_factory, max_connections=max_connections,
@@ -218,6 +219,7 @@ class SubmitServer:
         self.journal = SubmitJournal(input_dir, state_dir, clock=clock, key_ttl_ms=key_ttl_ms,
                                      hand_over=hand_over)
         self._status = status
+        self._ready = ready  # whether the engine runs yet; None: it runs from the start
         self._rows_read = rows_read
         self._read_at_start = 0 if rows_read is None else rows_read()
         self._committed_inputs = committed_inputs
@@ -642,7 +644,9 @@ class SubmitServer:
 
     async def _get_status(self, request: web.Request) -> web.Response:
         status = {} if self._status is None else dict(self._status())
-        return self._json(200, {"engine": status, "intake": self.stats().as_json()})
+        ready = self._ready is None or self._ready()
+        return self._json(200, {"ready": ready, "engine": status,
+                                "intake": self.stats().as_json()})
 
     async def _get_metrics(self, request: web.Request) -> web.Response:
         from aiohttp import web
