@@ -83,7 +83,7 @@ class ClockKind(enum.Enum):
     wall = "wall"
 
 
-def _check_driver_memory(value: str | None) -> str | None:
+def check_driver_memory_option(value: str | None) -> str | None:
     if value is None:
         return None
     try:
@@ -119,7 +119,7 @@ def run(
         help="input files per micro-batch (Spark) or per batch (local --follow; default: "
              "all new files, within the engine's bytes per batch)")] = None,
     driver_memory: Annotated[str | None, typer.Option(
-        callback=_check_driver_memory,
+        callback=check_driver_memory_option,
         help="Spark: the memory of the driver's JVM that this command starts, as Spark "
              "writes it (512m, 2g; default: 4g). Under spark-submit, its own "
              "--driver-memory")] = None,
@@ -203,9 +203,8 @@ def run(
     if processor is not None and deliver_to is not None:
         print_error("give --processor or --deliver-to, not both")
         raise typer.Exit(2)
-    address = None if listen is None else _Listen(
-        *_check_listen(listen, follow), max_connections, header_timeout_ms / 1000,
-        _check_token(token_file, listen, insecure_no_auth))
+    address = None if listen is None else listen_options(
+        listen, follow, max_connections, header_timeout_ms, token_file, insecure_no_auth)
     if listen is None and token_file is not None:
         print_error("--token-file applies to --listen only")
         raise typer.Exit(2)
@@ -474,6 +473,15 @@ class _Listen:
     max_connections: int
     header_timeout_s: float
     token: str | None = None
+
+
+def listen_options(listen: str, follow: bool, max_connections: int, header_timeout_ms: int,
+                   token_file: Path | None, insecure: bool) -> _Listen:
+    """What --listen and its options say, refused (exit 2, naming the option) before
+    any work."""
+    host, port = _check_listen(listen, follow)
+    return _Listen(host, port, max_connections, header_timeout_ms / 1000,
+                   _check_token(token_file, listen, insecure))
 
 
 def _check_token(token_file: Path | None, listen: str, insecure: bool) -> str | None:
