@@ -219,8 +219,9 @@ class Schedule:
         # In the second pass of a repeated hour, the repeated wall times map to the
         # first pass, before t: the search starts at the end of the repeated range.
         local = local_of(t_ms, zone)
+        window = (repeated_window(t_ms, zone, local) if local.fold or expr.every_pass
+                  else None)
         if local.fold:
-            window = repeated_window(t_ms, zone)
             assert window is not None, "a second pass outside a repeated hour"
             transition, before, _ = window
             local = local_of(transition + before - 1, UTC)
@@ -234,23 +235,20 @@ class Schedule:
                 first = at
                 break
             local = candidate
-        if not expr.every_pass:
+        if window is None or not expr.every_pass:
             return first
-        second = self._next_in_second_pass(t_ms)
+        second = self._next_in_second_pass(t_ms, window)
         if second is None or (first is not None and first <= second):
             return first
         return second
 
-    def _next_in_second_pass(self, t_ms: int) -> int | None:
+    def _next_in_second_pass(self, t_ms: int, window: tuple[int, int, int]) -> int | None:
         """For a frequent spec, the first occurrence after ``t_ms`` in the second pass
-        of the repeated hour that ``t_ms`` is in (either pass of it), or None. The
-        first pass is the ordinary search's; a later repeated hour's second pass never
-        comes before its first."""
-        expr, zone = self._cron, self._zone
-        assert expr is not None and zone is not None
-        window = repeated_window(t_ms, zone)
-        if window is None:
-            return None
+        of the repeated hour ``window`` that ``t_ms`` is in (either pass of it), or
+        None. The first pass is the ordinary search's; a later repeated hour's second
+        pass never comes before its first."""
+        expr = self._cron
+        assert expr is not None
         transition, before, after = window
         # Wall times read with the offset after: from the second pass's start on.
         start = local_of(max(t_ms, transition - 1) + after, UTC)

@@ -62,13 +62,16 @@ def _offset_at(ms: int, zone: tzinfo) -> timedelta | None:
     return (_EPOCH + timedelta(milliseconds=ms)).replace(tzinfo=UTC).astimezone(zone).utcoffset()
 
 
-def repeated_window(ms: int, zone: tzinfo) -> tuple[int, int, int] | None:
-    """Where the instant ``ms`` falls in either pass of a repeated hour (fall back):
-    ``(transition, offset before, offset after)`` in ms, the transition being the first
-    instant of the second pass; None elsewhere."""
+def repeated_window(ms: int, zone: tzinfo, local: datetime | None = None,
+                    ) -> tuple[int, int, int] | None:
+    """Where the instant ``ms`` (whose :func:`local_of` is ``local``, if known) falls in
+    either pass of a repeated hour (fall back): ``(transition, offset before, offset
+    after)`` in ms, the transition being the first instant of the second pass; None
+    elsewhere."""
     if zone is UTC:
         return None
-    local = local_of(ms, zone)
+    if local is None:
+        local = local_of(ms, zone)
     before = _offset_ms(local, zone, 0)
     after = _offset_ms(local, zone, 1)
     if before <= after:
