@@ -21,6 +21,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel.schedules import Schedule
+from tickwheel.service.api import (
+    IDEMPOTENCY_KEY,
+    REPLAYED,
+    RETRIED_STATUSES,
+    RETRY_AFTER,
+    RefusedRow,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -37,7 +44,6 @@ __all__ = [
 
 DEFAULT_TIMEOUT_S: Final = 10.0
 DEFAULT_RETRIES: Final = 8
-_RETRIED: Final = frozenset({429, 500, 502, 503, 504})
 
 
 class SubmitError(Exception):
@@ -46,13 +52,6 @@ class SubmitError(Exception):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class RefusedRow:
-    index: int
-    reason: str
-    row: str
 
 
 class RowsRefused(SubmitError):
@@ -110,7 +109,7 @@ def _lines_request(lines: Iterable[str], idempotency_key: str | None,
             raise ValueError(f"row {index} spans lines: one JSON object a line")
     body = "".join(f"{line}\n" for line in listed).encode("utf-8")
     key = idempotency_key or str(uuid.uuid4())
-    return body, key, {"Idempotency-Key": key, "Content-Type": "application/x-ndjson"}
+    return body, key, {IDEMPOTENCY_KEY: key, "Content-Type": "application/x-ndjson"}
 
 
 def _auth_headers(token: str | None) -> dict[str, str]:
@@ -134,7 +133,7 @@ def _receipt(response: httpx.Response, key: str) -> Accepted:
                           "API's answer: is the URL the service's (a proxy, or another "
                           "server)?", 200) from None
     return Accepted(accepted, file, ts_ms,
-                    response.headers.get("Idempotent-Replayed") == "true", key)
+                    response.headers.get(REPLAYED) == "true", key)
 
 
 class _Attempts:
@@ -163,7 +162,7 @@ class _Attempts:
         status = response.status_code
         if status == 200:
             return _receipt(response, key)
-        if status in _RETRIED:
+        if status in RETRIED_STATUSES:
             self.last = f"{status} {response.text[:200]}"
             return None
         try:
@@ -274,7 +273,7 @@ class Client(_Rows):
                 accepted = attempts.outcome(response, key)
                 if accepted is not None:
                     return accepted
-                retry_after = response.headers.get("Retry-After")
+                retry_after = response.headers.get(RETRY_AFTER)
             delay = attempts.wait_s(retry_after)
             if delay is None:
                 raise attempts.unavailable(self.url)
@@ -397,7 +396,7 @@ class AsyncClient(_Rows):
                 accepted = attempts.outcome(response, key)
                 if accepted is not None:
                     return accepted
-                retry_after = response.headers.get("Retry-After")
+                retry_after = response.headers.get(RETRY_AFTER)
             delay = attempts.wait_s(retry_after)
             if delay is None:
                 raise attempts.unavailable(self.url)

@@ -22,6 +22,7 @@ from tickwheel.pipeline.contract.events import (
     is_quarantined,
     is_utf8,
 )
+from tickwheel.service.api import RefusedRow
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -29,7 +30,6 @@ __all__ = [
     "SCHEDULE_ACTIONS",
     "IntakeError",
     "ParsedRows",
-    "RefusedRow",
     "TimeStamper",
     "read_parsed_rows",
     "schedule_row",
@@ -40,16 +40,6 @@ MAX_BODY_BYTES: Final = 8 << 20
 #: The most rows in one request: a larger batch is refused whole (split it).
 MAX_ROWS_PER_REQUEST: Final = 100_000
 _SHOWN_CHARS: Final = 200
-
-
-@dataclass(frozen=True, slots=True)
-class RefusedRow:
-    """One row of a request that no engine would apply, and why (a quarantine reason,
-    as the engines name it)."""
-
-    index: int
-    reason: str
-    row: str
 
 
 class IntakeError(ValueError):

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel.pipeline.io.files import write_bytes_atomically
+from tickwheel.service.api import IDEMPOTENCY_KEY, REPLAYED, RETRY_AFTER
 from tickwheel.service.auth import authorized
 from tickwheel.service.connections import (
     DEFAULT_HEADER_TIMEOUT_S,
@@ -425,7 +426,7 @@ class SubmitServer:
 
     def _busy(self, why: str) -> web.Response:
         self._counts["refused_busy"] += 1
-        return self._json(503, {"error": why}, {"Retry-After": _RETRY_AFTER_S})
+        return self._json(503, {"error": why}, {RETRY_AFTER: _RETRY_AFTER_S})
 
     async def _read(self, request: web.Request) -> bytes | web.Response:
         """The body, or the answer that refuses it (413 without reading a body that
@@ -487,7 +488,7 @@ class SubmitServer:
         the group commit."""
         arrived = self._last_request = time.perf_counter()
         self._counts["requests"] += 1
-        key = request.headers.get("Idempotency-Key")
+        key = request.headers.get(IDEMPOTENCY_KEY)
         body = await self._body(request, key, schedule_kind)
         if not isinstance(body, bytes):
             return body
@@ -554,7 +555,7 @@ class SubmitServer:
             self._counts["refused_bad"] += 1
             return self._json(422, {"error": "this Idempotency-Key came with another body"})
         self._counts["replayed"] += 1
-        return self._json(200, receipt.as_json(), {"Idempotent-Replayed": "true"})
+        return self._json(200, receipt.as_json(), {REPLAYED: "true"})
 
     async def _commit_loop(self) -> None:
         """Group commits: requests that arrive while one is written, or within
