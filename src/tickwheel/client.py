@@ -188,6 +188,31 @@ class _Attempts:
                                  f"(last: {self.last})")
 
 
+class _Readiness:
+    """The wait both clients' ``wait_ready`` share: what a status says, and when to
+    give up."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s
+
+    def ready(self, status: dict[str, Any]) -> bool:
+        """Whether ``status`` says the engine runs; SubmitUnavailable past the time."""
+        if status.get("ready", True):
+            return True
+        self._check("the engine is starting")
+        return False
+
+    def failed(self, exc: Exception) -> None:
+        self._check(f"{type(exc).__name__}: {exc}")
+
+    def _check(self, last: str) -> None:
+        if time.monotonic() >= self.deadline:
+            raise SubmitUnavailable(f"{self.url}: not ready within {self.timeout_s:g} s "
+                                    f"(last: {last})")
+
+
 class _Rows:
     """The row-building calls both clients share."""
 
@@ -333,18 +358,13 @@ class Client(_Rows):
         does not within ``timeout_s``."""
         import httpx
 
-        deadline = time.monotonic() + timeout_s
-        last = "no answer yet"
+        waiting = _Readiness(self.url, timeout_s)
         while True:
             try:
-                if self.status().get("ready", True):
+                if waiting.ready(self.status()):
                     return
-                last = "the engine is starting"
             except (httpx.HTTPError, ValueError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() >= deadline:
-                raise SubmitUnavailable(f"{self.url}: not ready within {timeout_s:g} s "
-                                        f"(last: {last})")
+                waiting.failed(exc)
             time.sleep(poll_s)
 
     def close(self) -> None:
@@ -449,18 +469,13 @@ class AsyncClient(_Rows):
         """:meth:`Client.wait_ready`, as a coroutine."""
         import httpx
 
-        deadline = time.monotonic() + timeout_s
-        last = "no answer yet"
+        waiting = _Readiness(self.url, timeout_s)
         while True:
             try:
-                if (await self.status()).get("ready", True):
+                if waiting.ready(await self.status()):
                     return
-                last = "the engine is starting"
             except (httpx.HTTPError, ValueError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() >= deadline:
-                raise SubmitUnavailable(f"{self.url}: not ready within {timeout_s:g} s "
-                                        f"(last: {last})")
+                waiting.failed(exc)
             await asyncio.sleep(poll_s)
 
     async def aclose(self) -> None:

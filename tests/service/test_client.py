@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
+from tests.service.conftest import landed_rows
 from tickwheel import Schedule, ScheduleError
 from tickwheel.client import AsyncClient, Client, RowsRefused, SubmitError, SubmitUnavailable
 from tickwheel.service.server import SubmitServer
@@ -25,8 +25,7 @@ def server(tmp_path: Path) -> Iterator[SubmitServer]:
 
 
 def landed(server: SubmitServer) -> list[dict[str, object]]:
-    return [json.loads(line) for path in sorted(server.input_dir.glob("submit-*.jsonl"))
-            for line in path.read_text().splitlines()]
+    return landed_rows(server.input_dir)
 
 
 def test_schedule_at_and_cancel_land_a_watch_and_a_cancel(server: SubmitServer) -> None:

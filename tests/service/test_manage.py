@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
+from tests.service.conftest import landed_rows
 from tickwheel.service.intake import IntakeError, schedule_row
 from tickwheel.service.server import SubmitServer
 
@@ -23,8 +24,7 @@ def server(tmp_path: Path) -> Iterator[SubmitServer]:
 
 
 def landed(server: SubmitServer) -> list[dict[str, object]]:
-    return [json.loads(line) for path in sorted(server.input_dir.glob("submit-*.jsonl"))
-            for line in path.read_text().splitlines()]
+    return landed_rows(server.input_dir)
 
 
 def test_put_pause_resume_and_delete_write_their_rows(server: SubmitServer) -> None:

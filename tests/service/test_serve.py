@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ pytest.importorskip("aiohttp")
 
 from typer.testing import CliRunner
 
+from tests.service.conftest import service_url
 from tickwheel.cli import app
 from tickwheel.client import Client
 from tickwheel.pipeline.engines.follow import wall_clock_ms
@@ -24,15 +24,7 @@ def _serve(cwd: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
     child = subprocess.Popen([sys.executable, "-m", "tickwheel.cli", "serve", *args],
                              cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
-    assert child.stdout is not None
-    url = ""
-    for line in child.stdout:
-        found = re.search(r"taking rows at (http://\S+)/v1/events", line)
-        url = found.group(1) if found else url
-        if line.startswith("following"):
-            break
-    assert url, "the service printed no address"
-    return child, url
+    return child, service_url(child)
 
 
 def test_serve_keeps_everything_in_its_data_directory(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ and every acknowledged row is applied once across kill -9."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 pytest.importorskip("aiohttp")
 
 from tests.conftest import eventually
+from tests.service.conftest import service_url
 from tests.service.receiver import receiving
 from tickwheel.client import Client, RowsRefused, SubmitError
 from tickwheel.pipeline.engines.follow import wall_clock_ms
@@ -40,15 +40,7 @@ def _service(tmp_path: Path, webhook: str, *extra: str,
          "--deliver-to", webhook, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
-    assert child.stdout is not None
-    url = ""
-    for line in child.stdout:
-        found = re.search(r"taking rows at (http://\S+)/v1/events", line)
-        url = found.group(1) if found else url
-        if line.startswith("following"):
-            break
-    assert url, "the service printed no address"
-    return child, url
+    return child, service_url(child)
 
 
 def _stop(child: subprocess.Popen[str]) -> str:

@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("aiohttp")
 
 from tests.conftest import eventually
+from tests.service.conftest import landed_rows
 from tickwheel.pipeline.contract.events import compact_wire, parse_wire
 from tickwheel.service import intake as intake_module
 from tickwheel.service import server as server_module
@@ -54,11 +55,6 @@ def server(tmp_path: Path, clock: ManualClock) -> Iterator[SubmitServer]:
 def post(server: SubmitServer, body: bytes | str, **headers: str) -> httpx.Response:
     data = body.encode() if isinstance(body, str) else body
     return httpx.post(f"{server.url}/v1/events", content=data, headers=headers, timeout=10)
-
-
-def landed_rows(input_dir: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for path in sorted(input_dir.glob("submit-*.jsonl"))
-            for line in path.read_text().split("\n") if line]
 
 
 # -- what it takes --------------------------------------------------------------

@@ -78,6 +78,12 @@ def repeated_window(ms: int, zone: tzinfo, local: datetime | None = None,
         return None  # occurs once (or, read as a gap, does not: never for a real instant)
     # The transition lies within one shift of ``ms``, on the side its fold says.
     lo, hi = (ms - (before - after), ms) if local.fold else (ms, ms + (before - after))
+    return _transition(lo, hi, zone), before, after
+
+
+def _transition(lo: int, hi: int, zone: tzinfo) -> int:
+    """The first instant in (lo, hi] whose offset is not ``lo``'s, by bisection: the
+    one transition between them."""
     base = _offset_at(lo, zone)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -85,7 +91,7 @@ def repeated_window(ms: int, zone: tzinfo, local: datetime | None = None,
             lo = mid
         else:
             hi = mid
-    return hi, before, after
+    return hi
 
 
 def wall_ms(naive: datetime) -> int:
@@ -105,12 +111,4 @@ def instant_ms(local: datetime, zone: tzinfo) -> int:
     # In a gap: fold=0 reads the offset before the transition, fold=1 the one after,
     # so the transition lies between the two readings. Find it by bisection.
     after = wall - _offset_ms(local, zone, 1)
-    lo, hi = min(before, after), max(before, after)
-    base = _offset_at(lo, zone)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _offset_at(mid, zone) == base:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return _transition(min(before, after), max(before, after), zone)

@@ -1,0 +1,29 @@
+"""What the service's tests share: the rows an API landed, and a service's address as
+it prints it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+
+def landed_rows(input_dir: Path) -> list[dict[str, object]]:
+    """Every row the submit API landed in ``input_dir``, in the order it landed them
+    (lines end at ``\n`` alone, as the engines end them: a row may hold U+2028)."""
+    return [json.loads(line) for path in sorted(input_dir.glob("submit-*.jsonl"))
+            for line in path.read_text().split("\n") if line]
+
+
+def service_url(child: subprocess.Popen[str]) -> str:
+    """The API's address a starting service prints, read up to its "following" line."""
+    assert child.stdout is not None
+    url = ""
+    for line in child.stdout:
+        found = re.search(r"taking rows at (http://\S+)/v1/events", line)
+        url = found.group(1) if found else url
+        if line.startswith("following"):
+            break
+    assert url, "the service printed no address"
+    return url
