@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tickwheel.service.server import SubmitServer
 
 
 def landed_rows(input_dir: Path) -> list[dict[str, object]]:
@@ -27,3 +34,13 @@ def service_url(child: subprocess.Popen[str]) -> str:
             break
     assert url, "the service printed no address"
     return url
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[SubmitServer]:
+    """A submit API alone (no engine) whose clock reads 5,000 ms."""
+    pytest.importorskip("aiohttp")
+    from tickwheel.service.server import SubmitServer
+
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000) as running:
+        yield running

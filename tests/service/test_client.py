@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,12 +15,6 @@ from tests.service.conftest import landed_rows
 from tickwheel import Schedule, ScheduleError
 from tickwheel.client import AsyncClient, Client, RowsRefused, SubmitError, SubmitUnavailable
 from tickwheel.service.server import SubmitServer
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[SubmitServer]:
-    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000) as running:
-        yield running
 
 
 def landed(server: SubmitServer) -> list[dict[str, object]]:

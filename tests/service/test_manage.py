@@ -4,8 +4,6 @@ commit and is answered as POST /v1/events is, idempotency keys included."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -15,12 +13,6 @@ pytest.importorskip("aiohttp")
 from tests.service.conftest import landed_rows
 from tickwheel.service.intake import IntakeError, schedule_row
 from tickwheel.service.server import SubmitServer
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[SubmitServer]:
-    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000) as running:
-        yield running
 
 
 def landed(server: SubmitServer) -> list[dict[str, object]]:
