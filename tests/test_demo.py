@@ -56,7 +56,7 @@ def test_the_schedules_part_goes_through_the_dst_weekend_and_the_stall(
 
     schedules()
     out = capsys.readouterr().out
-    assert "coupons on the hour, New York     47 fired,  1 skipped" in out
+    assert "coupons on the hour, New York     48 fired,  1 skipped" in out  # 01:00 twice
     assert "tags every 15 minutes            193 fired,  0 skipped" in out
     assert "the 01:30 backup ran at: 11-01 01:30 EDT, 11-02 01:30 EST" in out
 

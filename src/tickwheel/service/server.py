@@ -320,9 +320,10 @@ class SubmitServer:
         app.router.add_post("/v1/schedules/{id}/{action:pause|resume}", self._manage_schedule)
         app.router.add_get("/v1/status", self._get_status)
         app.router.add_get("/metrics", self._get_metrics)
-        # An idle keep-alive connection goes as one that sends no request head does.
+        # An idle keep-alive connection goes as one that sends no request head does:
+        # the guard closes it (aiohttp's own keep-alive timeout is longer).
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0,
-                               keepalive_timeout=self.header_timeout_s)
+                               keepalive_timeout=2 * self.header_timeout_s)
         await runner.setup()
         assert runner.server is not None
         guard.factory = runner.server
