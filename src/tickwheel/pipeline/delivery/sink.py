@@ -92,6 +92,7 @@ class OutcomeSink:
         worker_count: int = 4,
         max_batching_delay_ms: int = 50,
         congestion_retry_delay_ms: int = 1_000,
+        network_failure_retry_ms: int = 1_000,
         clock: Clock | None = None,
     ) -> None:
         in_flight = worker_count * max_batch_size
@@ -105,7 +106,11 @@ class OutcomeSink:
             name, self._settling, max_buffer_size=max_buffer_size,
             max_batch_size=max_batch_size, worker_count=worker_count,
             max_batching_delay_ms=max_batching_delay_ms,
-            congestion_retry_delay_ms=congestion_retry_delay_ms, clock=clock)
+            congestion_retry_delay_ms=congestion_retry_delay_ms,
+            # A receiver that fails at once (500s, refused connections) is tried again
+            # a second later, not ten times a second: an outage costs it, and this
+            # process, a few requests a second.
+            network_failure_retry_ms=network_failure_retry_ms, clock=clock)
         # The dispatcher drops its oldest task when its buffer overflows (Eureka's
         # choice for replication, where a newer task supersedes it); outcomes must not
         # be dropped, so the sink keeps what is queued and buffered below the buffer's
@@ -196,6 +201,7 @@ def deliver_outcomes(
     worker_count: int = 4,
     max_batching_delay_ms: int = 50,
     congestion_retry_delay_ms: int = 1_000,
+    network_failure_retry_ms: int = 1_000,
     timeout_s: float = 60.0,
     clock: Clock | None = None,
 ) -> Delivery:
@@ -204,7 +210,8 @@ def deliver_outcomes(
     sink = OutcomeSink(processor, name=name, max_buffer_size=max_buffer_size,
                        max_batch_size=max_batch_size,
                        worker_count=worker_count, max_batching_delay_ms=max_batching_delay_ms,
-                       congestion_retry_delay_ms=congestion_retry_delay_ms, clock=clock)
+                       congestion_retry_delay_ms=congestion_retry_delay_ms,
+                       network_failure_retry_ms=network_failure_retry_ms, clock=clock)
     try:
         sink.deliver(outcomes)
     finally:
