@@ -4,6 +4,7 @@ commit and is answered as POST /v1/events is, idempotency keys included."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -97,3 +98,28 @@ def test_the_row_a_request_writes() -> None:
         "every_ms": 5, "type": "schedule", "schedule_id": "s"}
     with pytest.raises(IntakeError, match="nested too deep"):
         schedule_row("schedule", "s", b'{"a":' * 100_000 + b"1" + b"}" * 100_000)
+
+
+def test_the_schedules_command_manages_a_schedule(server: SubmitServer,
+                                                  tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tickwheel.cli import app
+
+    runner = CliRunner()
+    for args in (["put", server.url, "coupons", '{"cron": "0 * * * *", "tz": "UTC"}'],
+                 ["pause", server.url, "coupons"], ["resume", server.url, "coupons"],
+                 ["delete", server.url, "coupons"]):
+        done = runner.invoke(app, ["schedules", *args])
+        assert done.exit_code == 0, done.output
+    assert [r["type"] for r in landed(server)] == ["schedule", "pause", "resume",
+                                                   "unschedule"]
+    refused = runner.invoke(app, ["schedules", "put", server.url, "s", '{"cron": "0 25 * * *"}'])
+    assert refused.exit_code == 1 and "bad_schedule" in refused.output
+    bad_id = runner.invoke(app, ["schedules", "pause", server.url, "x@1"])
+    assert bad_id.exit_code == 1 and "bad_id" in bad_id.output
+    for args in (["put", server.url, "s", "not json"], ["put", server.url, "s", "[1]"],
+                 ["pause", "ftp://x", "s"],
+                 ["pause", server.url, "s", "--token-file", str(tmp_path / "none")]):
+        assert runner.invoke(app, ["schedules", *args]).exit_code == 2, args
+    assert len(landed(server)) == 4
