@@ -325,8 +325,8 @@ class TickwheelCollector(Collector):
                                "mode): rows written since are not read"),
              ("delivery_behind_batches", "Batches whose outcomes are written and not yet "
                                          "settled by the webhook or processor"),
-             ("delivery_lag_ms", "Milliseconds since the oldest batch not yet settled by "
-                                 "the webhook or processor was written")],
+             ("delivery_lag_ms", "Age in milliseconds of the oldest batch the webhook or "
+                                 "processor has not settled")],
             [])
         quarantined = CounterMetricFamily("tickwheel_pipeline_quarantined",
                                           "Rows quarantined, by reason",

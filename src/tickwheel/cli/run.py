@@ -481,14 +481,14 @@ def listen_options(listen: str, follow: bool, max_connections: int, header_timeo
     any work."""
     host, port = _check_listen(listen, follow)
     return _Listen(host, port, max_connections, header_timeout_ms / 1000,
-                   _check_token(token_file, listen, insecure))
+                   _check_token(token_file, listen, host, insecure))
 
 
-def _check_token(token_file: Path | None, listen: str, insecure: bool) -> str | None:
+def _check_token(token_file: Path | None, listen: str, host: str,
+                 insecure: bool) -> str | None:
     """The token every request must carry, or None; refused (exit 2) before any work
     if its file is unusable, or if the listener is beyond loopback without one."""
     from tickwheel.service.auth import TokenError, is_loopback, read_token
-    from tickwheel.service.server import parse_listen
 
     if token_file is not None:
         try:
@@ -496,7 +496,6 @@ def _check_token(token_file: Path | None, listen: str, insecure: bool) -> str | 
         except TokenError as exc:
             print_error(f"--token-file {exc}")
             raise typer.Exit(2) from exc
-    host = parse_listen(listen)[0]
     if not is_loopback(host) and not insecure:
         print_error(f"--listen {listen} is beyond loopback: give --token-file (every "
                     "request then needs the token), or --insecure-no-auth to let anyone "

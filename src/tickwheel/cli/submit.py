@@ -77,11 +77,11 @@ def submit(
             raise typer.Exit(1) from exc
         except SubmitError as exc:
             if exc.status == 422:  # the same key again can never succeed
-                advice = (f"key {run_key}-{batches} was taken before with other rows, so the "
-                          "input changed since the run that used it: send the rows not yet "
-                          "taken with a new --idempotency-key")
+                advice = (f"key {run_key}-{batches} holds other rows, so the input differs "
+                          "from the run that used it: send the rows not yet taken with a "
+                          "new --idempotency-key")
             elif exc.status is not None and exc.status < 500 and exc.status != 429:
-                advice = "nothing of it was written: fix what the server names and run again"
+                advice = "nothing of it is written: fix what the server names and run again"
             else:
                 advice = f"run again with --idempotency-key {run_key}"
             print_error(f"request {batches}: {exc}; the requests before it took {sent:,} "

@@ -46,7 +46,7 @@ class DeliveryLag:
 
     #: Batches with outcomes handed over and not yet settled.
     batches: int
-    #: Wall milliseconds since the oldest of them was handed over (0 when none is).
+    #: The age in wall milliseconds of the oldest of them (0 when there is none).
     lag_ms: int
     #: Whether later batches are read back from their files (more than ``max_behind``
     #: waited for delivery at some point, and it has not caught up since).
@@ -71,7 +71,7 @@ class BatchDelivery:
         self.max_behind = max_behind
         self.delivered_batches = 0
         self.caught_up_batches = 0  # batches delivered from their files at the start
-        self.read_back_batches = 0  # batches read back from their files: delivery was behind
+        self.read_back_batches = 0  # batches delivered from their files, past max_behind
         # Once a batch's outcomes met a processor that raised, the mark stays where it
         # is for the rest of the run: the next start delivers from that batch on.
         self.held_back_from: int | None = None
@@ -82,7 +82,7 @@ class BatchDelivery:
         # While set, every batch up to this id is read back from its files, so that
         # batches stay in order behind those that came before.
         self._behind_upto: int | None = None
-        self._behind_since: int | None = None  # wall ms the first of them was handed over
+        self._behind_since: int | None = None  # wall ms at which the first of them came
         self._current_since: int | None = None  # of the batch being delivered
         self._handed = self._settled = 0  # batches handed over by submit, and settled
         self._behind_count = 0  # batches handed over to be read back, not yet taken
