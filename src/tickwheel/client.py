@@ -14,6 +14,7 @@ import asyncio
 import json
 import random
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -188,6 +189,44 @@ class _Attempts:
                                  f"(last: {self.last})")
 
 
+def _path_part(text: str) -> str:
+    return urllib.parse.quote(text, safe="")
+
+
+def _page_params(prefix: str, state: str | None, limit: int | None,
+                 cursor: str | None) -> dict[str, str]:
+    params = {"prefix": prefix} if prefix else {}
+    if state is not None:
+        params["state"] = state
+    if limit is not None:
+        params["limit"] = str(limit)
+    if cursor is not None:
+        params["cursor"] = cursor
+    return params
+
+
+def _read(response: httpx.Response, missing_ok: bool = False) -> dict[str, Any] | None:
+    """A read's JSON answer; None for a 404 where ``missing_ok``; else SubmitError."""
+    if missing_ok and response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        try:
+            error = response.json().get("error", response.text)
+        except (ValueError, AttributeError):
+            error = response.text[:200]
+        raise SubmitError(f"{response.request.method} {response.request.url.path}: "
+                          f"{response.status_code} {error}", response.status_code)
+    try:
+        body = response.json()
+    except ValueError as exc:
+        raise SubmitError(f"{response.request.url.path}: an answer that is not JSON",
+                          200) from exc
+    if not isinstance(body, dict):
+        raise SubmitError(f"{response.request.url.path}: an answer that is not a JSON "
+                          "object", 200)
+    return body
+
+
 class _Readiness:
     """The wait both clients' ``wait_ready`` share: what a status says, and when to
     give up."""
@@ -352,6 +391,42 @@ class Client(_Rows):
         result: dict[str, Any] = response.json()
         return result
 
+    def list_schedules(self, *, prefix: str = "", state: str | None = None,
+                       limit: int | None = None, cursor: str | None = None,
+                       ) -> dict[str, Any]:
+        """A page of schedules in id order: ``{"schedules", "next_cursor", "as_of_ms"}``
+        (``GET /v1/schedules``)."""
+        response = self._http.get(f"{self.url}/v1/schedules",
+                                  params=_page_params(prefix, state, limit, cursor))
+        page = _read(response)
+        assert page is not None
+        return page
+
+    def get_schedule(self, schedule_id: str) -> dict[str, Any] | None:
+        """One schedule with its upcoming fire times, or None if the service holds none
+        of that id."""
+        return _read(self._http.get(f"{self.url}/v1/schedules/{_path_part(schedule_id)}"),
+                     missing_ok=True)
+
+    def get_operation(self, op_id: str) -> dict[str, Any] | None:
+        """A pending operation, or one resolved while its id is remembered, or None."""
+        return _read(self._http.get(f"{self.url}/v1/operations/{_path_part(op_id)}"),
+                     missing_ok=True)
+
+    def wait_applied(self, ts_ms: int, timeout_s: float = 60.0, poll_s: float = 0.05,
+                     ) -> None:
+        """Return once what the service reads reflects every row up to ``ts_ms`` (an
+        :class:`Accepted`'s ``ts_ms``); :class:`SubmitUnavailable` if not in time."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            as_of = self.list_schedules(limit=1).get("as_of_ms")
+            if isinstance(as_of, int) and as_of >= ts_ms:
+                return
+            if time.monotonic() >= deadline:
+                raise SubmitUnavailable(f"{self.url}: rows up to {ts_ms} ms not applied "
+                                        f"within {timeout_s} s (as of {as_of})")
+            time.sleep(poll_s)
+
     def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.2) -> None:
         """Return once the service's engine runs (the Spark engine takes tens of seconds
         to start, while the API already takes rows); :class:`SubmitUnavailable` if it
@@ -464,6 +539,26 @@ class AsyncClient(_Rows):
         response.raise_for_status()
         result: dict[str, Any] = response.json()
         return result
+
+    async def list_schedules(self, *, prefix: str = "", state: str | None = None,
+                             limit: int | None = None, cursor: str | None = None,
+                             ) -> dict[str, Any]:
+        """:meth:`Client.list_schedules`, as a coroutine."""
+        response = await self._http.get(f"{self.url}/v1/schedules",
+                                        params=_page_params(prefix, state, limit, cursor))
+        page = _read(response)
+        assert page is not None
+        return page
+
+    async def get_schedule(self, schedule_id: str) -> dict[str, Any] | None:
+        """:meth:`Client.get_schedule`, as a coroutine."""
+        return _read(await self._http.get(
+            f"{self.url}/v1/schedules/{_path_part(schedule_id)}"), missing_ok=True)
+
+    async def get_operation(self, op_id: str) -> dict[str, Any] | None:
+        """:meth:`Client.get_operation`, as a coroutine."""
+        return _read(await self._http.get(f"{self.url}/v1/operations/{_path_part(op_id)}"),
+                     missing_ok=True)
 
     async def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.2) -> None:
         """:meth:`Client.wait_ready`, as a coroutine."""

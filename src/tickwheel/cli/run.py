@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from tickwheel.pipeline.spark import SparkEngine
     from tickwheel.service.journal import HandOver
     from tickwheel.service.server import SubmitServer
+    from tickwheel.service.view import StateView
     from tickwheel.service.webhook import WebhookProcessor
 
 
@@ -537,7 +538,8 @@ def _start_submit(address: _Listen, input: Path, state_dir: Path,
                   collector: TickwheelCollector | None,
                   release_ms: int | None, floor_file: Path | None = None,
                   hand_over: HandOver | None = None,
-                  ready: Callable[[], bool] | None = None) -> SubmitServer:
+                  ready: Callable[[], bool] | None = None,
+                  view: StateView | None = None) -> SubmitServer:
     """The submit API, serving from now on (exit 2 if its address cannot be bound);
     it stamps no row below ``release_ms``, the engine's time at start."""
     from tickwheel.service.server import SubmitServer
@@ -550,7 +552,8 @@ def _start_submit(address: _Listen, input: Path, state_dir: Path,
                               status=status, rows_read=rows_read,
                               committed_inputs=committed_inputs, metrics=_metrics_text(),
                               max_future_ms=max_future_ms, min_stamp_ms=release_ms or 0,
-                              floor_file=floor_file, hand_over=hand_over, ready=ready)
+                              floor_file=floor_file, hand_over=hand_over, ready=ready,
+                              view=view)
     except (OSError, ValueError) as exc:  # its keys or input files, as a start finds them
         print_error(f"the submit API's state in {state_dir}: {exc}")
         raise typer.Exit(2) from exc
@@ -577,12 +580,18 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
     from tickwheel.pipeline.engines.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
     sink = None if processor is None else OutcomeSink(processor)
+    view = None
+    if listen is not None:  # what the read API answers from
+        from tickwheel.service.view import StateView
+
+        view = StateView()
     try:
         follower = LocalFollowEngine(
             input, output, checkpoint_dir=checkpoint, lateness_ms=lateness_ms,
             dedupe_retention_ms=dedupe_retention_ms,
             clock=wall_clock_ms if clock is ClockKind.wall else None, overwrite=overwrite,
-            sink=sink, max_files_per_batch=max_files_per_batch, max_future_ms=max_future_ms)
+            sink=sink, max_files_per_batch=max_files_per_batch, max_future_ms=max_future_ms,
+            on_commit=None if view is None else view.apply)
     except (FileNotFoundError, InputError, OutputDirError, ValueError,
             OwnershipError) as exc:
         print_error(f"{exc}")
@@ -606,7 +615,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
         lambda: asdict(follower.counts()), lambda: follower.rows_read,
         # One client's row may not move everyone's time: ahead by at most the lateness.
         follower.committed_inputs, lateness_ms if clock is ClockKind.wall else None, collector,
-        follower.counts().release_ms, hand_over=follower.offer_rows, ready=ran.is_set)
+        follower.counts().release_ms, hand_over=follower.offer_rows, ready=ran.is_set,
+        view=view)
     if server is not None:  # the rows it stamps are never late
         follower.time_floor = server.time_floor
         follower.between_pieces = server.give_way  # its requests wait no switch interval

@@ -15,6 +15,11 @@
   that it need not parse them again (it reads the file if it changed since).
 - 503 with ``Retry-After`` when the engine is behind by more than ``max_backlog_rows``
   or the disk is (nearly) full; 413 for a body over ``max_body_bytes``.
+- ``GET /v1/schedules`` (paged by id: ``prefix``, ``state``, ``limit``, ``cursor``),
+  ``GET /v1/schedules/{id}`` and ``GET /v1/operations/{op_id}``: what the engine
+  holds as of its last committed batch (``as_of_ms``), from a
+  :class:`~tickwheel.service.view.StateView` the engine keeps up to date;
+  ``PUT``, ``DELETE`` and ``POST .../pause|resume`` on a schedule write its row;
 - ``GET /v1/status``: the engine's and the intake's counters as JSON;
   ``GET /metrics``: the Prometheus export, when the metrics extra is installed.
 
@@ -67,6 +72,7 @@ from tickwheel.service.journal import (
     is_disk_full,
     wall_ms,
 )
+from tickwheel.service.view import DEFAULT_PAGE, MAX_PAGE, PageError, StateView
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -106,6 +112,8 @@ _MAX_KEY_CHARS: Final = 255
 FLOOR_INTERVAL_MS: Final = 50
 #: The floor file's name in the server's directory, for the Spark engine's source.
 FLOOR_FILE: Final = "floor"
+#: The pending operations due first that ``/v1/status`` names.
+_NEXT_DEADLINES: Final = 5
 #: How long an engine's thread sleeps in :meth:`SubmitServer.give_way`.
 GIVE_WAY_S: Final = 0.0005
 #: The loop counts as busy for this long after a request arrives.
@@ -204,7 +212,8 @@ class SubmitServer:
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
                  token: str | None = None,
-                 ready: Callable[[], bool] | None = None) -> None:
+                 ready: Callable[[], bool] | None = None,
+                 view: StateView | None = None) -> None:
         if not 0 <= give_way_s <= 1:  # also refuses NaN
             raise ValueError(f"give_way_s must be from 0 to 1 (seconds), not {give_way_s!r}")
         ConnectionGuard(_unset_factory, max_connections=max_connections,
@@ -221,6 +230,7 @@ class SubmitServer:
                                      hand_over=hand_over)
         self._status = status
         self._ready = ready  # whether the engine runs yet; None: it runs from the start
+        self.view = view  # what the engine holds, for the read API
         self._rows_read = rows_read
         self._read_at_start = 0 if rows_read is None else rows_read()
         self._committed_inputs = committed_inputs
@@ -318,6 +328,9 @@ class SubmitServer:
         app.router.add_put("/v1/schedules/{id}", self._manage_schedule)
         app.router.add_delete("/v1/schedules/{id}", self._manage_schedule)
         app.router.add_post("/v1/schedules/{id}/{action:pause|resume}", self._manage_schedule)
+        app.router.add_get("/v1/schedules", self._get_schedules)
+        app.router.add_get("/v1/schedules/{id}", self._get_schedule)
+        app.router.add_get("/v1/operations/{op_id}", self._get_operation)
         app.router.add_get("/v1/status", self._get_status)
         app.router.add_get("/metrics", self._get_metrics)
         # An idle keep-alive connection goes as one that sends no request head does:
@@ -647,8 +660,53 @@ class SubmitServer:
     async def _get_status(self, request: web.Request) -> web.Response:
         status = {} if self._status is None else dict(self._status())
         ready = self._ready is None or self._ready()
-        return self._json(200, {"ready": ready, "engine": status,
-                                "intake": self.stats().as_json()})
+        body = {"ready": ready, "engine": status, "intake": self.stats().as_json()}
+        if self.view is not None:
+            body["state"] = self.view.stats(next_deadlines=_NEXT_DEADLINES).as_json()
+        return self._json(200, body)
+
+    # -- reading what the engine holds ------------------------------------------------
+
+    def _no_view(self) -> web.Response:
+        return self._json(404, {"error": "this service's engine offers no read view"})
+
+    async def _get_schedules(self, request: web.Request) -> web.Response:
+        if self.view is None:
+            return self._no_view()
+        query = request.query
+        unknown = sorted(set(query) - {"prefix", "state", "limit", "cursor"})
+        if unknown:
+            return self._json(400, {"error": f"unknown query parameter {unknown[0]!r}"})
+        limit_text = query.get("limit", str(DEFAULT_PAGE))
+        if not limit_text.isdigit() or len(limit_text) > 6:
+            return self._json(400, {"error": f"limit: from 1 to {MAX_PAGE}, "
+                                             f"not {limit_text!r}"})
+        try:
+            page = self.view.page(prefix=query.get("prefix", ""), state=query.get("state"),
+                                  limit=int(limit_text), cursor=query.get("cursor"))
+        except PageError as exc:
+            return self._json(400, {"error": str(exc)})
+        return self._json(200, page.as_json())
+
+    async def _get_schedule(self, request: web.Request) -> web.Response:
+        if self.view is None:
+            return self._no_view()
+        schedule_id = request.match_info["id"]
+        found = self.view.schedule(schedule_id)
+        if found is None:
+            return self._json(404, {"error": f"no schedule {schedule_id!r}",
+                                    "as_of_ms": self.view.as_of_ms})
+        return self._json(200, {**found.as_json(), "as_of_ms": self.view.as_of_ms})
+
+    async def _get_operation(self, request: web.Request) -> web.Response:
+        if self.view is None:
+            return self._no_view()
+        op_id = request.match_info["op_id"]
+        found = self.view.operation(op_id)
+        if found is None:
+            return self._json(404, {"error": f"no operation {op_id!r} pending or "
+                                             "remembered", "as_of_ms": self.view.as_of_ms})
+        return self._json(200, {**found.as_json(), "as_of_ms": self.view.as_of_ms})
 
     async def _get_metrics(self, request: web.Request) -> web.Response:
         from aiohttp import web

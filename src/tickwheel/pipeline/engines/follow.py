@@ -84,7 +84,7 @@ from tickwheel.pipeline.io.outputs import (
     write_atomically,
 )
 from tickwheel.pipeline.semantics.key_stage import is_progress
-from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
+from tickwheel.pipeline.semantics.partition import CommittedChanges, KeyPartition, OpPartition
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.semantics.row_times import times_of
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
@@ -245,7 +245,10 @@ class LocalFollowEngine:
     is held at most the lateness bound above it, so that the rows the intake stamps are
     never late, however long their commit or a batch takes. :attr:`between_pieces` is
     called between the pieces of a batch's rows (such as
-    :meth:`~tickwheel.service.server.SubmitServer.give_way`).
+    :meth:`~tickwheel.service.server.SubmitServer.give_way`). ``on_commit`` gets what
+    each committed batch changed (and, at the start, every entry held), from the
+    engine's thread: a reader's view (such as :class:`~tickwheel.service.view.StateView`)
+    follows the state without touching it.
     """
 
     def __init__(self, input_dir: Path, output_dir: Path, *,
@@ -257,7 +260,8 @@ class LocalFollowEngine:
                  max_files_per_batch: int | None = None,
                  max_bytes_per_batch: int = DEFAULT_FOLLOW_BYTES_PER_BATCH,
                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-                 time_floor: Callable[[], int] | None = None) -> None:
+                 time_floor: Callable[[], int] | None = None,
+                 on_commit: Callable[[CommittedChanges], object] | None = None) -> None:
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
         if max_files_per_batch is not None:
             check_positive_int("max_files_per_batch", max_files_per_batch,
@@ -281,6 +285,7 @@ class LocalFollowEngine:
         self.dedupe_retention_ms = dedupe_retention_ms
         self.clock = clock
         self.time_floor = time_floor
+        self.on_commit = on_commit
         self.sink = sink
         self.max_future_ms = max_future_ms
         self.max_files_per_batch = max_files_per_batch
@@ -325,6 +330,9 @@ class LocalFollowEngine:
         quarantine_table([])
         self._counts = FollowCounts()
         self._count()
+        if on_commit is not None:  # what a reader starts from: every entry held
+            on_commit(CommittedChanges(self.batch_id, self.ops.entries(), [], [],
+                                       self.ops.release_ms))
 
     # -- the checkpoint ------------------------------------------------------------
 
@@ -445,8 +453,11 @@ class LocalFollowEngine:
         release = self.keys.release_ms
         return release is None or clock_ms - self.lateness_ms > release
 
-    def _commit(self, batch_id: int, names: list[str]) -> None:
-        self._checkpoint.commit(batch_id, names, self.keys, self.ops)
+    def _commit(self, batch_id: int, names: list[str], outcomes: list[OutcomeRow]) -> None:
+        changes = self._checkpoint.commit(batch_id, names, self.keys, self.ops)
+        if self.on_commit is not None:
+            self.on_commit(CommittedChanges(batch_id, changes.entries, changes.seen,
+                                            outcomes, self.ops.release_ms))
 
     # -- running -------------------------------------------------------------------
 
@@ -486,7 +497,7 @@ class LocalFollowEngine:
         self._owner.check()  # a run that lost its checkpoint writes nothing more
         self._write_outputs(batch_id, outcomes, quarantine)
         self._owner.check()  # nor commits what it wrote meanwhile
-        self._commit(batch_id, names)
+        self._commit(batch_id, names, outcomes)
         self._compact()
         self._count()
         if clock_ms is not None:

@@ -45,8 +45,8 @@ from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.semantics.row_times import merge_runs, runs_of
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY
 
-__all__ = ["KeyHead", "KeyPartition", "OpHead", "OpPartition", "PartitionChanges",
-           "PartitionStatus", "Released"]
+__all__ = ["CommittedChanges", "KeyHead", "KeyPartition", "OpHead", "OpPartition",
+           "PartitionChanges", "PartitionStatus", "Released"]
 
 _LONG_MAX = 2**63 - 1
 #: Rows handed to a stage in one call, at most (more only within one ``ts_ms``): the
@@ -129,6 +129,19 @@ class PartitionChanges(NamedTuple):
     head: KeyHead | OpHead
     entries: list[tuple[Any, Any]]
     seen: list[tuple[str, int | None]]
+
+
+class CommittedChanges(NamedTuple):
+    """What a committed batch changed in an op partition, for a reader of the state
+    (such as the service's read view): the partition's entries changed (None: held
+    no more) and seen op ids (None: forgotten), the outcomes it resolved, and its
+    ``release_ms`` after it (rows below it are applied)."""
+
+    batch_id: int
+    entries: list[tuple[str, Any]]
+    seen: list[tuple[str, int | None]]
+    outcomes: list[OutcomeRow]
+    release_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,8 @@ from tickwheel.pipeline.semantics.schedule_book import (
 from tickwheel.purgatory import DelayedOperation, Outcome, Purgatory
 from tickwheel.timers import TimingWheelTimer
 
-__all__ = ["OutcomeRow", "Resolver", "first_order_at", "order_key", "wire_order"]
+__all__ = ["OutcomeRow", "Resolver", "WatchFields", "first_order_at", "order_key",
+           "wire_order"]
 
 # Within one ts_ms: watches, updates with a value, updates with an error, cancels,
 # ticks, and the schedule rows (schedule, unschedule, pause, resume).
@@ -733,6 +734,20 @@ class Resolver:
             for key in list(self.errors_now):
                 purgatory.check_and_complete(key)
             self.errors_now.clear()
+
+
+class WatchFields(NamedTuple):
+    """The first part of a pending operation's entry (:meth:`Resolver.op_entry`), by
+    name: its watch's fields, saved as a plain tuple."""
+
+    ts_ms: int
+    raw: str | None
+    op_id: str
+    keys: tuple[str, ...]
+    deadline_ms: int
+    condition: str
+    targets: Any
+    min_total: int | None
 
 
 def _event_fields(ev: Event) -> tuple[Any, ...]:

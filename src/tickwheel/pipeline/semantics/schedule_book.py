@@ -35,8 +35,8 @@ from typing import Any, Final, NamedTuple
 from tickwheel.pipeline.semantics.row_times import RowTimes
 from tickwheel.schedules import Schedule
 
-__all__ = ["SCHEDULE_ENTRY", "SCHEDULE_KEY", "Fire", "ScheduleBook", "occurrence_id",
-           "schedule_of"]
+__all__ = ["SCHEDULE_ENTRY", "SCHEDULE_KEY", "Fire", "ScheduleBook", "SeriesEntry",
+           "occurrence_id", "schedule_of", "upcoming_fires"]
 
 #: The first field of a saved schedule entry: an operation's entry starts with its
 #: watch's fields, a tuple.
@@ -60,6 +60,34 @@ class Fire(NamedTuple):
     occurrence_ms: int
     fire_ms: int
     skipped: int
+
+
+class SeriesEntry(NamedTuple):
+    """A saved series (:meth:`ScheduleBook.entry`, a plain tuple), by name."""
+
+    kind: str  # SCHEDULE_ENTRY
+    schedule_id: str
+    spec: dict[str, Any]
+    after_ms: int  # the last occurrence decided, fired or passed over
+    next_ms: int | None  # its next occurrence
+    runs: int
+    skipped: int  # passed over since the last fire
+    paused: bool
+
+
+def upcoming_fires(schedule_id: str, spec: Mapping[str, Any], next_ms: int | None,
+                   runs: int, count: int) -> list[int]:
+    """When the next ``count`` occurrences from ``next_ms`` fire (jitter included), as
+    far as the spec's end and ``max_runs`` let them."""
+    sched = schedule_of(spec)
+    if sched.max_runs is not None:
+        count = min(count, max(0, sched.max_runs - runs))
+    fires: list[int] = []
+    occurrence = next_ms
+    while occurrence is not None and len(fires) < count:
+        fires.append(sched.fire_ms(schedule_id, occurrence))
+        occurrence = sched.next_after(occurrence)
+    return fires
 
 
 def occurrence_id(schedule_id: str, occurrence_ms: int) -> str:

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from tickwheel.pipeline.io.files import read_bytes_nofollow, write_bytes_atomically
 from tickwheel.pipeline.io.input_dir import is_plain_name, same_input
-from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition
+from tickwheel.pipeline.semantics.partition import KeyPartition, OpPartition, PartitionChanges
 from tickwheel.pipeline.state.batch_log import BatchLog
 from tickwheel.pipeline.state.encoding import (
     LOCAL_CHECKPOINT_FORMAT,
@@ -238,9 +238,10 @@ class LocalCheckpoint:
     # -- writing ---------------------------------------------------------------------
 
     def commit(self, batch_id: int, files: list[str], keys: KeyPartition,
-               ops: OpPartition) -> None:
+               ops: OpPartition) -> PartitionChanges:
         """The batch's logs, then its state, whose batch id commits them; then what the
-        commit lets go (seen ids past the retention, logs due a rewrite)."""
+        commit lets go (seen ids past the retention, logs due a rewrite). Returns the op
+        partition's changes it wrote."""
         key_changes, op_changes = keys.changes(), ops.changes()
         self._files_log.append(batch_id, files)
         self._seen_ids.append(batch_id, op_changes.seen, ops.stage.now)
@@ -256,6 +257,7 @@ class LocalCheckpoint:
             entries.rewrite_if_due(batch_id, part.live_entries(), part.entries,
                                    part.entry_bytes)
         self.state_bytes = len(state) + self._logs_bytes()
+        return op_changes
 
     def _relied_on(self) -> tuple[dict[str, int], tuple[int, int]]:
         """What a state about to be written relies on besides itself: the logs that

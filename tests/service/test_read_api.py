@@ -1,0 +1,145 @@
+"""The read API: GET /v1/schedules, /v1/schedules/{id} and /v1/operations/{op_id} answer
+what the engine holds as of its last committed batch."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("aiohttp")
+pytest.importorskip("pyarrow")
+
+from tests.service.conftest import service_url
+from tests.service.viewed import Service, row, schedule, watch
+from tickwheel.client import Client, SubmitError
+from tickwheel.service.server import SubmitServer
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[tuple[Service, str]]:
+    engine = Service(tmp_path)
+    server = SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000,
+                          view=engine.view, token="s3cret")
+    server.start()
+    try:
+        yield engine, server.url
+    finally:
+        server.stop()
+        engine.close()
+
+
+def _get(url: str, path: str, **params: Any) -> httpx.Response:
+    return httpx.get(f"{url}{path}", params=params,
+                     headers={"Authorization": "Bearer s3cret"})
+
+
+def test_a_page_of_schedules_in_id_order(api: tuple[Service, str]) -> None:
+    engine, url = api
+    engine.feed([schedule(1_000, f"job-{n}", every_ms=60_000, anchor_ms=0)
+                 for n in range(5)] + [row(1_001, "pause", "job-3")], 1_200)
+    first = _get(url, "/v1/schedules", prefix="job-", limit=2).json()
+    assert [s["schedule_id"] for s in first["schedules"]] == ["job-0", "job-1"]
+    assert first["as_of_ms"] == 1_099
+    assert first["schedules"][0] == {
+        "schedule_id": "job-0", "state": "running",
+        "spec": {"every_ms": 60_000, "anchor_ms": 0}, "next_fire_ms": 60_000, "runs": 0,
+        "skipped": 0, "last_fired_ms": None}
+    rest = _get(url, "/v1/schedules", prefix="job-", cursor=first["next_cursor"]).json()
+    assert [s["schedule_id"] for s in rest["schedules"]] == ["job-2", "job-3", "job-4"]
+    assert rest["next_cursor"] is None
+    paused = _get(url, "/v1/schedules", state="paused").json()
+    assert [(s["schedule_id"], s["state"]) for s in paused["schedules"]] == [
+        ("job-3", "paused")]
+
+
+def test_one_schedule_with_its_upcoming_fires(api: tuple[Service, str]) -> None:
+    engine, url = api
+    engine.feed([schedule(1_000, "daily report", cron="0 9 * * *", tz="Europe/Paris")],
+                1_200)
+    answer = _get(url, "/v1/schedules/daily%20report")
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["schedule_id"] == "daily report"
+    assert body["spec"] == {"cron": "0 9 * * *", "tz": "Europe/Paris"}
+    assert len(body["upcoming"]) == 5 and body["upcoming"][0] == body["next_fire_ms"]
+    gaps = {b - a for a, b in zip(body["upcoming"], body["upcoming"][1:], strict=False)}
+    assert gaps == {86_400_000}  # January: no change of offset within the five
+    missing = _get(url, "/v1/schedules/nothing-here")
+    assert missing.status_code == 404 and "nothing-here" in missing.json()["error"]
+
+
+def test_an_operation_pending_then_resolved(api: tuple[Service, str]) -> None:
+    engine, url = api
+    engine.feed([watch(1_000, "order-17", 3_000)], 1_200)
+    pending = _get(url, "/v1/operations/order-17").json()
+    assert (pending["state"], pending["deadline_ms"], pending["keys"]) == (
+        "pending", 3_000, ["k"])
+    engine.feed([], 3_500)
+    resolved = _get(url, "/v1/operations/order-17").json()
+    assert resolved == {"op_id": "order-17", "state": "resolved", "outcome": "expired",
+                        "resolved_ms": 3_000, "as_of_ms": 3_399}
+    assert _get(url, "/v1/operations/order-18").status_code == 404
+
+
+@pytest.mark.parametrize("params", [
+    {"limit": "0"}, {"limit": "1001"}, {"limit": "ten"}, {"limit": "-5"},
+    {"state": "stopped"}, {"cursor": "%%%"}, {"colour": "red"},
+])
+def test_bad_queries_are_refused_with_400_naming_what_is_wrong(
+        api: tuple[Service, str], params: dict[str, str]) -> None:
+    _, url = api
+    answer = _get(url, "/v1/schedules", **params)
+    assert answer.status_code == 400
+    assert next(iter(params)) in answer.json()["error"]
+
+
+def test_reads_need_the_token_too(api: tuple[Service, str]) -> None:
+    _, url = api
+    for path in ("/v1/schedules", "/v1/schedules/x", "/v1/operations/x"):
+        assert httpx.get(f"{url}{path}").status_code == 401
+
+
+def test_the_status_names_the_view_and_the_next_deadlines(api: tuple[Service, str]) -> None:
+    engine, url = api
+    engine.feed([watch(1_000, "b", 9_000), watch(1_000, "a", 7_000),
+                 schedule(1_000, "s", every_ms=1_000)], 1_200)
+    state = _get(url, "/v1/status").json()["state"]
+    assert (state["schedules"], state["pending"], state["as_of_ms"]) == (1, 2, 1_099)
+    assert [d["op_id"] for d in state["next_deadlines"]] == ["a", "b"]
+
+
+def test_the_client_reads_what_it_submitted_once_applied(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-m", "tickwheel.cli", "serve", "--listen",
+                              "127.0.0.1:0"], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        url = service_url(child)
+        with Client(url) as client:
+            client.wait_ready(timeout_s=60)
+            accepted = client.schedule("nightly", {"cron": "0 2 * * *", "tz": "Asia/Tokyo"})
+            client.schedule_at("order-9", int(time.time() * 1000) + 3_600_000)
+            client.wait_applied(accepted.ts_ms, timeout_s=30)
+            nightly = client.get_schedule("nightly")
+            assert nightly is not None and nightly["state"] == "running"
+            assert len(nightly["upcoming"]) == 5
+            order = client.get_operation("order-9")
+            assert order is not None and order["state"] == "pending"
+            assert client.get_schedule("none") is None
+            paused = client.pause("nightly")
+            client.wait_applied(paused.ts_ms, timeout_s=30)
+            page = client.list_schedules(state="paused")
+            assert [s["schedule_id"] for s in page["schedules"]] == ["nightly"]
+            with pytest.raises(SubmitError, match="400"):
+                client.list_schedules(limit=0)
+    finally:
+        child.send_signal(signal.SIGTERM)
+        output, _ = child.communicate(timeout=120)
+    assert child.returncode == 0, output
