@@ -262,3 +262,18 @@ def test_the_docs_examples_run() -> None:
     for block in blocks:
         exec(compile(block.split("```")[0], "docs/schedules.md", "exec"),
              {"t0": 1_767_225_600_000, "t1": 1_798_761_600_000})
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"every_ms": 5_400_000}, "every 90 min"),
+    ({"every_ms": 86_400_000}, "every 1 d"),
+    ({"every_ms": 1_500}, "every 1,500 ms"),
+    ({"every_ms": 60_000, "anchor_ms": 30_000}, "every 1 min from 1970-01-01 00:00:30 UTC"),
+    ({"cron": "0 9 * * 1-5", "tz": "Europe/Paris", "max_runs": 3},
+     "cron '0 9 * * 1-5' in Europe/Paris, at most 3 runs"),
+    ({"cron": "*/5 * * * *", "end_ms": 0, "start_ms": -3_600_000, "jitter_ms": 30_000},
+     "cron '*/5 * * * *' in UTC, from 1969-12-31 23:00:00 UTC, until 1970-01-01 00:00:00 "
+     "UTC, up to 30 s late by jitter"),
+])
+def test_a_schedule_describes_itself_in_words(fields: dict[str, object], words: str) -> None:
+    assert Schedule.from_fields(fields).describe() == words

@@ -3,6 +3,7 @@ what the engine holds as of its last committed batch."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from tickwheel.service.server import SubmitServer
 def api(tmp_path: Path) -> Iterator[tuple[Service, str]]:
     engine = Service(tmp_path)
     server = SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000,
-                          view=engine.view, token="s3cret")
+                          view=engine.view, token="s3cret-token-0123456789")
     server.start()
     try:
         yield engine, server.url
@@ -38,7 +39,7 @@ def api(tmp_path: Path) -> Iterator[tuple[Service, str]]:
 
 def _get(url: str, path: str, **params: Any) -> httpx.Response:
     return httpx.get(f"{url}{path}", params=params,
-                     headers={"Authorization": "Bearer s3cret"})
+                     headers={"Authorization": "Bearer s3cret-token-0123456789"})
 
 
 def test_a_page_of_schedules_in_id_order(api: tuple[Service, str]) -> None:
@@ -50,7 +51,8 @@ def test_a_page_of_schedules_in_id_order(api: tuple[Service, str]) -> None:
     assert first["as_of_ms"] == 1_099
     assert first["schedules"][0] == {
         "schedule_id": "job-0", "state": "running",
-        "spec": {"every_ms": 60_000, "anchor_ms": 0}, "next_fire_ms": 60_000, "runs": 0,
+        "spec": {"every_ms": 60_000, "anchor_ms": 0}, "summary": "every 1 min",
+        "next_fire_ms": 60_000, "runs": 0,
         "skipped": 0, "last_fired_ms": None}
     rest = _get(url, "/v1/schedules", prefix="job-", cursor=first["next_cursor"]).json()
     assert [s["schedule_id"] for s in rest["schedules"]] == ["job-2", "job-3", "job-4"]
@@ -143,3 +145,67 @@ def test_the_client_reads_what_it_submitted_once_applied(tmp_path: Path) -> None
         child.send_signal(signal.SIGTERM)
         output, _ = child.communicate(timeout=120)
     assert child.returncode == 0, output
+
+
+def _cli(tmp_path: Path, *args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from tickwheel.cli import app
+
+    token = tmp_path / "token"
+    token.write_text("s3cret-token-0123456789\n")
+    return CliRunner().invoke(app, [*args, "--token-file", str(token)])
+
+
+def test_the_cli_lists_schedules_with_next_fires_in_their_zone_and_utc(
+        api: tuple[Service, str], tmp_path: Path) -> None:
+    engine, url = api
+    engine.feed([schedule(1_000, "paris-9am", cron="0 9 * * *", tz="Europe/Paris"),
+                 schedule(1_000, "tick", every_ms=60_000, anchor_ms=0)], 1_200)
+    shown = _cli(tmp_path, "schedules", "list", url)
+    assert shown.exit_code == 0, shown.output
+    assert "1970-01-01 09:00:00 CET" in shown.output  # 08:00 UTC
+    assert "1970-01-01 08:00:00 UTC" in shown.output
+    assert "cron '0 9 * * *' in" in shown.output
+    assert "every 1 min" in shown.output
+    lines = _cli(tmp_path, "schedules", "list", url, "--json", "--prefix", "ti")
+    assert lines.exit_code == 0
+    assert [json.loads(line)["schedule_id"] for line in lines.output.splitlines()] == ["tick"]
+    fewer = _cli(tmp_path, "schedules", "list", url, "--limit", "1")
+    assert "more: raise --limit" in fewer.output and "tick" not in fewer.output
+
+
+def test_the_cli_shows_a_schedule_and_an_operation(api: tuple[Service, str],
+                                                   tmp_path: Path) -> None:
+    engine, url = api
+    engine.feed([schedule(1_000, "tick", every_ms=60_000, anchor_ms=0),
+                 watch(1_000, "order-17", 90_000, ["pay:17"])], 1_200)
+    shown = _cli(tmp_path, "schedules", "show", url, "tick")
+    assert shown.exit_code == 0, shown.output
+    assert "every 1 min (running)" in shown.output
+    assert "1970-01-01 00:05:00 UTC" in shown.output  # the fifth upcoming fire
+    op = _cli(tmp_path, "ops", "show", url, "order-17")
+    assert op.exit_code == 0, op.output
+    assert "pending" in op.output and "1970-01-01 00:01:30 UTC" in op.output
+    assert "pay:17" in op.output
+    as_json = _cli(tmp_path, "ops", "show", url, "order-17", "--json")
+    assert json.loads(as_json.output)["deadline_ms"] == 90_000
+
+
+def test_the_cli_says_clearly_what_is_missing_or_wrong(api: tuple[Service, str],
+                                                      tmp_path: Path) -> None:
+    _, url = api
+    missing = _cli(tmp_path, "schedules", "show", url, "nope")
+    assert missing.exit_code == 1 and "no schedule 'nope'" in missing.output
+    no_op = _cli(tmp_path, "ops", "show", url, "nope")
+    assert no_op.exit_code == 1 and "no operation 'nope'" in no_op.output
+    bad_url = _cli(tmp_path, "schedules", "list", "ftp://127.0.0.1:1")
+    assert bad_url.exit_code == 2 and "URL" in bad_url.output
+    from typer.testing import CliRunner
+
+    from tickwheel.cli import app
+
+    unauthorized = CliRunner().invoke(app, ["schedules", "list", url])
+    assert unauthorized.exit_code == 1 and "401" in unauthorized.output
+    closed = _cli(tmp_path, "ops", "show", "http://127.0.0.1:9", "x")
+    assert closed.exit_code == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,6 +13,9 @@ from rich.progress import Progress, ProgressColumn
 
 from tickwheel._signals import stop_on_signals
 from tickwheel.pipeline.io.input_dir import INPUT_NAMES
+
+if TYPE_CHECKING:
+    from tickwheel.client import Client
 
 app = typer.Typer(help="tickwheel: delayed operations at any scale.", no_args_is_help=True,
                   add_completion=False)
@@ -65,6 +68,28 @@ def stopping_on_signals(when: str = "after this batch",
     """SIGINT and SIGTERM set the event (the run stops at a batch boundary); a second
     SIGINT interrupts at once."""
     return stop_on_signals(lambda name: console.print(f"{name}: stopping {when}"))
+
+
+def service_client(url: str, token_file: Path | None) -> Client:
+    """A client of the service at ``url``, with its token; exit 2 for a URL or token
+    file that cannot be used, or without the service extra."""
+    try:
+        from tickwheel.client import Client
+        from tickwheel.service.auth import TokenError, read_token
+        from tickwheel.service.webhook import check_webhook_url
+
+        check_webhook_url(url)
+        token = None if token_file is None else read_token(token_file)
+    except ImportError as exc:
+        print_error("this needs the service extra: pip install 'tickwheel[service]'")
+        raise typer.Exit(2) from exc
+    except TokenError as exc:
+        print_error(f"--token-file {exc}")
+        raise typer.Exit(2) from exc
+    except ValueError as exc:
+        print_error(f"URL: {exc}")
+        raise typer.Exit(2) from exc
+    return Client(url, token=token)
 
 
 def plural(n: int, noun: str) -> str:

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass, field
-from datetime import UTC, tzinfo
+from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any
 
@@ -72,6 +72,24 @@ class Catchup:
 
 _FIELD_NAMES = ("every_ms", "anchor_ms", "cron", "tz", "start_ms", "end_ms", "max_runs",
                 "jitter_ms", "misfire", "grace_ms", "catchup_ms")
+
+
+_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000))
+
+
+def _duration(ms: int) -> str:
+    """The largest unit that divides ``ms`` exactly: 5400000 is ``90 min``."""
+    for name, size in _UNITS:
+        if ms % size == 0:
+            return f"{ms // size:,} {name}"
+    return f"{ms:,} ms"
+
+
+def _utc(ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):  # beyond datetime's years
+        return f"{ms:,} ms"
 
 
 @functools.lru_cache(maxsize=4_096)
@@ -185,12 +203,6 @@ class Schedule:
                 fields[name] = value.value if isinstance(value, Misfire) else value
         return fields
 
-    def describe(self) -> str:
-        """The spec in a few words, for messages."""
-        if self.cron is not None:
-            return f"cron {self.cron!r} in {self.tz}"
-        return f"every {self.every_ms} ms from {self.anchor_ms}"
-
     # -- occurrences ------------------------------------------------------------------
 
     def next_after(self, t_ms: int) -> int | None:
@@ -265,6 +277,25 @@ class Schedule:
         digest = hashlib.blake2b(f"{schedule_id}@{occurrence_ms}".encode(),
                                  digest_size=8).digest()
         return int.from_bytes(digest, "big") % self.jitter_ms
+
+    def describe(self) -> str:
+        """The schedule in words, for people: ``every 15 min``, ``cron '0 9 * * 1-5'
+        in Europe/Paris, at most 3 runs``."""
+        if self.every_ms is not None:
+            words = f"every {_duration(self.every_ms)}"
+            if self.anchor_ms % self.every_ms:
+                words += f" from {_utc(self.anchor_ms)}"
+        else:
+            words = f"cron '{self.cron}' in {self.tz}"
+        if self.start_ms is not None:
+            words += f", from {_utc(self.start_ms)}"
+        if self.end_ms is not None:
+            words += f", until {_utc(self.end_ms)}"
+        if self.max_runs is not None:
+            words += f", at most {self.max_runs} run{'s' if self.max_runs > 1 else ''}"
+        if self.jitter_ms:
+            words += f", up to {_duration(self.jitter_ms)} late by jitter"
+        return words
 
     def fire_ms(self, schedule_id: str, occurrence_ms: int) -> int:
         """When the occurrence fires: its time plus its jitter, never before it."""

@@ -77,8 +77,8 @@ class ScheduleView:
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "schedule_id": self.schedule_id, "state": self.state, "spec": dict(self.spec),
-            "next_fire_ms": self.next_fire_ms, "runs": self.runs, "skipped": self.skipped,
-            "last_fired_ms": self.last_fired_ms}
+            "summary": schedule_of(self.spec).describe(), "next_fire_ms": self.next_fire_ms,
+            "runs": self.runs, "skipped": self.skipped, "last_fired_ms": self.last_fired_ms}
         if self.upcoming is not None:
             body["upcoming"] = list(self.upcoming)
         return body
