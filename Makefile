@@ -8,7 +8,7 @@ DEPS := $(VENV)/.deps-stamp
 # the stale extension instead of the edited source.
 SOURCES := $(shell find src/tickwheel -name '*.py' -o -name '*.c')
 
-.PHONY: run test check lint typecheck unit core-built bench clean
+.PHONY: run test check lint typecheck unit core-built bench clean browser
 
 $(DEPS): requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,8 +47,17 @@ typecheck: $(STAMP)
 
 # Two test processes or more (one per core, at most four): most of the slow tests wait on
 # a JVM or a child process, and each process starts its own Spark session.
-unit: $(STAMP)
+unit: $(STAMP) browser
 	$(BIN)/pytest -q -n auto --maxprocesses 4 --durations=40
+
+# The console's tests drive Debian's Chromium through Playwright (whose own browser
+# download is not used): installed here where apt can, skipped with a note where not.
+browser:
+	@command -v chromium >/dev/null || test -x /usr/bin/chromium || { \
+		echo "browser: installing Debian's chromium for the console's tests"; \
+		apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		{ apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } || \
+		echo "browser: no chromium (apt-get install chromium): the console's browser tests are skipped"; }
 
 # The core (timers, purgatory, dispatcher, asyncio loop) as a user builds it: a plain
 # isolated `pip install .` (its build requirements fetched from the registry, no extras)

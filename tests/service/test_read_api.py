@@ -209,3 +209,60 @@ def test_the_cli_says_clearly_what_is_missing_or_wrong(api: tuple[Service, str],
     assert unauthorized.exit_code == 1 and "401" in unauthorized.output
     closed = _cli(tmp_path, "ops", "show", "http://127.0.0.1:9", "x")
     assert closed.exit_code == 1
+
+
+def test_the_console_signs_in_with_a_cookie_derived_from_the_token(
+        api: tuple[Service, str]) -> None:
+    _, url = api
+    page = httpx.get(f"{url}/")
+    assert page.status_code == 401 and 'name="token"' in page.text
+    assert httpx.get(f"{url}/console/console.js").status_code == 401
+    wrong = httpx.post(f"{url}/console/login", data={"token": "guess-guess-guess-guess"})
+    assert wrong.status_code == 401 and "not the token of this service" in wrong.text
+    signed = httpx.post(f"{url}/console/login", data={"token": "s3cret-token-0123456789"})
+    assert signed.status_code == 303 and signed.headers["location"] == "/"
+    cookie = signed.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "s3cret-token-0123456789" not in cookie  # a value derived from it
+    with httpx.Client(base_url=url, cookies=signed.cookies) as browser:
+        console = browser.get("/")
+        assert console.status_code == 200 and "tickwheel console" in console.text
+        assert "default-src 'none'" in console.headers["content-security-policy"]
+        script = browser.get("/console/console.js")
+        assert script.headers["content-type"].startswith("text/javascript")
+        assert browser.get("/console/../server.py").status_code == 404
+        assert browser.get("/console/secrets.txt").status_code == 404
+        assert browser.get("/v1/schedules").status_code == 200
+    forged = httpx.get(f"{url}/v1/schedules", cookies={"tickwheel_console": "0" * 64})
+    assert forged.status_code == 401
+
+
+def test_a_huge_sign_in_form_is_refused_unread(api: tuple[Service, str]) -> None:
+    _, url = api
+    answer = httpx.post(f"{url}/console/login", content=b"token=" + b"x" * 100_000,
+                        headers={"content-type": "application/x-www-form-urlencoded"})
+    assert answer.status_code == 413
+
+
+def test_recent_outcomes_and_the_history_of_rates(tmp_path: Path) -> None:
+    engine = Service(tmp_path)
+    server = SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000,
+                          view=engine.view)
+    try:
+        server.start()
+        engine.feed([watch(1_000, "a", 1_500), schedule(1_000, "s", every_ms=1_000,
+                                                         anchor_ms=0)], 1_200)
+        server.sample(10_000)
+        engine.feed([], 3_200)  # a expires at 1,500; s fires at 2,000 and 3,000
+        server.sample(12_000)
+        recent = httpx.get(f"{server.url}/v1/outcomes/recent").json()["outcomes"]
+        assert [(o["op_id"], o["outcome"]) for o in recent] == [
+            ("s@3000", "fired"), ("s@2000", "fired"), ("a", "expired")]
+        samples = httpx.get(f"{server.url}/v1/history").json()["samples"]
+        newest = samples[-1]
+        assert newest["t_ms"] == 12_000
+        assert (newest["fired_per_s"], newest["resolved_per_s"]) == (1.0, 0.5)
+        assert newest["ack_p99_ms"] is None  # no request was answered in it
+    finally:
+        server.stop()
+        engine.close()

@@ -395,6 +395,15 @@ _dead_letters: Path | None = None
 _webhook_processor: WebhookProcessor | None = None  # --deliver-to's, for the metrics
 
 
+def _delivery_status() -> dict[str, object]:
+    """Where outcomes go, for ``/v1/status`` and the console: each target's counts."""
+    webhook = _webhook_processor
+    if webhook is None:
+        return {"targets": {}}
+    return {"targets": {"default": {**asdict(webhook.stats()), "url": webhook.url,
+                                    "dead_letter_dir": str(webhook.dead_letters)}}}
+
+
 def _print_delivery(delivery: Delivery) -> None:
     stats = delivery.stats
     failed = f", {delivery.failed:,} failed (the processor raised)" if delivery.failed else ""
@@ -553,7 +562,7 @@ def _start_submit(address: _Listen, input: Path, state_dir: Path,
                               committed_inputs=committed_inputs, metrics=_metrics_text(),
                               max_future_ms=max_future_ms, min_stamp_ms=release_ms or 0,
                               floor_file=floor_file, hand_over=hand_over, ready=ready,
-                              view=view)
+                              view=view, delivery=_delivery_status)
     except (OSError, ValueError) as exc:  # its keys or input files, as a start finds them
         print_error(f"the submit API's state in {state_dir}: {exc}")
         raise typer.Exit(2) from exc

@@ -39,6 +39,7 @@ import math
 import shutil
 import threading
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,17 @@ from tickwheel.service.connections import (
     ConnectionGuard,
     connection_limit,
 )
+from tickwheel.service.console import (
+    ASSETS,
+    CONTENT_SECURITY_POLICY,
+    MAX_LOGIN_BYTES,
+    TOKEN_COOKIE,
+    asset,
+    cookie_authorized,
+    cookie_value,
+    login_page,
+)
+from tickwheel.service.history import SAMPLE_EVERY_S, History
 from tickwheel.service.intake import (
     MAX_BODY_BYTES,
     SCHEDULE_ACTIONS,
@@ -112,6 +124,8 @@ _MAX_KEY_CHARS: Final = 255
 FLOOR_INTERVAL_MS: Final = 50
 #: The floor file's name in the server's directory, for the Spark engine's source.
 FLOOR_FILE: Final = "floor"
+#: The console's sign-in: the one request a service with a token takes without it.
+_LOGIN: Final = ("POST", "/console/login")
 #: The pending operations due first that ``/v1/status`` names.
 _NEXT_DEADLINES: Final = 5
 #: How long an engine's thread sleeps in :meth:`SubmitServer.give_way`.
@@ -213,7 +227,8 @@ class SubmitServer:
                  header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
                  token: str | None = None,
                  ready: Callable[[], bool] | None = None,
-                 view: StateView | None = None) -> None:
+                 view: StateView | None = None,
+                 delivery: Callable[[], Mapping[str, Any]] | None = None) -> None:
         if not 0 <= give_way_s <= 1:  # also refuses NaN
             raise ValueError(f"give_way_s must be from 0 to 1 (seconds), not {give_way_s!r}")
         ConnectionGuard(_unset_factory, max_connections=max_connections,
@@ -231,6 +246,8 @@ class SubmitServer:
         self._status = status
         self._ready = ready  # whether the engine runs yet; None: it runs from the start
         self.view = view  # what the engine holds, for the read API
+        self.history = History()  # the console's charts
+        self._delivery = delivery
         self._rows_read = rows_read
         self._read_at_start = 0 if rows_read is None else rows_read()
         self._committed_inputs = committed_inputs
@@ -313,13 +330,16 @@ class SubmitServer:
         async def guarded(request: web.Request,
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
                           ) -> web.StreamResponse:
-            if token is not None and not authorized(request.headers.get("Authorization"),
-                                                    token):
+            if (token is not None and (request.method, request.path) != _LOGIN
+                    and not authorized(request.headers.get("Authorization"), token)
+                    and not cookie_authorized(request.cookies.get(TOKEN_COOKIE), token)):
                 self._counts["refused_unauthorized"] += 1
+                headers = {"WWW-Authenticate": 'Bearer realm="tickwheel"',
+                           "Connection": "close"}  # the body is never read
+                if request.method == "GET" and request.path == "/":  # a browser: sign in
+                    return self._page(401, login_page(), headers)
                 return self._json(401, {"error": "this service needs Authorization: "
-                                                 "Bearer <token>"},
-                                  {"WWW-Authenticate": 'Bearer realm="tickwheel"',
-                                   "Connection": "close"})  # the body is never read
+                                                 "Bearer <token>"}, headers)
             response: web.StreamResponse = await guard.middleware(request, handler)
             return response
 
@@ -331,6 +351,11 @@ class SubmitServer:
         app.router.add_get("/v1/schedules", self._get_schedules)
         app.router.add_get("/v1/schedules/{id}", self._get_schedule)
         app.router.add_get("/v1/operations/{op_id}", self._get_operation)
+        app.router.add_get("/v1/outcomes/recent", self._get_recent_outcomes)
+        app.router.add_get("/v1/history", self._get_history)
+        app.router.add_get("/", self._get_console)
+        app.router.add_get("/console/{name}", self._get_asset)
+        app.router.add_post(_LOGIN[1], self._post_login)
         app.router.add_get("/v1/status", self._get_status)
         app.router.add_get("/metrics", self._get_metrics)
         # An idle keep-alive connection goes as one that sends no request head does:
@@ -344,6 +369,7 @@ class SubmitServer:
         committer = asyncio.create_task(self._commit_loop())
         retirer = asyncio.create_task(self._retire_loop())
         publisher = asyncio.create_task(self._floor_loop())
+        sampler = asyncio.create_task(self._sample_loop())
         listener: asyncio.Server | None = None
         try:
             listener = await asyncio.get_running_loop().create_server(
@@ -355,9 +381,10 @@ class SubmitServer:
             if listener is not None:
                 listener.close()  # no new connection from here
             await runner.cleanup()  # answers the requests in progress first
-            for task in (committer, retirer, publisher):
+            for task in (committer, retirer, publisher, sampler):
                 task.cancel()
-            await asyncio.gather(committer, retirer, publisher, return_exceptions=True)
+            await asyncio.gather(committer, retirer, publisher, sampler,
+                                 return_exceptions=True)
 
     def stop(self) -> None:
         """Stop taking requests; those in progress are answered first."""
@@ -663,7 +690,79 @@ class SubmitServer:
         body = {"ready": ready, "engine": status, "intake": self.stats().as_json()}
         if self.view is not None:
             body["state"] = self.view.stats(next_deadlines=_NEXT_DEADLINES).as_json()
+        if self._delivery is not None:
+            body["delivery"] = dict(self._delivery())
         return self._json(200, body)
+
+    # -- the console ----------------------------------------------------------------
+
+    def sample(self, now_ms: int) -> None:
+        """Take a sample of the counters for :attr:`history` (every few seconds)."""
+        view = self.view
+        self.history.sample(now_ms, self._counts["accepted_rows"],
+                            0 if view is None else view.fired,
+                            0 if view is None else view.resolved_total,
+                            self._ack_ms.snapshot())
+
+    async def _sample_loop(self) -> None:
+        while True:
+            self.sample(wall_ms())
+            await asyncio.sleep(SAMPLE_EVERY_S)
+
+    @staticmethod
+    def _page(status: int, text: str, headers: Mapping[str, str] | None = None,
+              content_type: str = "text/html") -> web.Response:
+        from aiohttp import web
+
+        response = web.Response(status=status, text=text, content_type=content_type,
+                                headers=headers)
+        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    async def _get_console(self, request: web.Request) -> web.Response:
+        return self._page(200, asset("index.html").decode())
+
+    async def _get_asset(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        content_type = ASSETS.get(name)
+        if content_type is None:
+            return self._json(404, {"error": f"no console file {name!r}"})
+        kind, _, charset = content_type.partition("; charset=")
+        response = self._page(200, asset(name).decode(), content_type=kind)
+        response.charset = charset
+        return response
+
+    async def _post_login(self, request: web.Request) -> web.Response:
+        """A browser's sign-in: the token in a form, answered with the console's cookie
+        and a way back to the page, or the page again saying it was wrong."""
+        from aiohttp import web
+
+        back = web.Response(status=303, headers={"Location": "/"})
+        if self.token is None:
+            return back
+        if (request.content_length or 0) > MAX_LOGIN_BYTES:
+            return self._too_large()
+        form = urllib.parse.parse_qs(
+            (await request.content.read(MAX_LOGIN_BYTES + 1)).decode("utf-8", "replace"))
+        given = (form.get("token") or [""])[0].strip()
+        if not authorized(f"Bearer {given}", self.token):
+            self._counts["refused_unauthorized"] += 1
+            return self._page(401, login_page("That is not the token of this service."))
+        back.set_cookie(TOKEN_COOKIE, cookie_value(self.token), httponly=True,
+                        samesite="Strict", path="/")
+        return back
+
+    async def _get_recent_outcomes(self, request: web.Request) -> web.Response:
+        if self.view is None:
+            return self._no_view()
+        return self._json(200, {"outcomes": [o.as_json() for o in self.view.recent_outcomes()],
+                                "as_of_ms": self.view.as_of_ms})
+
+    async def _get_history(self, request: web.Request) -> web.Response:
+        return self._json(200, {"every_s": SAMPLE_EVERY_S,
+                                "samples": [s.as_json() for s in self.history.samples()]})
 
     # -- reading what the engine holds ------------------------------------------------
 

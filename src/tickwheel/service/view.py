@@ -15,6 +15,7 @@ import base64
 import binascii
 import logging
 import threading
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -32,9 +33,21 @@ from tickwheel.pipeline.semantics.schedule_book import (
     upcoming_fires,
 )
 
-__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "MAX_RESOLVED", "MAX_SCANNED", "UPCOMING",
-           "OperationView", "PageError", "SchedulePage", "ScheduleView", "StateView",
-           "ViewStats"]
+__all__ = [
+    "DEFAULT_PAGE",
+    "MAX_PAGE",
+    "MAX_RESOLVED",
+    "MAX_SCANNED",
+    "RECENT_OUTCOMES",
+    "UPCOMING",
+    "OperationView",
+    "PageError",
+    "RecentOutcome",
+    "SchedulePage",
+    "ScheduleView",
+    "StateView",
+    "ViewStats",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +62,8 @@ UPCOMING: Final = 5
 #: Resolved operations remembered, at most (the oldest go first): the dedupe retention
 #: bounds them too, as the engine forgets their ids.
 MAX_RESOLVED: Final = 1_000_000
+#: The newest outcomes kept for the console.
+RECENT_OUTCOMES: Final = 50
 #: Changes applied under one hold of the lock: a batch that changed a million schedules
 #: (all due on the hour) does not hold readers up for its whole length.
 _APPLY_CHUNK: Final = 10_000
@@ -115,6 +130,20 @@ class OperationView:
 
 
 @dataclass(frozen=True, slots=True)
+class RecentOutcome:
+    """One of the newest outcomes: an operation resolved, or an occurrence fired."""
+
+    op_id: str
+    outcome: str
+    resolved_ms: int
+    latency_ms: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"op_id": self.op_id, "outcome": self.outcome,
+                "resolved_ms": self.resolved_ms, "latency_ms": self.latency_ms}
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulePage:
     """Schedules in id order; ``next_cursor`` goes on after them (None: no more)."""
 
@@ -135,13 +164,17 @@ class ViewStats:
     resolved: int
     as_of_ms: int | None
     batch_id: int | None
+    #: Occurrences fired and operations resolved, in all, since the view started.
+    fired: int = 0
+    resolved_total: int = 0
     #: The pending operations due first: (deadline_ms, op_id).
     next_deadlines: tuple[tuple[int, str], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {"schedules": self.schedules, "paused": self.paused, "pending": self.pending,
                 "resolved": self.resolved, "as_of_ms": self.as_of_ms,
-                "batch_id": self.batch_id,
+                "batch_id": self.batch_id, "fired": self.fired,
+                "resolved_total": self.resolved_total,
                 "next_deadlines": [{"deadline_ms": d, "op_id": o}
                                    for d, o in self.next_deadlines]}
 
@@ -181,6 +214,9 @@ class StateView:
         self._deadlines: SortedSet = SortedSet()  # (deadline_ms, op_id) of the pending
         self._resolved: dict[str, tuple[str, int]] = {}  # op id -> (outcome, resolved_ms)
         self._specs: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+        self._recent: deque[RecentOutcome] = deque(maxlen=RECENT_OUTCOMES)
+        self.fired = 0
+        self.resolved_total = 0
         self.as_of_ms: int | None = None
         self.batch_id: int | None = None
 
@@ -245,13 +281,18 @@ class StateView:
             with self._lock:
                 schedules = self._schedules
                 resolved = self._resolved
+                for row in start_rows[-RECENT_OUTCOMES:]:
+                    self._recent.append(RecentOutcome(row.op_id, row.outcome.value,
+                                                      row.resolved_ms, row.latency_ms))
                 for row in start_rows:
                     if row.outcome is fired:
+                        self.fired += 1
                         schedule_id = row.op_id.rpartition("@")[0]
                         held = schedules.get(schedule_id)
                         if held is not None:
                             schedules[schedule_id] = (*held[:_LAST_FIRED], row.resolved_ms)
                         continue
+                    self.resolved_total += 1
                     resolved.pop(row.op_id, None)  # to the end: the newest
                     resolved[row.op_id] = (row.outcome.value, row.resolved_ms)
                 while len(resolved) > MAX_RESOLVED:
@@ -318,7 +359,13 @@ class StateView:
         with self._lock:
             soonest = tuple(self._deadlines.islice(0, next_deadlines)) if next_deadlines else ()
             return ViewStats(len(self._schedules), len(self._paused), len(self._pending),
-                             len(self._resolved), self.as_of_ms, self.batch_id, soonest)
+                             len(self._resolved), self.as_of_ms, self.batch_id, self.fired,
+                             self.resolved_total, soonest)
+
+    def recent_outcomes(self) -> list[RecentOutcome]:
+        """The newest outcomes, newest first."""
+        with self._lock:
+            return list(reversed(self._recent))
 
     @staticmethod
     def _view(schedule_id: str, held: _Held,
