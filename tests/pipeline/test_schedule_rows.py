@@ -488,7 +488,7 @@ def crashed_and_restarted(follower: follow.LocalFollowEngine, tmp_path: Path,
     """The follower killed in its next batch, after the outputs and before the state,
     and a new one started on its checkpoint (a killed process's lock is free)."""
 
-    def crash(batch_id: int, names: list[str]) -> None:
+    def crash(*_args: object) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(follower, "_commit", crash)
