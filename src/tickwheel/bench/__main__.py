@@ -1,5 +1,5 @@
 """``python -m tickwheel.bench {timers,asyncio,purgatory,dispatcher,pipeline,pending,
-follow,schedules,service,locks}``: prints medians and ratios."""
+follow,schedules,service,reads,locks}``: prints medians and ratios."""
 
 from __future__ import annotations
 
@@ -208,6 +208,18 @@ def _service(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reads(args: argparse.Namespace) -> int:
+    from tickwheel.bench._reads import read_table, run_reads
+
+    result = run_reads(args.n, args.seconds, args.submit_rate, args.read_rate)
+    print(f"\nread benchmark: {args.n:,} schedules on the local engine, {args.seconds} s "
+          f"of {args.submit_rate:,} single-row requests/s (h11 load generator, another "
+          f"process) while {args.read_rate} pages/s and {args.read_rate} statuses/s are "
+          "read; latency from when each read is due\n")
+    print(read_table(result))
+    return 0
+
+
 def _locks(args: argparse.Namespace) -> int:
     import platform
 
@@ -344,6 +356,14 @@ def main(argv: list[str] | None = None) -> int:
                          "default: %(default)s)")
     sv.add_argument("--load-client", choices=LOAD_CLIENTS, default="h11",
                     help="the load generator's HTTP client (default: %(default)s)")
+    rd = sub.add_parser("reads", help="the read API at a million schedules: a page's "
+                                      "latency under submissions, the view's memory")
+    rd.add_argument("--n", type=_positive, default=1_000_000, help="schedules held")
+    rd.add_argument("--seconds", type=_positive, default=60)
+    rd.add_argument("--submit-rate", type=_positive, default=2_000,
+                    help="single-row requests/s meanwhile (default: %(default)s)")
+    rd.add_argument("--read-rate", type=_positive, default=20,
+                    help="pages read per second (default: %(default)s)")
     lk = sub.add_parser("locks", help="the timers' lock (Mutex) against threading.Lock")
     lk.add_argument("--n", type=_positive, default=2_000_000,
                     help="lock cycles per measurement (default: %(default)s)")
@@ -354,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
     by_name = {"follow": _follow, "pipeline": _pipeline, "pending": _pending,
-               "schedules": _schedules, "service": _service, "locks": _locks}
+               "schedules": _schedules, "service": _service, "reads": _reads,
+               "locks": _locks}
     if args.what in by_name:
         return by_name[args.what](args)
 

@@ -1,0 +1,195 @@
+"""The read side's benchmark: what the local service's view of its schedules costs in
+memory, and how fast a page of them answers while rows are submitted.
+
+- memory: one view holding N schedules (daily crons over 1,440 distinct specs, in a few
+  zones), measured with ``tracemalloc``; the anchor is the same entries held in a plain
+  ``dict`` (what any index must at least keep);
+- latency: ``tickwheel run --follow --clock wall --listen`` started on an input holding N
+  schedule rows; once its view holds them all, single-row requests are submitted at
+  ``--submit-rate`` by the load generator in another process, while this process reads
+  a page of 100 schedules from a random place (``GET /v1/schedules?limit=100&cursor=``)
+  and, as the anchor, ``GET /v1/status``, each ``--read-rate`` times a second.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["ReadResult", "read_table", "run_reads", "view_bytes"]
+
+_ZONES: Final = ("UTC", "Europe/London", "America/New_York", "Asia/Shanghai")
+_ROWS_PER_FILE: Final = 100_000
+
+
+def _spec(n: int) -> dict[str, Any]:
+    return {"cron": f"{n % 60} {(n // 60) % 24} * * *", "tz": _ZONES[n % len(_ZONES)]}
+
+
+def _id(n: int) -> str:
+    return f"sched-{n:08d}"
+
+
+def view_bytes(n: int) -> tuple[float, float]:
+    """Bytes per schedule: the view's, and the plain dict's (the anchor)."""
+    from tickwheel.pipeline.semantics.partition import CommittedChanges
+    from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY, SCHEDULE_KEY
+    from tickwheel.service.view import StateView
+
+    def entries() -> list[tuple[str, Any]]:
+        return [(SCHEDULE_KEY + _id(i), (SCHEDULE_ENTRY, _id(i), _spec(i % 1_440), 0,
+                                         86_400_000 + i % 1_440 * 60_000, 0, 0, False))
+                for i in range(n)]
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        batch = entries()  # what the engine hands over, let go of once taken
+        view = StateView()
+        view.apply(CommittedChanges(1, batch, [], [], 1))
+        del batch
+        view_total = tracemalloc.get_traced_memory()[0] - before
+        before = tracemalloc.get_traced_memory()[0]
+        plain = {_id(i): (i % 1_440, 86_400_000 + i % 1_440 * 60_000, 0, 0, False, None)
+                 for i in range(n)}
+        plain_total = tracemalloc.get_traced_memory()[0] - before
+        assert len(plain) == view.stats().schedules == n
+    finally:
+        tracemalloc.stop()
+    return view_total / n, plain_total / n
+
+
+@dataclass
+class ReadResult:
+    schedules: int
+    submit_rate: int
+    seconds: float
+    page_ms: list[float] = field(default_factory=list)
+    status_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+    rows_acked: int = 0
+    load_seconds: float = 0.0
+    view_bytes: float = 0.0
+    dict_bytes: float = 0.0
+    ingest_s: float = 0.0
+
+
+def _write_input(directory: Path, n: int) -> None:
+    now = int(time.time() * 1000)
+    for start in range(0, n, _ROWS_PER_FILE):
+        lines = [json.dumps({"ts_ms": now, "type": "schedule", "schedule_id": _id(i),
+                             **_spec(i)}) for i in range(start, min(n, start + _ROWS_PER_FILE))]
+        path = directory / f"seed-{start // _ROWS_PER_FILE:05d}.jsonl"
+        tmp = directory / f".{path.name}.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(path)
+
+
+def _held(url: str) -> int:
+    import httpx
+
+    state = httpx.get(f"{url}/v1/status", timeout=30).json().get("state") or {}
+    return int(state.get("schedules", 0))
+
+
+def _reader(url: str, n: int, rate: int, stop: threading.Event, result: ReadResult) -> None:
+    import httpx
+
+    pick = random.Random(7)
+    with httpx.Client(timeout=30) as client:
+        due = time.perf_counter()
+        while not stop.is_set():
+            due += 1 / rate
+            start = max(due, time.perf_counter())
+            time.sleep(max(0.0, due - time.perf_counter()))
+            after = base64.urlsafe_b64encode(_id(pick.randrange(n)).encode()).decode().rstrip("=")
+            for path, into in ((f"/v1/schedules?limit=100&cursor={after}", result.page_ms),
+                               ("/v1/status", result.status_ms)):
+                started = time.perf_counter()
+                try:
+                    answer = client.get(f"{url}{path}")
+                    answer.read()
+                    ok = answer.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                # From when it was due: a reader held up is charged for the wait.
+                into.append((time.perf_counter() - min(started, start)) * 1000)
+                result.errors += not ok
+
+
+def run_reads(n: int, seconds: float, submit_rate: int, read_rate: int) -> ReadResult:
+    from tickwheel.bench._service import _Receiver, _stop_service, start_service
+
+    result = ReadResult(n, submit_rate, seconds)
+    result.view_bytes, result.dict_bytes = view_bytes(n)
+    receiver = _Receiver()
+    receiver.start()
+    with tempfile.TemporaryDirectory(prefix="tickwheel-bench-reads-") as tmp:
+        work = Path(tmp)
+        (work / "in").mkdir()
+        _write_input(work / "in", n)
+        started = time.monotonic()
+        child, url = start_service("local", work, receiver.url)
+        try:
+            while _held(url) < n:
+                if time.monotonic() - started > 1_800:
+                    raise RuntimeError("the service took over 30 minutes to take the input")
+                time.sleep(1)
+            result.ingest_s = time.monotonic() - started
+            print(f"the view holds {n:,} schedules after {result.ingest_s:.0f} s", flush=True)
+            stop = threading.Event()
+            reader = threading.Thread(target=_reader, args=(url, n, read_rate, stop, result))
+            reader.start()
+            out = work / "load.json"
+            try:
+                subprocess.run([sys.executable, "-m", "tickwheel.bench._load", url, "single",
+                                "1", str(submit_rate), str(seconds), "ack", "h11", str(out)],
+                               check=True)
+            finally:
+                stop.set()
+                reader.join()
+            loaded = json.loads(out.read_text())
+            result.rows_acked, result.load_seconds = loaded["rows_acked"], loaded["seconds"]
+            result.errors += loaded["errors"]
+        finally:
+            _stop_service(child)
+            receiver.stop()
+    return result
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def read_table(result: ReadResult) -> str:
+    page50, page99 = _quantile(result.page_ms, 0.5), _quantile(result.page_ms, 0.99)
+    status50, status99 = _quantile(result.status_ms, 0.5), _quantile(result.status_ms, 0.99)
+    acked = result.rows_acked / result.load_seconds if result.load_seconds else 0.0
+    return "\n".join([
+        f"| read, at {result.schedules:,} schedules, {acked:,.0f} rows/s submitted "
+        "| median ms | p99 ms | p99 / anchor's |",
+        "|---|---|---|---|",
+        f"| `GET /v1/status` (anchor) | {status50:.1f} | {status99:.1f} | 1.00x |",
+        f"| `GET /v1/schedules?limit=100&cursor=...` | {page50:.1f} | {page99:.1f} | "
+        f"{page99 / status99:.2f}x |",
+        "",
+        f"{len(result.page_ms):,} pages read, {result.errors} errors; the view took "
+        f"{result.ingest_s:.0f} s to hold every schedule from the start.",
+        "",
+        "| memory per schedule | bytes | / anchor's |",
+        "|---|---|---|",
+        f"| a plain dict of id to a 6-tuple (anchor) | {result.dict_bytes:.0f} | 1.00x |",
+        f"| the read view (sorted index, spec shared) | {result.view_bytes:.0f} | "
+        f"{result.view_bytes / result.dict_bytes:.2f}x |",
+    ])
