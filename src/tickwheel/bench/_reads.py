@@ -4,8 +4,8 @@ memory, and how fast a page of them answers while rows are submitted.
 - memory: one view holding N schedules (daily crons over 1,440 distinct specs, in a few
   zones), measured with ``tracemalloc``; the anchor is the same entries held in a plain
   ``dict`` (what any index must at least keep);
-- latency: ``tickwheel run --follow --clock wall --listen`` started on an input holding N
-  schedule rows; once its view holds them all, single-row requests are submitted at
+- latency: ``tickwheel run --follow --clock wall --listen`` given N schedules through its
+  API (5,000 rows a request); once its view holds them all, single-row requests are submitted at
   ``--submit-rate`` by the load generator in another process, while this process reads
   a page of 100 schedules from a random place (``GET /v1/schedules?limit=100&cursor=``)
   and, as the anchor, ``GET /v1/status``, each ``--read-rate`` times a second.
@@ -29,7 +29,7 @@ from typing import Any, Final
 __all__ = ["ReadResult", "read_table", "run_reads", "view_bytes"]
 
 _ZONES: Final = ("UTC", "Europe/London", "America/New_York", "Asia/Shanghai")
-_ROWS_PER_FILE: Final = 100_000
+_ROWS_PER_REQUEST: Final = 5_000
 
 
 def _spec(n: int) -> dict[str, Any]:
@@ -84,15 +84,16 @@ class ReadResult:
     ingest_s: float = 0.0
 
 
-def _write_input(directory: Path, n: int) -> None:
-    now = int(time.time() * 1000)
-    for start in range(0, n, _ROWS_PER_FILE):
-        lines = [json.dumps({"ts_ms": now, "type": "schedule", "schedule_id": _id(i),
-                             **_spec(i)}) for i in range(start, min(n, start + _ROWS_PER_FILE))]
-        path = directory / f"seed-{start // _ROWS_PER_FILE:05d}.jsonl"
-        tmp = directory / f".{path.name}.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.rename(path)
+def _seed(url: str, n: int) -> None:
+    """``n`` schedules through the API, as clients would send them (each row stamped
+    on arrival, so none is late however long the engine takes to read them)."""
+    from tickwheel.client import Client
+
+    with Client(url, timeout_s=60) as client:
+        for start in range(0, n, _ROWS_PER_REQUEST):
+            client.submit_lines(json.dumps({"type": "schedule", "schedule_id": _id(i),
+                                            **_spec(i)})
+                                for i in range(start, min(n, start + _ROWS_PER_REQUEST)))
 
 
 def _held(url: str) -> int:
@@ -137,10 +138,10 @@ def run_reads(n: int, seconds: float, submit_rate: int, read_rate: int) -> ReadR
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-reads-") as tmp:
         work = Path(tmp)
         (work / "in").mkdir()
-        _write_input(work / "in", n)
         started = time.monotonic()
         child, url = start_service("local", work, receiver.url)
         try:
+            _seed(url, n)
             while _held(url) < n:
                 if time.monotonic() - started > 1_800:
                     raise RuntimeError("the service took over 30 minutes to take the input")

@@ -712,6 +712,11 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         raise typer.Exit(1) from exc
     try:
         sink = None if processor is None else OutcomeSink(processor)
+        view = None
+        if follow is not None and listen is not None:  # what the read API answers from
+            from tickwheel.service.view import StateView
+
+            view = StateView()
         try:
             spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
                                        partitions=partitions,
@@ -720,7 +725,8 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                                        wall_clock=(follow is not None
                                                    and follow[1] is ClockKind.wall),
                                        sink=sink, max_future_ms=max_future_ms,
-                                       worker_cache=worker_cache)
+                                       worker_cache=worker_cache,
+                                       on_commit=None if view is None else view.apply)
             if follow is None and spark_engine.clock == "wall":
                 raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
                                  "with --follow --clock wall")
@@ -728,7 +734,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
             print_error(f"{exc}")
             raise typer.Exit(2) from exc
         if follow is not None:
-            undelivered = _follow_spark(spark_engine, *follow, listen=listen)
+            undelivered = _follow_spark(spark_engine, *follow, listen=listen, view=view)
             if sink is not None:
                 _print_delivery(sink.close(timeout_s=1.0))
                 if undelivered:
@@ -767,7 +773,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
                   metrics_port: int | None, stop_timeout_ms: int, *,
-                  listen: _Listen | None = None) -> int:
+                  listen: _Listen | None = None, view: StateView | None = None) -> int:
     """Run the service until a signal; how many outcomes were left undelivered."""
     live = _SparkCounts(spark_engine)
     collector = _serve_metrics(metrics_port, "follow", live, listen)
@@ -777,7 +783,8 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
         live.as_json, lambda: live.rows_in, spark_engine.committed_inputs,
         spark_engine.lateness_ms if clock is ClockKind.wall else None, collector,
         spark_engine.result().release_ms,
-        floor_file=spark_engine.checkpoint_dir / SUBMIT_STATE / FLOOR_FILE, ready=ran.is_set)
+        floor_file=spark_engine.checkpoint_dir / SUBMIT_STATE / FLOOR_FILE, ready=ran.is_set,
+        view=view)
     if server is not None:  # the rows it stamps are never late
         spark_engine.floor_file = server.floor_file
     last_print = 0.0

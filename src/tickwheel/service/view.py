@@ -238,8 +238,9 @@ class StateView:
             for op_id, first_ms in changes.seen:
                 if first_ms is None:
                     resolved.pop(op_id, None)
-            if changes.release_ms is not None:
-                self.as_of_ms = changes.release_ms - 1
+            if changes.release_ms is not None:  # never back: a batch may report fewer
+                as_of = changes.release_ms - 1
+                self.as_of_ms = as_of if self.as_of_ms is None else max(self.as_of_ms, as_of)
             self.batch_id = changes.batch_id
 
     def _schedule_changed(self, schedule_id: str, entry: Any) -> None:

@@ -62,6 +62,7 @@ from tickwheel.pipeline.spark._wire import (
     output_frames,
     quarantine_ipcs,
     status_json,
+    view_changes,
 )
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
 from tickwheel.pipeline.state.entry_log import EntryLog
@@ -121,6 +122,7 @@ def batch_writer(output_dir: str, batch_id: int, owner_epoch: int) -> Any:
         name = f"batch-{batch_id:09d}-{context.partitionId():05d}"
         writers: dict[str, OutputWriter[Any]] = {}
         statuses: list[str] = []
+        views: list[bytes] = []
         try:
             for batch in batches:
                 for column, to_table in (("outcomes", outcomes_table),
@@ -136,6 +138,7 @@ def batch_writer(output_dir: str, batch_id: int, owner_epoch: int) -> Any:
                                 metadata=owner_metadata(owner_epoch))
                         writer.write_table(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
                 statuses += [s for s in batch.column("status").to_pylist() if s is not None]
+                views += [v for v in batch.column("view").to_pylist() if v is not None]
             for writer in writers.values():
                 writer.close()
         except BaseException:
@@ -143,12 +146,14 @@ def batch_writer(output_dir: str, batch_id: int, owner_epoch: int) -> Any:
                 writer.abort()
             raise
         counts = [writers[c].rows if c in writers else 0 for c in ("outcomes", "quarantine")]
-        zeros = [0] * len(statuses)
+        zeros = [0] * (len(statuses) + len(views))
+        nones: list[Any] = [None] * len(views)
         yield pa.RecordBatch.from_arrays(
-            [pa.array([*statuses, None], pa.string()),
+            [pa.array([*statuses, *nones, None], pa.string()),
              pa.array([*zeros, counts[0]], pa.int64()),
-             pa.array([*zeros, counts[1]], pa.int64())],
-            names=["status", "outcomes", "quarantined"])
+             pa.array([*zeros, counts[1]], pa.int64()),
+             pa.array([*[None] * len(statuses), *views, None], pa.binary())],
+            names=["status", "outcomes", "quarantined", "view"])
 
     return write
 
@@ -464,13 +469,16 @@ def key_processor(labels: list[int], lateness_ms: int, checkpoint: str,
 
 def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int | None,
                  checkpoint: str, wall_clock: bool = False, keep: bool = True,
-                 fire_limit: int | None = None) -> Any:
+                 fire_limit: int | None = None, view: str | None = None) -> Any:
     """Stage 2's processor, grouped by the label of an op-id partition. With
     ``wall_clock``, schedules notice their occurrences at the clock's readings (see
     :mod:`tickwheel.pipeline.semantics.schedule_book`). With ``fire_limit``, a call
     fires about that many occurrences of a catch-up and says in its status that it is
     catching up (:attr:`OpPartition.fire_limit`). Without ``keep``, every call reads
-    its partition from the state (the worker keeps nothing)."""
+    its partition from the state (the worker keeps nothing). With ``view`` (the id of
+    a reader's view), each call also sends what it changed for it
+    (:func:`view_changes`), and every entry it holds where that view has not had them:
+    a partition restored rather than kept, or kept from an earlier query."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     partition_of_label = {label: p for p, label in enumerate(labels)}
@@ -487,10 +495,10 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
             with collector_paused():
                 q = partition_of_label[int(key[0])]
                 where = (checkpoint, "op", q)
-                kept: tuple[OpPartition, SeenLog, EntryLog] | None
+                kept: tuple[OpPartition, SeenLog, EntryLog, str | None] | None
                 kept, stale = _kept_partition(where, self.token, keep)
                 if kept is not None:
-                    part, seen, log = kept
+                    part, seen, log, viewed = kept
                 elif self.head.exists():
                     head, chunks, segments = self.head.get()
                     seen = _read_seen(self.seen_log, None if stale is None else stale[1],
@@ -551,11 +559,15 @@ def op_processor(labels: list[int], lateness_ms: int, dedupe_retention_ms: int |
                     self.seen_log.updateValue((write.number,), tuple(write.segment))
                 saved = _save(part, changes, log, self.head, self.entries, seen.next)
                 status = replace(status, state_bytes=saved + seen.bytes)
+                sent = None
+                if view is not None:  # all it holds, where the view has not had it
+                    whole = kept is None or viewed != view
+                    sent = view_changes(changes, outcomes, part.entries() if whole else None)
                 if keep:
-                    _keep_partition(where, self.token, (part, seen, log))
+                    _keep_partition(where, self.token, (part, seen, log, view))
                 else:
                     part.stage.close()
-                out = output_frames(outcomes, quarantine + duplicates, [status], passed)
+                out = output_frames(outcomes, quarantine + duplicates, [status], passed, sent)
             yield from out
 
         def close(self) -> None:

@@ -21,14 +21,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tickwheel.pipeline.contract.events import Quarantined
+from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined
 from tickwheel.pipeline.io.outputs import (
     outcome_size,
     outcomes_table,
     quarantine_table,
     quarantined_size,
 )
-from tickwheel.pipeline.semantics.partition import PartitionStatus
+from tickwheel.pipeline.semantics.partition import (
+    CommittedChanges,
+    PartitionChanges,
+    PartitionStatus,
+)
 from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 if TYPE_CHECKING:
@@ -37,8 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BLOB_BYTES", "BLOB_ROWS", "CHUNK_SCHEMA", "END", "FILE_SCHEMA", "FORWARD",
            "FRAME_BYTES", "KEY_ROWS", "NONE", "OUTPUT_SCHEMA", "PROGRESS_SCHEMA",
-           "WRITTEN_SCHEMA", "decoded", "encoded", "frames", "from_ipc", "ipc_pieces",
-           "output_frames", "quarantine_ipcs", "status_json"]
+           "WRITTEN_SCHEMA", "committed_view", "decoded", "encoded", "frames", "from_ipc",
+           "ipc_pieces", "output_frames", "quarantine_ipcs", "status_json", "view_changes"]
 
 T = TypeVar("T")
 
@@ -58,10 +62,10 @@ CHUNK_SCHEMA = "grp int, dest int, ts long, rows binary"
 PROGRESS_SCHEMA = ("grp int, ts long, rows binary, progress binary, quarantine binary, "
                    "status string")
 #: Stage 2's output, one or more rows per partition and micro-batch.
-OUTPUT_SCHEMA = "outcomes binary, quarantine binary, status string"
+OUTPUT_SCHEMA = "outcomes binary, quarantine binary, status string, view binary"
 #: What the executors that write a micro-batch's output files tell the driver: each
 #: partition's statuses, and the rows they wrote.
-WRITTEN_SCHEMA = "status string, outcomes long, quarantined long"
+WRITTEN_SCHEMA = "status string, outcomes long, quarantined long, view binary"
 #: A blob of outcomes or quarantined rows holds at most this many rows ...
 BLOB_ROWS = 65_536
 #: ... and about this many bytes (by :func:`~tickwheel.pipeline.io.outputs.outcome_size` and
@@ -166,18 +170,51 @@ def frames(columns: dict[str, str], rows: list[tuple[Any, ...]]) -> Iterator[pd.
         yield frame(rows[start:])
 
 
-_OUTPUT_COLUMNS = {"outcomes": "object", "quarantine": "object", "status": "object"}
+_OUTPUT_COLUMNS = {"outcomes": "object", "quarantine": "object", "status": "object",
+                   "view": "object"}
 
 
 def output_frames(outcomes: list[OutcomeRow], quarantine: list[Quarantined],
                   statuses: list[PartitionStatus], forwarded: list[tuple[bytes | None, str | None]],
-                  ) -> Iterator[pd.DataFrame]:
+                  view: bytes | None = None) -> Iterator[pd.DataFrame]:
     """Stage 2's rows for one call: its outcomes and quarantined rows as Arrow IPC
     blobs and its status, then stage 1's late updates and statuses, passed on as they
-    came."""
+    came, and what the call changed for a reader's view (:func:`view_changes`)."""
     rows: list[tuple[Any, ...]] = [
-        *((blob, None, None) for blob in ipc_pieces(outcomes, outcomes_table, outcome_size)),
-        *((None, blob, None) for blob in quarantine_ipcs(quarantine)),
-        *((None, None, status_json(s)) for s in statuses),
-        *((None, blob, text) for blob, text in forwarded)]
+        *((blob, None, None, None) for blob in ipc_pieces(outcomes, outcomes_table,
+                                                          outcome_size)),
+        *((None, blob, None, None) for blob in quarantine_ipcs(quarantine)),
+        *((None, None, status_json(s), None) for s in statuses),
+        *((None, blob, text, None) for blob, text in forwarded)]
+    if view is not None:
+        rows.append((None, None, None, view))
     return frames(_OUTPUT_COLUMNS, rows)
+
+
+def view_changes(changes: PartitionChanges, outcomes: list[OutcomeRow],
+                 held: list[tuple[str, Any]] | None) -> bytes:
+    """What an op partition's call changed, for a reader's view in the driver: its
+    changed entries, the op ids it forgot, its outcomes (id, outcome, resolved_ms,
+    latency_ms), and, from a partition restored rather than kept in its worker (a new
+    application, a worker lost, an attempt run again), every entry it holds."""
+    return encoded([changes.entries, [op_id for op_id, first in changes.seen if first is None],
+                    [(row.op_id, row.outcome.value, row.resolved_ms, row.latency_ms)
+                     for row in outcomes], held])
+
+
+def committed_view(batch_id: int, blobs: list[bytes], release_ms: int | None,
+                   ) -> CommittedChanges:
+    """The blobs of :func:`view_changes` that one batch's partitions sent, as the
+    local engine gives its own (a partition's entries after its changes)."""
+    entries: list[tuple[str, Any]] = []
+    forgotten: list[tuple[str, int | None]] = []
+    outcomes: list[OutcomeRow] = []
+    for blob in blobs:
+        changed, gone, rows, held = decoded(blob)
+        entries += changed
+        if held is not None:
+            entries += held
+        forgotten += [(op_id, None) for op_id in gone]
+        outcomes += [OutcomeRow(op_id, OutcomeKind(kind), resolved, latency, (), None)
+                     for op_id, kind, resolved, latency in rows]
+    return CommittedChanges(batch_id, entries, forgotten, outcomes, release_ms)

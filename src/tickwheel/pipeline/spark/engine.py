@@ -80,7 +80,7 @@ from tickwheel.pipeline.io.outputs import (
     take_output,
     write_atomically,
 )
-from tickwheel.pipeline.semantics.partition import PartitionStatus
+from tickwheel.pipeline.semantics.partition import CommittedChanges, PartitionStatus
 from tickwheel.pipeline.spark._input_log import (
     INPUT_GONE,
     changed_files,
@@ -104,6 +104,7 @@ from tickwheel.pipeline.spark._wire import (
     OUTPUT_SCHEMA,
     PROGRESS_SCHEMA,
     WRITTEN_SCHEMA,
+    committed_view,
 )
 from tickwheel.pipeline.state.encoding import SPARK_CHECKPOINT_FORMAT
 
@@ -159,6 +160,15 @@ class SparkRunResult:
 
     def outcomes_by_outcome(self) -> dict[str, int]:
         return _summed(s.outcomes_by_outcome for s in self.partitions)
+
+
+def _release_of(statuses: list[str]) -> int | None:
+    """The release point of a micro-batch's op partitions: every row below it is
+    applied in each of them."""
+    points: list[int | None] = [found["release_ms"] for found in map(json.loads, statuses)
+                                if found.get("stage") == "op"]
+    known = [point for point in points if point is not None]
+    return min(known) if known and len(known) == len(points) else None
 
 
 def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
@@ -219,12 +229,17 @@ class SparkEngine:
                  wall_clock: bool = False,
                  max_bytes_per_trigger: int | None = DEFAULT_BYTES_PER_TRIGGER,
                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-                 worker_cache: bool = True, floor_file: Path | None = None) -> None:
+                 worker_cache: bool = True, floor_file: Path | None = None,
+                 on_commit: Callable[[CommittedChanges], object] | None = None) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
-        micro-batch's outputs are written (progress). ``sink`` gets every outcome at
-        least once: each micro-batch's once its files are written, delivered while the
-        next batch runs, and at the start of a run those of batches not yet settled
-        (``CHECKPOINT/delivered`` marks the last settled batch; see
+        micro-batch's outputs are written (progress). ``on_commit`` gets what each
+        micro-batch changed in the op partitions, as the local engine gives it (for a
+        reader's view, such as :class:`~tickwheel.service.view.StateView`): the workers
+        send their changes with their statuses, and a partition that was restored rather
+        than kept in its worker (the first batch of a run) sends every entry it holds.
+        ``sink`` gets every outcome at least once: each micro-batch's once its files are
+        written, delivered while the next batch runs, and at the start of a run those of
+        batches not yet settled (``CHECKPOINT/delivered`` marks the last settled batch; see
         :mod:`tickwheel.pipeline.delivery.batch_delivery`). :meth:`run` returns once they are
         settled; the caller closes the sink.
 
@@ -287,6 +302,10 @@ class SparkEngine:
         write_bytes_atomically(json.dumps({"checkpoint": checkpoint_id(checkpoint_dir)}).encode(),
                                output_dir / OWNER_FILE)
         self.on_batch = on_batch
+        self.on_commit = on_commit
+        # Which reader's view the workers send their changes to (None: no view): a
+        # worker sends every entry it holds to a view it has not sent them to.
+        self._view_id = None if on_commit is None else uuid.uuid4().hex
         self.sink = sink
         self._delivery: BatchDelivery | None = None
         self.batches = 0
@@ -386,7 +405,7 @@ class SparkEngine:
         return progress.groupBy("grp").transformWithStateInPandas(
             op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms,
                          self.checkpoint_id, self.clock == "wall", self.worker_cache,
-                         OCCURRENCES_PER_BATCH),
+                         OCCURRENCES_PER_BATCH, self._view_id),
             OUTPUT_SCHEMA, "Append", "None")
 
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
@@ -408,6 +427,10 @@ class SparkEngine:
             for tmp in (self.output_dir / sub).glob(f".{name}-*.tmp"):
                 tmp.unlink(missing_ok=True)
         statuses = [s for s in written["status"].to_pylist() if s is not None]
+        if self.on_commit is not None:
+            self.on_commit(committed_view(
+                batch_id, [v for v in written["view"].to_pylist() if v is not None],
+                _release_of(statuses)))
         outcomes = sum(written["outcomes"].to_pylist())
         quarantined = sum(written["quarantined"].to_pylist())
         if statuses:
