@@ -426,3 +426,28 @@ def test_without_a_floor_the_clock_is_the_wall_clock(tmp_path: Path) -> None:
     assert before <= end["clock"] <= time.time_ns() // 1_000_000
     # An event-clock source has no clock at all.
     assert _reader(tmp_path / "in", tmp_path / "ckpt2").initialOffset() == {"next": 0}
+
+
+def test_on_the_wall_clock_files_left_by_the_read_limit_are_read_at_the_clock_that_listed_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time stands while a backlog the read limit left waits: a later micro-batch's
+    clock would count rows that landed in time as late."""
+    from tickwheel.pipeline.spark import _source
+
+    inbox, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    inbox.mkdir()
+    for name in "0123":
+        (inbox / f"{name}.jsonl").write_bytes(b" " * 399 + b"\n")
+    now = [1_000_000]
+    monkeypatch.setattr(_source.time, "time_ns", lambda: now[0] * 1_000_000)
+    reader = InputReader(input_options(inbox, checkpoint, None, 2, True, max_bytes=800,
+                                       wall_clock=True))
+    first = reader.latestOffset(reader.initialOffset(), ReadMaxBytes(800))
+    assert first == {"next": 2, "clock": 1_000_000, "backlog": 1}
+    reader.commit(first)
+    now[0] += 60_000  # the next micro-batch comes a minute later
+    second = reader.latestOffset(first, ReadMaxBytes(800))
+    assert second == {"next": 4, "clock": 1_000_000}  # the backlog read: no longer held
+    reader.commit(second)
+    third = reader.latestOffset(second, ReadMaxBytes(800))
+    assert third == {"next": 4, "clock": 1_060_000}  # then time moves on

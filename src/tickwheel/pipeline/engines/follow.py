@@ -291,6 +291,8 @@ class LocalFollowEngine:
         self.max_files_per_batch = max_files_per_batch
         self.max_bytes_per_batch = max_bytes_per_batch
         self.backlog = 0  # new input files left for the next batches by the budget
+        # The clock of the batch that left a backlog: time stands there until it is read.
+        self._backlog_clock: int | None = None
         # Each file read in this run: its (size, mtime) when read, to tell one that
         # changed afterwards; and how many did.
         self._read_stats: dict[str, tuple[int, int]] = {}
@@ -374,12 +376,17 @@ class LocalFollowEngine:
         # The clock first: a file listed after it was written after it too, so its rows
         # are late only if they waited longer than the lateness bound to land.
         clock_ms = self._clock_reading()
+        if clock_ms is not None and self._backlog_clock is not None:
+            # Files listed in time wait for this batch: their time is the clock of
+            # the batch that listed them, not a later one that would count them late.
+            clock_ms = min(clock_ms, self._backlog_clock)
         listed = self._listing()
         names: list[str] = []
         if listed is not None:
             self._check_read_files(listed)
             self._checkpoint.forget_files_gone(listed)
             names = self._within_budget(sorted(listed - self._checkpoint.files_read))
+        self._backlog_clock = clock_ms if self.backlog else None
         if not names and not self._clock_moves(clock_ms) and not self.catching_up:
             return None
         plan = BatchPlan(batch_id, names, clock_ms)

@@ -12,7 +12,9 @@ reaches the packers as it is.
 With the wall clock, the offsets also hold the clock's reading, ``{"next": n,
 "clock": ms}``, and every row carries it, with a row of its own in a micro-batch
 without files: a micro-batch run again after a crash reads the same clock. The reading
-moves at least once a second without input. With a submit server's floor file, the
+moves at least once a second without input, and stands still while files listed by a
+micro-batch wait for the next ones (the read limit; ``"backlog"`` in the offsets). With
+a submit server's floor file, the
 clock reads at most the floor plus the lateness bound, read before the listing, so a
 row the server stamped is never late (see
 :meth:`~tickwheel.service.server.SubmitServer.time_floor`).
@@ -135,13 +137,18 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # (Spark's own commit call comes only with the next micro-batch).
         self.log.commit(start["next"])
         # The clock before the listing: a file listed after it landed after it too.
-        clock = self._clock(start.get("clock", 0)) if self.wall_clock else None
+        # Files the last micro-batch listed and left for this one (its read limit)
+        # are read at its clock, not a later one that would count their rows late.
+        clock = None
+        if self.wall_clock:
+            clock = start["clock"] if start.get("backlog") else self._clock(start["clock"])
         if self.follow:
             self.log.publish_or_wait()
         elif self.until is None:
             self.log.publish()
             self.until = self.log.next_number
         end = self.log.next_number if self.until is None else self.until
+        available = end
         if isinstance(limit, ReadMaxFiles):
             end = min(end, start["next"] + limit.max_files)
         elif isinstance(limit, ReadMaxBytes):
@@ -151,6 +158,8 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"next": end}
         if end == start["next"] and clock - start["clock"] < CLOCK_STEP_MS:
             return start  # nothing new: no micro-batch yet
+        if end < available:
+            return {"next": end, "clock": clock, "backlog": 1}
         return {"next": end, "clock": clock}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[FilesPartition]:
