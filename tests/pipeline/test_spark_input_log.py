@@ -445,9 +445,14 @@ def test_on_the_wall_clock_files_left_by_the_read_limit_are_read_at_the_clock_th
     first = reader.latestOffset(reader.initialOffset(), ReadMaxBytes(800))
     assert first == {"next": 2, "clock": 1_000_000, "backlog": 1}
     reader.commit(first)
-    now[0] += 60_000  # the next micro-batch comes a minute later
-    second = reader.latestOffset(first, ReadMaxBytes(800))
-    assert second == {"next": 4, "clock": 1_000_000}  # the backlog read: no longer held
+    now[0] += 1_000
+    (inbox / "4.jsonl").write_bytes(b" " * 399 + b"\n")
+    second = reader.latestOffset(first, ReadMaxBytes(800))  # leaves 4.jsonl for later
+    assert second == {"next": 4, "clock": 1_000_000, "backlog": 1}
     reader.commit(second)
+    now[0] += 60_000  # the next micro-batch comes a minute later
     third = reader.latestOffset(second, ReadMaxBytes(800))
-    assert third == {"next": 4, "clock": 1_060_000}  # then time moves on
+    assert third == {"next": 5, "clock": 1_000_000}  # the backlog read: no longer held
+    reader.commit(third)
+    fourth = reader.latestOffset(third, ReadMaxBytes(800))
+    assert fourth == {"next": 5, "clock": 1_061_000}  # then time moves on

@@ -291,8 +291,7 @@ class LocalFollowEngine:
         self.max_files_per_batch = max_files_per_batch
         self.max_bytes_per_batch = max_bytes_per_batch
         self.backlog = 0  # new input files left for the next batches by the budget
-        # The clock of the batch that left a backlog: time stands there until it is read.
-        self._backlog_clock: int | None = None
+        self._deferred = False  # the last batch left files for the next ones
         # Each file read in this run: its (size, mtime) when read, to tell one that
         # changed afterwards; and how many did.
         self._read_stats: dict[str, tuple[int, int]] = {}
@@ -376,20 +375,20 @@ class LocalFollowEngine:
         # The clock first: a file listed after it was written after it too, so its rows
         # are late only if they waited longer than the lateness bound to land.
         clock_ms = self._clock_reading()
-        if clock_ms is not None and self._backlog_clock is not None:
-            # Files listed in time wait for this batch: their time is the clock of
-            # the batch that listed them, not a later one that would count them late.
-            clock_ms = min(clock_ms, self._backlog_clock)
         listed = self._listing()
         names: list[str] = []
         if listed is not None:
             self._check_read_files(listed)
             self._checkpoint.forget_files_gone(listed)
             names = self._within_budget(sorted(listed - self._checkpoint.files_read))
-        self._backlog_clock = clock_ms if self.backlog else None
+        # A batch that leaves files for later, or reads files an earlier one left, does
+        # not move time by the clock (only its rows do): the clock has passed rows that
+        # landed in time and wait in those files.
+        holds = clock_ms is not None and (self.backlog > 0 or self._deferred)
+        self._deferred = self.backlog > 0
         if not names and not self._clock_moves(clock_ms) and not self.catching_up:
             return None
-        plan = BatchPlan(batch_id, names, clock_ms)
+        plan = BatchPlan(batch_id, names, clock_ms, holds)
         self._checkpoint.plan(plan)
         return plan
 
@@ -475,7 +474,7 @@ class LocalFollowEngine:
         plan = self._plan()
         if plan is None:
             return None
-        batch_id, names, clock_ms = plan
+        batch_id, names, clock_ms, holds_time = plan
         rows: list[Wire] = []
         for name in names:
             path = self.input_dir / name
@@ -491,7 +490,7 @@ class LocalFollowEngine:
         by_key, by_op = route(rows, 1)
         top = max((fields[0] for fields in rows if not is_quarantined(fields)), default=None)
         quarantine += self.keys.take(by_key[0], top, times_of(by_op[0]))
-        end = None if clock_ms is None else clock_ms - self.lateness_ms
+        end = None if clock_ms is None or holds_time else clock_ms - self.lateness_ms
         point, progress, runs = self.keys.release(end)
         quarantine += self.ops.take(by_op[0], progress)
         outcomes, duplicates = self.ops.release(point, [runs])

@@ -12,8 +12,9 @@ reaches the packers as it is.
 With the wall clock, the offsets also hold the clock's reading, ``{"next": n,
 "clock": ms}``, and every row carries it, with a row of its own in a micro-batch
 without files: a micro-batch run again after a crash reads the same clock. The reading
-moves at least once a second without input, and stands still while files listed by a
-micro-batch wait for the next ones (the read limit; ``"backlog"`` in the offsets). With
+moves at least once a second without input, and stands still in a micro-batch that
+leaves listed files for later ones (the read limit; ``"backlog"`` in the offsets) and in
+those that read them: the reading has passed rows that landed in time. With
 a submit server's floor file, the
 clock reads at most the floor plus the lateness bound, read before the listing, so a
 row the server stamped is never late (see
@@ -158,8 +159,8 @@ class InputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"next": end}
         if end == start["next"] and clock - start["clock"] < CLOCK_STEP_MS:
             return start  # nothing new: no micro-batch yet
-        if end < available:
-            return {"next": end, "clock": clock, "backlog": 1}
+        if end < available:  # files left for later: this micro-batch's time stands too
+            return {"next": end, "clock": start["clock"] or clock, "backlog": 1}
         return {"next": end, "clock": clock}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[FilesPartition]:

@@ -65,11 +65,13 @@ class RestoredState(NamedTuple):
 
 
 class BatchPlan(NamedTuple):
-    """A batch about to run: the input files it reads and the wall clock's reading."""
+    """A batch about to run: the input files it reads and the wall clock's reading;
+    ``holds_time``: the clock does not move time in it (files wait for later batches)."""
 
     batch_id: int
     files: list[str]
     clock_ms: int | None
+    holds_time: bool = False
 
 
 def file_names(names: object) -> list[str]:
@@ -227,12 +229,18 @@ class LocalCheckpoint:
             raise ValueError(f"the checkpoint's plan {self.plan_path} holds a clock reading "
                              f"{clock_ms!r}: it was not written by tickwheel; give another "
                              "--checkpoint")
-        return BatchPlan(batch_id, files, clock_ms)
+        holds_time = planned.get("holds_time", False)
+        if type(holds_time) is not bool:
+            raise ValueError(f"the checkpoint's plan {self.plan_path} holds "
+                             f"holds_time={holds_time!r}: it was not written by tickwheel; "
+                             "give another --checkpoint")
+        return BatchPlan(batch_id, files, clock_ms, holds_time)
 
     def plan(self, plan: BatchPlan) -> None:
         """Write the plan of the batch about to run."""
         write_bytes_atomically(json.dumps({"batch": plan.batch_id, "files": plan.files,
-                                           "clock_ms": plan.clock_ms}).encode(),
+                                           "clock_ms": plan.clock_ms,
+                                           "holds_time": plan.holds_time}).encode(),
                                self.plan_path)
 
     # -- writing ---------------------------------------------------------------------
