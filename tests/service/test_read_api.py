@@ -118,17 +118,25 @@ def test_the_status_names_the_view_and_the_next_deadlines(api: tuple[Service, st
     assert [d["op_id"] for d in state["next_deadlines"]] == ["a", "b"]
 
 
-def test_the_client_reads_what_it_submitted_once_applied(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", [
+    pytest.param((), id="local"),
+    pytest.param(("--engine", "spark", "--partitions", "2"), id="spark",
+                 marks=[pytest.mark.spark, pytest.mark.slow]),
+])
+def test_the_client_reads_what_it_submitted_once_applied(tmp_path: Path,
+                                                         engine: tuple[str, ...]) -> None:
+    extra = engine + (("--conf", f"spark.local.dir={tmp_path / 'spark-local'}")
+                      if engine else ())
     child = subprocess.Popen([sys.executable, "-m", "tickwheel.cli", "serve", "--listen",
-                              "127.0.0.1:0"], cwd=tmp_path, stdout=subprocess.PIPE,
+                              "127.0.0.1:0", *extra], cwd=tmp_path, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     try:
         url = service_url(child)
         with Client(url) as client:
-            client.wait_ready(timeout_s=60)
+            client.wait_ready(timeout_s=300)
             accepted = client.schedule("nightly", {"cron": "0 2 * * *", "tz": "Asia/Tokyo"})
             client.schedule_at("order-9", int(time.time() * 1000) + 3_600_000)
-            client.wait_applied(accepted.ts_ms, timeout_s=30)
+            client.wait_applied(accepted.ts_ms, timeout_s=120)
             nightly = client.get_schedule("nightly")
             assert nightly is not None and nightly["state"] == "running"
             assert len(nightly["upcoming"]) == 5
@@ -136,7 +144,7 @@ def test_the_client_reads_what_it_submitted_once_applied(tmp_path: Path) -> None
             assert order is not None and order["state"] == "pending"
             assert client.get_schedule("none") is None
             paused = client.pause("nightly")
-            client.wait_applied(paused.ts_ms, timeout_s=30)
+            client.wait_applied(paused.ts_ms, timeout_s=120)
             page = client.list_schedules(state="paused")
             assert [s["schedule_id"] for s in page["schedules"]] == ["nightly"]
             with pytest.raises(SubmitError, match="400"):
