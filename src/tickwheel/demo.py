@@ -45,8 +45,8 @@ from tickwheel import (
     TimerBase,
     TimingWheelTimer,
 )
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.delivery.sink import Delivery, OutcomeSink
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 REQUESTS = 60_000
 ARRIVAL_WINDOW_S = 1.5

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tickwheel import ProcessingResult
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 
 #: What :class:`Collect` instances were given, in order.
 COLLECTED: list[OutcomeRow] = []

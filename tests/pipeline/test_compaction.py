@@ -183,8 +183,8 @@ def test_a_merged_file_and_its_name_are_on_disk_before_the_files_it_covers_go(
 def test_outcome_files_written_before_the_skipped_column_merge_with_newer_ones(
         tmp_path: Path) -> None:
     from tickwheel.pipeline.contract.events import OutcomeKind
+    from tickwheel.pipeline.contract.outcomes import OutcomeRow
     from tickwheel.pipeline.io.outputs import outcomes_table
-    from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
     directory = tmp_path / "outcomes"
     directory.mkdir()

@@ -15,9 +15,9 @@ from tests.conftest import eventually
 from tests.pipeline.test_sink import Flaky
 from tickwheel import ProcessingResult
 from tickwheel.pipeline.contract.events import OutcomeKind
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery, DeliveryLag
 from tickwheel.pipeline.delivery.sink import OutcomeSink
-from tickwheel.pipeline.engines.reference import OutcomeRow
 from tickwheel.pipeline.io.outputs import outcome_rows
 
 

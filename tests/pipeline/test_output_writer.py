@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined, Reason
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.io.outputs import (
     OutputDirError,
     OutputWriter,
@@ -19,7 +20,6 @@ from tickwheel.pipeline.io.outputs import (
     read_outcomes,
     read_parquet_rows,
 )
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 
 def outcome(i: int) -> OutcomeRow:

@@ -27,7 +27,8 @@ from tickwheel.pipeline.contract.events import (
     parse_row,
     parse_wire,
 )
-from tickwheel.pipeline.engines.reference import OutcomeRow, ReferenceEngine, RunResult
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
+from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.io.log_reader import json_lines, read_events
 from tickwheel.pipeline.io.outputs import read_parquet_rows, write_outcomes
 from tickwheel.pipeline.tools.generator import GeneratorConfig, generate

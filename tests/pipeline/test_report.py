@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tickwheel.cli import app
 from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined, Reason
-from tickwheel.pipeline.engines.reference import OutcomeRow
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.io.outputs import (
     OutputDirError,
     count_outputs,

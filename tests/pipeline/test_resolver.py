@@ -10,8 +10,9 @@ import pytest
 
 from tests.pipeline.logs import random_log
 from tickwheel.pipeline.contract.events import Event, event_from_wire, parse_line, to_wire
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.engines.reference import ReferenceEngine
-from tickwheel.pipeline.semantics.resolver import OutcomeRow, Resolver, order_key, wire_order
+from tickwheel.pipeline.semantics.resolver import Resolver, order_key, wire_order
 from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
 
 

@@ -22,13 +22,14 @@ from tickwheel.pipeline.contract.events import (
     parse_line,
     parse_wire,
 )
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.engines import follow
 from tickwheel.pipeline.engines.partitioned import run_partitioned
 from tickwheel.pipeline.engines.reference import ReferenceEngine, RunResult
 from tickwheel.pipeline.io.outputs import write_outcomes
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.partition import OpHead, OpPartition
-from tickwheel.pipeline.semantics.resolver import OutcomeRow, Resolver
+from tickwheel.pipeline.semantics.resolver import Resolver
 from tickwheel.pipeline.semantics.row_times import GAP_MS, runs_of
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_KEY
 from tickwheel.pipeline.state.heads import decode_op_head, encode_head

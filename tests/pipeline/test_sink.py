@@ -10,8 +10,8 @@ import pytest
 
 from tickwheel import ProcessingResult
 from tickwheel.pipeline.contract.events import OutcomeKind
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.delivery.sink import OutcomeSink, deliver_outcomes
-from tickwheel.pipeline.engines.reference import OutcomeRow
 
 
 class Flaky:

@@ -462,8 +462,8 @@ def test_rows_come_back_as_they_were_sent_and_compressed() -> None:
 
 def test_outcomes_cross_as_compressed_arrow_and_read_back_equal() -> None:
     from tickwheel.pipeline.contract.events import OutcomeKind
+    from tickwheel.pipeline.contract.outcomes import OutcomeRow
     from tickwheel.pipeline.io.outputs import outcomes_table
-    from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
     rows = [OutcomeRow(f"op-{n}", OutcomeKind.EXPIRED, 100 + n, 50, ("k",), None)
             for n in range(500)]

@@ -21,10 +21,10 @@ import pandas as pd
 import pytest
 
 from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined, Reason, compact_wire
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.io.outputs import outcomes_table, quarantine_table
 from tickwheel.pipeline.semantics import partition as partition_module
 from tickwheel.pipeline.semantics.partition import PartitionStatus
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.spark import _tasks, _wire
 
 

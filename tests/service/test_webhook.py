@@ -16,8 +16,8 @@ from tests.conftest import eventually
 from tests.service.receiver import receiving
 from tickwheel import ProcessingResult
 from tickwheel.pipeline.contract.events import OutcomeKind
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.delivery.sink import OutcomeSink
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.service import WebhookProcessor, check_webhook_url
 
 ROWS = [OutcomeRow(f"op-{i}", OutcomeKind.EXPIRED, 1_000 + i, 900, ("k",), None)

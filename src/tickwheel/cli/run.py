@@ -40,6 +40,7 @@ from tickwheel.pipeline.contract.limits import (
     check_driver_memory,
     check_spark_settings,
 )
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.delivery.sink import Delivery, OutcomeSink, deliver_outcomes
 from tickwheel.pipeline.engines.reference import ReferenceEngine
 from tickwheel.pipeline.io.input_dir import (
@@ -59,7 +60,6 @@ from tickwheel.pipeline.io.outputs import (
     take_output,
 )
 from tickwheel.pipeline.io.ownership import OwnershipError
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.service.connections import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
 from tickwheel.service.server import FLOOR_FILE, SUBMIT_STATE
 

@@ -23,8 +23,9 @@ from typing import Any, Final, Literal
 from sortedcontainers import SortedDict, SortedSet
 
 from tickwheel.pipeline.contract.events import OutcomeKind
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.semantics.partition import CommittedChanges
-from tickwheel.pipeline.semantics.resolver import OutcomeRow, WatchFields
+from tickwheel.pipeline.semantics.resolver import WatchFields
 from tickwheel.pipeline.semantics.schedule_book import (
     SCHEDULE_ENTRY,
     SCHEDULE_KEY,

@@ -31,7 +31,7 @@ from tickwheel.pipeline.io.outputs import DEAD_LETTERS
 if TYPE_CHECKING:
     import httpx
 
-    from tickwheel.pipeline.semantics.resolver import OutcomeRow
+    from tickwheel.pipeline.contract.outcomes import OutcomeRow
 
 __all__ = ["DEAD_LETTER_DIR", "MAX_ANSWER_BYTES", "WebhookProcessor", "WebhookStats",
            "check_webhook_url", "outcome_id"]

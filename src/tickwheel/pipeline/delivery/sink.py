@@ -23,7 +23,7 @@ from tickwheel.dispatch import (
     TaskProcessor,
     create_batching_dispatcher,
 )
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 
 __all__ = ["Delivery", "OutcomeSink", "deliver_outcomes"]
 

@@ -56,6 +56,7 @@ from tickwheel.pipeline.contract.limits import (
     MAX_TRIGGER_MS,
     OCCURRENCES_PER_BATCH,
 )
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.contract.routing import route
 from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
 from tickwheel.pipeline.delivery.sink import OutcomeSink
@@ -85,7 +86,6 @@ from tickwheel.pipeline.io.outputs import (
 )
 from tickwheel.pipeline.semantics.key_stage import is_progress
 from tickwheel.pipeline.semantics.partition import CommittedChanges, KeyPartition, OpPartition
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.semantics.row_times import times_of
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
 from tickwheel.pipeline.state.local_checkpoint import (

@@ -23,10 +23,10 @@ from tickwheel.pipeline.contract.events import (
     compact_wire,
     is_quarantined,
 )
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.contract.routing import partition_of, route
 from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, key_order
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.semantics.row_times import merge_runs, runs_of, times_of
 
 __all__ = ["PartitionedResult", "run_partitioned"]

@@ -63,10 +63,11 @@ from tickwheel.pipeline.contract.limits import (
     MAX_RETENTION_MS,
     OCCURRENCES_PER_BATCH,
 )
-from tickwheel.pipeline.semantics.resolver import OutcomeRow, Resolver, first_order_at, wire_order
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
+from tickwheel.pipeline.semantics.resolver import Resolver, first_order_at, wire_order
 from tickwheel.pipeline.state.spilled_runs import SpilledRuns
 
-__all__ = ["DEFAULT_LATENESS_MS", "OutcomeRow", "ReferenceEngine", "RunResult"]
+__all__ = ["DEFAULT_LATENESS_MS", "ReferenceEngine", "RunResult"]
 
 _FAN_IN = 32  # sorted runs merged at once
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.io._arrow import open_parquet, pyarrow_modules
 from tickwheel.pipeline.io.files import is_temporary_of, open_temporary, read_bytes_nofollow
 from tickwheel.pipeline.io.input_dir import within
 from tickwheel.pipeline.io.ownership import LOCK_FILE, RunOwner, hold_run_directories
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 if TYPE_CHECKING:
     import pyarrow as pa

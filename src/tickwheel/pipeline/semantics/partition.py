@@ -39,9 +39,9 @@ from tickwheel.pipeline.contract.events import (
     is_quarantined,
     wire_line,
 )
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.semantics.key_stage import KeyStage, Progress, is_progress, key_order
 from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 from tickwheel.pipeline.semantics.row_times import merge_runs, runs_of
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY
 

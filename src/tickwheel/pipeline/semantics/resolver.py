@@ -50,6 +50,7 @@ from tickwheel.pipeline.contract.events import (
     line_of,
     new_event,
 )
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.semantics.row_times import RowTimes
 from tickwheel.pipeline.semantics.schedule_book import (
     SCHEDULE_ENTRY,
@@ -61,7 +62,7 @@ from tickwheel.pipeline.semantics.schedule_book import (
 from tickwheel.purgatory import DelayedOperation, Outcome, Purgatory
 from tickwheel.timers import TimingWheelTimer
 
-__all__ = ["OutcomeRow", "Resolver", "WatchFields", "first_order_at", "order_key",
+__all__ = ["Resolver", "WatchFields", "first_order_at", "order_key",
            "wire_order"]
 
 # Within one ts_ms: watches, updates with a value, updates with an error, cancels,
@@ -72,21 +73,6 @@ _SCHEDULE_TYPES = frozenset({EventType.SCHEDULE, EventType.UNSCHEDULE, EventType
 _SCHEDULE_NAMES = frozenset(t.value for t in _SCHEDULE_TYPES)
 # At one ts_ms, one schedule's rows apply in this order.
 _SCHEDULE_RANK = {"schedule": 0, "pause": 1, "resume": 2, "unschedule": 3}
-
-
-class OutcomeRow(NamedTuple):
-    """One resolved operation. A tuple, like :class:`Event`: a frozen dataclass's
-    ``__init__`` stays Python-level code in the compiled resolver, where outcomes are
-    built on the hot path."""
-
-    op_id: str
-    outcome: OutcomeKind
-    resolved_ms: int
-    latency_ms: int
-    keys: tuple[str, ...]
-    error: str | None
-    #: A ``fired`` row's: the occurrences of its schedule skipped since the last fire.
-    skipped: int = 0
 
 
 def kind_of(ev: Event) -> int:

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tickwheel.pipeline.contract.events import OutcomeKind, Quarantined
+from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.io.outputs import (
     outcome_size,
     outcomes_table,
@@ -33,7 +34,6 @@ from tickwheel.pipeline.semantics.partition import (
     PartitionChanges,
     PartitionStatus,
 )
-from tickwheel.pipeline.semantics.resolver import OutcomeRow
 
 if TYPE_CHECKING:
     import pandas as pd
