@@ -601,16 +601,15 @@ def test_kept_keys_give_the_garbage_collector_nothing_to_walk(tmp_path: Path,
     journal.close()
 
 
-def test_the_single_key_file_of_earlier_versions_is_read(tmp_path: Path,
-                                                         clock: ManualClock) -> None:
+def test_a_key_file_in_another_layout_is_refused_as_other_formats_are(
+        tmp_path: Path, clock: ManualClock) -> None:
     journal = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
-    receipt = journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d1", 1)])[0]
+    journal.land([Submission(['{"ts_ms":1,"type":"tick"}'], "k-1", "d1", 1)])
     journal.close()
     [segment] = key_segments(tmp_path / "state")
     segment.rename(tmp_path / "state" / "keys.jsonl")
-    reopened = SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
-    assert reopened.replay("k-1") == ("d1", receipt)
-    assert not (tmp_path / "state" / "keys.jsonl").exists()
+    with pytest.raises(ValueError, match=r"keys\.jsonl: a key file in a layout"):
+        SubmitJournal(tmp_path / "in", tmp_path / "state", clock=clock)
 
 
 def test_a_symlink_among_the_key_segments_is_refused(tmp_path: Path,

@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 #: A segment is closed once it holds this much (about 40,000 keys).
 SEGMENT_BYTES: Final = 4 << 20
 _SEGMENT = re.compile(r"keys-(\d{9})\.jsonl")
-#: The single file of earlier versions, read as the first segment.
-_LEGACY = "keys.jsonl"
+#: A name no tickwheel writes: the layout before segments, never released. It is refused
+#: as checkpoints in another format are (tickwheel.pipeline.state.encoding), not read.
+_UNSEGMENTED = "keys.jsonl"
 #: Appends durable when they return (``O_DSYNC``): one call per record gives up the
 #: interpreter's lock, not a write and an fsync.
 _DSYNC: Final = getattr(os, "O_DSYNC", 0)
@@ -91,12 +92,11 @@ class KeyLog:
         return self.directory / f"keys-{number:09d}.jsonl"
 
     def segments(self) -> list[int]:
-        """The numbers of the segments on disk, oldest first (the file of earlier
-        versions renamed to be the first)."""
-        legacy = self.directory / _LEGACY
-        if legacy.is_file() and not legacy.is_symlink() and not any(
-                _SEGMENT.fullmatch(name) for name in os.listdir(self.directory)):
-            os.replace(legacy, self._path(0))
+        """The numbers of the segments on disk, oldest first."""
+        if os.path.lexists(self.directory / _UNSEGMENTED):
+            raise ValueError(f"{self.directory / _UNSEGMENTED}: a key file in a layout "
+                             "this version does not read; give the service a new "
+                             "directory")
         return sorted(int(match.group(1)) for name in os.listdir(self.directory)
                       if (match := _SEGMENT.fullmatch(name)) is not None)
 

@@ -8,7 +8,9 @@ the digest before), so that a copy of the log can tell whether a stored log stil
 begins with the chunks the copy holds.
 
 A checkpoint, a state or a head in a format other than the one named here is refused
-by name, with both numbers.
+by name, with both numbers. This is the one policy for everything tickwheel keeps on
+disk (the submit server's key log too): nothing is migrated; a format that changes gets
+a new number, and data in an older one is refused, naming it.
 """
 
 from __future__ import annotations
