@@ -1080,7 +1080,11 @@ def test_sigterm_stops_within_the_stop_timeout_whatever_the_processor_does(
     finally:
         child.kill()
     assert child.returncode == 0, output
-    assert took < 30, (took, output)
+    # The stop waits the stop timeout (2 s) for the processor, then exits: a few
+    # seconds of margin for the interpreter's exit on a loaded machine, no more.
+    assert took < 8, (took, output)
+    if processor == "Stuck":
+        assert took >= 1.9, (took, output)  # it did wait for the stuck processor
     assert "40 outcomes not delivered: the next start delivers them" in output, output
     # The next start delivers them, to a processor that works.
     child = follow_command(tmp_path, "--clock", "wall", "--lateness-ms", "0",
