@@ -75,6 +75,7 @@ class ReadResult:
     submit_rate: int
     seconds: float
     page_ms: list[float] = field(default_factory=list)
+    page_at: list[float] = field(default_factory=list)  # wall time each page was read
     status_ms: list[float] = field(default_factory=list)
     errors: int = 0
     rows_acked: int = 0
@@ -125,6 +126,8 @@ def _reader(url: str, n: int, rate: int, stop: threading.Event, result: ReadResu
                     ok = False
                 # From when it was due: a reader held up is charged for the wait.
                 into.append((time.perf_counter() - min(started, start)) * 1000)
+                if into is result.page_ms:
+                    result.page_at.append(time.time())
                 result.errors += not ok
 
 
@@ -173,6 +176,11 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def _slowest(result: ReadResult) -> str:
+    worst = sorted(zip(result.page_ms, result.page_at, strict=False), reverse=True)[:12]
+    return ", ".join(f"{ms:.0f} ms at :{at % 60:04.1f}" for ms, at in worst)
+
+
 def read_table(result: ReadResult) -> str:
     page50, page99 = _quantile(result.page_ms, 0.5), _quantile(result.page_ms, 0.99)
     status50, status99 = _quantile(result.status_ms, 0.5), _quantile(result.status_ms, 0.99)
@@ -184,6 +192,8 @@ def read_table(result: ReadResult) -> str:
         f"| `GET /v1/status` (anchor) | {status50:.1f} | {status99:.1f} | 1.00x |",
         f"| `GET /v1/schedules?limit=100&cursor=...` | {page50:.1f} | {page99:.1f} | "
         f"{page99 / status99:.2f}x |",
+        "",
+        f"the slowest pages at seconds past the minute: {_slowest(result)}",
         "",
         f"{len(result.page_ms):,} pages read, {result.errors} errors; the view took "
         f"{result.ingest_s:.0f} s to hold every schedule from the start.",
