@@ -2,4 +2,4 @@
 
 #: The benchmarks, as ``python -m tickwheel.bench`` and ``tickwheel bench`` name them.
 BENCHMARKS = ("timers", "asyncio", "purgatory", "dispatcher", "pipeline", "pending", "follow",
-              "schedules", "service", "locks")
+              "schedules", "service", "reads", "locks")
