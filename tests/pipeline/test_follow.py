@@ -1302,3 +1302,24 @@ def test_rows_handed_over_after_their_file_was_read_are_not_kept(
     monkeypatch.setattr(follow, "MAX_OFFERED_ROWS", 1)
     follower.offer_rows("b.jsonl", [compact_wire(watch(2_000, "b", 10**9))] * 2, (1, 1))
     assert follower._offered == {}  # past the bound: parsed from disk when read
+
+
+def test_a_burst_of_fires_gives_way_between_its_shares_and_fires_whole_in_one_batch(
+        tmp_path: Path, inbox: Path) -> None:
+    """A minute's fires of many schedules go in shares of FIRES_PER_PIECE, with the
+    engine's hook (a submit server's give_way) called between them: the batch still
+    fires every one of them."""
+    clock = WallClock(1_000)
+    land(inbox, "a.jsonl", [json.dumps({"ts_ms": 1_000, "type": "schedule",
+                                        "schedule_id": f"s{n:04d}", "cron": "* * * * *"})
+                            for n in range(1_000)])
+    follower = engine(tmp_path, clock)
+    calls: list[int] = []
+    follower.between_pieces = lambda: calls.append(1)
+    follower.step()
+    calls.clear()
+    clock.ms = 60_150  # every schedule's first occurrence, at 60,000, is due
+    batch = follower.step()
+    assert batch is not None and batch.outcomes == 1_000
+    assert len(calls) >= 1_000 // partition.FIRES_PER_PIECE - 1
+    follower.close()

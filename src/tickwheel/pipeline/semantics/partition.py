@@ -45,10 +45,12 @@ from tickwheel.pipeline.semantics.op_stage import OpStage, op_order
 from tickwheel.pipeline.semantics.row_times import merge_runs, runs_of
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY
 
-__all__ = ["CommittedChanges", "KeyHead", "KeyPartition", "OpHead", "OpPartition",
-           "PartitionChanges", "PartitionStatus", "Released"]
+__all__ = ["FIRES_PER_PIECE", "CommittedChanges", "KeyHead", "KeyPartition", "OpHead",
+           "OpPartition", "PartitionChanges", "PartitionStatus", "Released"]
 
 _LONG_MAX = 2**63 - 1
+#: Occurrences of schedules decided between two calls of ``between_pieces``.
+FIRES_PER_PIECE = 128
 #: Rows handed to a stage in one call, at most (more only within one ``ts_ms``): the
 #: compiled stages never let another thread take the interpreter, so a service's server
 #: waits behind each call (a piece of watches is under 1 ms; smaller pieces cost no
@@ -507,12 +509,35 @@ class OpPartition(_Partition):
             pos = end
             if pos < n and between is not None:
                 between()
-        left = None if limit is None else max(0, limit - (book.looked - looked_before))
+        target = None
         if stage.now is None or point - 1 > stage.now:
-            stage.advance_to(point - 1, left)
+            target = point - 1
         elif book.behind(stage.now):
-            stage.advance_to(stage.now, left)  # a catch-up goes on
+            target = stage.now  # a catch-up goes on
+        if target is not None:
+            self._advance(target, looked_before)
         return self._released(applied, stage)
+
+    def _advance(self, target: int, looked_before: int) -> None:
+        """Time to ``target``, deciding at most :attr:`fire_limit` occurrences in all
+        since ``looked_before``; with :attr:`between_pieces`, in shares of
+        :data:`FIRES_PER_PIECE` with a call of it after each, as rows go in pieces: a
+        minute's fires of a million daily schedules are hundreds at once."""
+        stage, book = self.stage, self.stage.schedules
+        limit = self.fire_limit
+        between = self.between_pieces
+        if limit is None or between is None:
+            left = None if limit is None else max(0, limit - (book.looked - looked_before))
+            stage.advance_to(target, left)
+            return
+        while True:
+            left = max(0, limit - (book.looked - looked_before))
+            looked = book.looked
+            stage.advance_to(target, min(left, FIRES_PER_PIECE))
+            if (not book.behind(target) or book.looked - looked_before >= limit
+                    or book.looked == looked):
+                return
+            between()
 
     @property
     def catching_up(self) -> bool:
