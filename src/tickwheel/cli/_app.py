@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -90,6 +91,24 @@ def service_client(url: str, token_file: Path | None) -> Client:
         print_error(f"URL: {exc}")
         raise typer.Exit(2) from exc
     return Client(url, token=token)
+
+
+def read_one(url: str, token_file: Path | None, missing: str,
+             fetch: Callable[[Client], dict[str, Any] | None]) -> dict[str, Any]:
+    """One record read from the service at ``url``; exit 1 naming ``missing`` when it
+    holds none, or with the reason when the service refuses or cannot be reached."""
+    from tickwheel.client import SubmitError
+
+    with service_client(url, token_file) as client:
+        try:
+            found = fetch(client)
+        except (SubmitError, OSError) as exc:
+            print_error(f"{url}: {exc}")
+            raise typer.Exit(1) from exc
+    if found is None:
+        print_error(missing)
+        raise typer.Exit(1)
+    return found
 
 
 def plural(n: int, noun: str) -> str:

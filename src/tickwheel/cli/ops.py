@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tickwheel.cli._app import app, console, print_error, service_client
+from tickwheel.cli._app import app, console, read_one
 from tickwheel.cli.schedules import format_time
 
 __all__ = ["ops"]
@@ -27,17 +27,8 @@ def show(url: Annotated[str, typer.Argument(
              help="the service's token (its --token-file)")] = None) -> None:
     """One operation: pending (its deadline, keys and condition) or resolved (its
     outcome), while the service remembers its id."""
-    from tickwheel.client import SubmitError
-
-    with service_client(url, token_file) as client:
-        try:
-            found = client.get_operation(op_id)
-        except (SubmitError, OSError) as exc:
-            print_error(f"{op_id!r}: {exc}")
-            raise typer.Exit(1) from exc
-    if found is None:
-        print_error(f"no operation {op_id!r} pending or remembered")
-        raise typer.Exit(1)
+    found = read_one(url, token_file, f"no operation {op_id!r} pending or remembered",
+                     lambda client: client.get_operation(op_id))
     if json_out:
         print(json.dumps(found))
         return

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import typer
 from rich.table import Table
 
-from tickwheel.cli._app import app, console, print_error, service_client
+from tickwheel.cli._app import app, console, print_error, read_one, service_client
 
 if TYPE_CHECKING:
     from tickwheel.client import Client
@@ -135,17 +135,8 @@ def show(url: _Url, schedule_id: _Id,
          json_out: Annotated[bool, typer.Option("--json", help="JSON, for programs")] = False,
          token_file: _TokenFile = None) -> None:
     """One schedule: its spec, state, runs and next five fire times."""
-    from tickwheel.client import SubmitError
-
-    with service_client(url, token_file) as client:
-        try:
-            found = client.get_schedule(schedule_id)
-        except (SubmitError, OSError) as exc:
-            print_error(f"{schedule_id!r}: {exc}")
-            raise typer.Exit(1) from exc
-    if found is None:
-        print_error(f"no schedule {schedule_id!r}")
-        raise typer.Exit(1)
+    found = read_one(url, token_file, f"no schedule {schedule_id!r}",
+                     lambda client: client.get_schedule(schedule_id))
     if json_out:
         print(json.dumps(found))
         return
