@@ -274,3 +274,32 @@ def test_recent_outcomes_and_the_history_of_rates(tmp_path: Path) -> None:
     finally:
         server.stop()
         engine.close()
+
+
+def test_a_restarted_service_still_answers_what_it_resolved(tmp_path: Path) -> None:
+    from tests.conftest import eventually
+
+    def start() -> tuple[subprocess.Popen[str], str]:
+        child = subprocess.Popen([sys.executable, "-m", "tickwheel.cli", "serve",
+                                  "--listen", "127.0.0.1:0"], cwd=tmp_path,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return child, service_url(child)
+
+    child, url = start()
+    try:
+        with Client(url) as client:
+            client.wait_ready(timeout_s=60)
+            client.schedule_at("order-5", int(time.time() * 1000) + 200)
+            assert eventually(lambda: (client.get_operation("order-5") or {}).get(
+                "state") == "resolved", 60)
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=120)
+    child, url = start()
+    try:
+        with Client(url) as client:
+            found = client.get_operation("order-5")
+            assert found is not None and found["outcome"] == "expired"
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=120)

@@ -165,3 +165,45 @@ def test_a_restarted_engine_gives_the_view_every_entry_it_holds(tmp_path: Path) 
         assert again.view.as_of_ms == 1_699
     finally:
         again.close()
+
+
+def test_a_restart_remembers_outcomes_and_last_fires_from_the_outputs(
+        tmp_path: Path) -> None:
+    from tickwheel.pipeline.io.outputs import recent_outcomes
+
+    first = Service(tmp_path, dedupe_retention_ms=60_000)
+    first.feed([schedule(1_000, "s", every_ms=1_000, anchor_ms=0),
+                watch(1_000, "gone", 1_500), watch(1_000, "waiting", 90_000)], 1_200)
+    first.feed([], 3_200)  # "gone" expires; "s" fires at 2,000 and 3,000
+    first.close()
+    again = Service(tmp_path, dedupe_retention_ms=60_000, clock_ms=3_200)
+    try:
+        assert again.view.operation("gone") is None  # the engine holds no outcome
+        again.view.remember(recent_outcomes(tmp_path / "out" / "outcomes", 3_099 - 60_000,
+                                            1_000))
+        gone = again.view.operation("gone")
+        assert gone is not None and (gone.outcome, gone.resolved_ms) == ("expired", 1_500)
+        fired = again.view.schedule("s")
+        assert fired is not None and fired.last_fired_ms == 3_000
+        waiting = again.view.operation("waiting")
+        assert waiting is not None and waiting.state == "pending"
+        assert [o.op_id for o in again.view.recent_outcomes()][:2] == ["s@3000", "s@2000"]
+    finally:
+        again.close()
+
+
+def test_outcomes_read_back_stop_at_the_window_and_the_limit(tmp_path: Path) -> None:
+    from tickwheel.pipeline.io.outputs import recent_outcomes
+
+    running = Service(tmp_path)
+    try:
+        for n in range(5):  # a batch, and an outcome file, each
+            running.feed([watch(1_000 + n * 1_000, f"op-{n}", 1_500 + n * 1_000)],
+                         2_000 + n * 1_000)
+        running.feed([], 10_000)
+    finally:
+        running.close()
+    outcomes = tmp_path / "out" / "outcomes"
+    assert [r[0] for r in recent_outcomes(outcomes, 0, 100)] == [f"op-{n}" for n in range(5)]
+    assert [r[0] for r in recent_outcomes(outcomes, 3_500, 100)] == ["op-2", "op-3", "op-4"]
+    assert [r[0] for r in recent_outcomes(outcomes, 0, 2)] == ["op-3", "op-4"]

@@ -532,6 +532,22 @@ def _check_listen(value: str, follow: bool) -> tuple[str, int]:
         raise typer.Exit(2) from exc
 
 
+def _remember_outcomes(view: StateView, outcomes: Path, now_ms: int | None,
+                       retention_ms: int | None) -> None:
+    """The outcomes a restart would otherwise forget, read back for the read API: those
+    of the last dedupe retention (operations answer as resolved while their ids are
+    remembered)."""
+    from tickwheel.pipeline.io.outputs import recent_outcomes
+    from tickwheel.service.view import MAX_RESOLVED
+
+    if now_ms is None or retention_ms is None:
+        return
+    try:
+        view.remember(recent_outcomes(outcomes, now_ms - retention_ms, MAX_RESOLVED))
+    except OutputDirError as exc:  # the view starts without them; the service runs
+        print_error(f"the read API starts without earlier outcomes: {exc}")
+
+
 def _metrics_text() -> Callable[[], tuple[bytes, str]] | None:
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -605,6 +621,10 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             OwnershipError) as exc:
         print_error(f"{exc}")
         raise typer.Exit(2) from exc
+
+    if view is not None:
+        _remember_outcomes(view, output / "outcomes", follower.counts().release_ms,
+                           dedupe_retention_ms)
 
     class _Live:  # what the metrics export reads: the latest counts, live
         def __getattr__(self, name: str) -> object:
@@ -734,6 +754,9 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
             print_error(f"{exc}")
             raise typer.Exit(2) from exc
         if follow is not None:
+            if view is not None:
+                _remember_outcomes(view, output / "outcomes", spark_engine.result().release_ms,
+                                   dedupe_retention_ms)
             undelivered = _follow_spark(spark_engine, *follow, listen=listen, view=view)
             if sink is not None:
                 _print_delivery(sink.close(timeout_s=1.0))

@@ -78,8 +78,7 @@ class PageError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ScheduleView:
-    """One schedule as a reader sees it. ``last_fired_ms`` is known for fires this
-    service has seen since it started; ``upcoming`` only where asked for."""
+    """One schedule as a reader sees it (``upcoming`` only where asked for)."""
 
     schedule_id: str
     state: ScheduleState
@@ -216,6 +215,8 @@ class StateView:
         self._resolved: dict[str, tuple[str, int]] = {}  # op id -> (outcome, resolved_ms)
         self._specs: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
         self._recent: deque[RecentOutcome] = deque(maxlen=RECENT_OUTCOMES)
+        #: Last fires read back (:meth:`remember`) of schedules not in the view yet.
+        self._fired_before: dict[str, int] = {}
         self.fired = 0
         self.resolved_total = 0
         self.as_of_ms: int | None = None
@@ -244,6 +245,30 @@ class StateView:
                 self.as_of_ms = as_of if self.as_of_ms is None else max(self.as_of_ms, as_of)
             self.batch_id = changes.batch_id
 
+    def remember(self, outcomes: Iterable[tuple[str, str, int, int]]) -> None:
+        """Outcomes resolved before this view started, oldest first (``(op_id, outcome,
+        resolved_ms, latency_ms)``, as :func:`~tickwheel.pipeline.io.outputs.recent_outcomes`
+        reads them from the outputs): the operations' outcomes and the schedules' last
+        fires, which a restart would otherwise forget. Given after the engine's first
+        changes (every entry it holds), before its first batch."""
+        fired = OutcomeKind.FIRED.value
+        with self._lock:
+            schedules, resolved = self._schedules, self._resolved
+            for op_id, outcome, resolved_ms, latency_ms in outcomes:
+                if outcome == fired:
+                    schedule_id = op_id.rpartition("@")[0]
+                    held = schedules.get(schedule_id)
+                    if held is None:  # the engine has not sent it yet (Spark's first batch)
+                        self._fired_before[schedule_id] = resolved_ms
+                    elif (held[_LAST_FIRED] or 0) < resolved_ms:
+                        schedules[schedule_id] = (*held[:_LAST_FIRED], resolved_ms)
+                elif op_id not in self._pending:
+                    resolved.pop(op_id, None)
+                    resolved[op_id] = (outcome, resolved_ms)
+                self._recent.append(RecentOutcome(op_id, outcome, resolved_ms, latency_ms))
+            while len(resolved) > MAX_RESOLVED:
+                del resolved[next(iter(resolved))]
+
     def _schedule_changed(self, schedule_id: str, entry: Any) -> None:
         schedules = self._schedules
         if entry is None:
@@ -253,7 +278,8 @@ class StateView:
         assert entry[0] == SCHEDULE_ENTRY
         series = SeriesEntry._make(entry)
         held = schedules.get(schedule_id)
-        last_fired = None if held is None else held[_LAST_FIRED]
+        last_fired = (self._fired_before.pop(schedule_id, None) if held is None
+                      else held[_LAST_FIRED])
         spec_key = tuple(series.spec.items())
         spec = self._specs.get(spec_key)
         if spec is None:

@@ -31,8 +31,8 @@ __all__ = ["DEAD_LETTERS", "DEFAULT_CHECKPOINT", "OUTPUT_SUBDIRS", "OWNER_EPOCH_
            "outcome_writer", "outcomes_table", "output_owner", "owner_epoch",
            "owner_metadata", "prepare_output", "quarantine_table",
            "quarantine_writer", "quarantined_size", "read_outcomes", "read_output_table",
-           "read_parquet_rows", "take_output", "write_atomically", "write_outcomes",
-           "write_quarantine", "write_tables_atomically"]
+           "read_parquet_rows", "recent_outcomes", "take_output", "write_atomically",
+           "write_outcomes", "write_quarantine", "write_tables_atomically"]
 
 #: What an engine writes into its output directory: these, and the checkpoint when it
 #: is the default ``OUTPUT/_checkpoint``.
@@ -373,11 +373,44 @@ def _merged_away(paths: list[Path]) -> set[Path]:
                    for other, (low, high) in merged)}
 
 
-def _output_tables(directory: Path, columns: Sequence[str]) -> Iterator[tuple[Path, pa.Table]]:
+def recent_outcomes(directory: Path, since_ms: int, limit: int,
+                    ) -> list[tuple[str, str, int, int]]:
+    """``(op_id, outcome, resolved_ms, latency_ms)`` of the outcomes in ``directory``
+    resolved at or after ``since_ms``, oldest first, at most the newest ``limit``. The
+    files are read newest first, and no further than the first whose outcomes are all
+    older: batches resolve in time order, so what a start reads is bounded by the
+    window, not by the history the directory holds."""
+
+    def read() -> list[tuple[str, str, int, int]]:
+        found: list[list[tuple[str, str, int, int]]] = []
+        total = 0
+        for _, table in _output_tables(directory, _RECENT_COLUMNS, newest_first=True):
+            resolved = table.column("resolved_ms").to_pylist()
+            if resolved and max(resolved) < since_ms:
+                break
+            rows = [row for row in zip(table.column("op_id").to_pylist(),
+                                       table.column("outcome").to_pylist(), resolved,
+                                       table.column("latency_ms").to_pylist(), strict=True)
+                    if row[2] >= since_ms]
+            found.append(rows)
+            total += len(rows)
+            if total >= limit:
+                break
+        kept = [row for rows in reversed(found) for row in rows]
+        return kept[-limit:] if limit else []
+
+    return _reread_if_changed(directory, read)
+
+
+_RECENT_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms")
+
+
+def _output_tables(directory: Path, columns: Sequence[str], newest_first: bool = False,
+                   ) -> Iterator[tuple[Path, pa.Table]]:
     pa, _ = pyarrow_modules()
     if not directory.is_dir():
         return
-    paths = sorted(directory.iterdir())
+    paths = sorted(directory.iterdir(), reverse=newest_first)
     covered = _merged_away(paths)
     for path in paths:
         if path.name.startswith(".") or path in covered:
