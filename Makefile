@@ -30,7 +30,7 @@ test: lint typecheck unit core-built
 # the pure-Python sources copied as they are now (nothing compiled, nothing rebuilt).
 PURE := .check-src
 check: $(DEPS)
-	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/mypy
 	rm -rf $(PURE)
 	$(BIN)/python -c "import shutil; shutil.copytree('src/tickwheel', '$(PURE)/tickwheel', \
@@ -40,7 +40,7 @@ check: $(DEPS)
 		--ignore=tests/test_build.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff check src tests examples benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -85,7 +85,7 @@ core-built: $(STAMPCORE)
 	$(VCORE)/bin/python -m pytest -q -p no:cacheprovider -n auto --maxprocesses 4 $(CORE_TESTS)
 
 bench: $(STAMP)
-	$(BIN)/python -m tickwheel.bench timers
+	$(BIN)/python -m benchmarks timers
 
 clean:
 	rm -rf $(VENV) $(VCORE) $(PURE) build src/*.egg-info

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tickwheel.bench._asyncio import _data, measure
+from benchmarks._asyncio import _data, measure
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "tickwheel"])

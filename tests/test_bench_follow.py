@@ -8,8 +8,8 @@ import subprocess
 import sys
 import threading
 
+from benchmarks._follow import FollowRun, Minute, _cpu_s, _descendants, follow_table
 from tests.conftest import eventually
-from tickwheel.bench._follow import FollowRun, Minute, _cpu_s, _descendants, follow_table
 
 
 def test_the_report_splits_the_expiries_tail_by_the_minute_their_files_were_written(

@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 import pytest
 from aiohttp import web
 
-from tickwheel.bench import _load
-from tickwheel.bench._load import LOAD_CLIENTS, LoadResult, run_load
+from benchmarks import _load
+from benchmarks._load import LOAD_CLIENTS, LoadResult, run_load
 
 pytestmark = pytest.mark.realtime
 

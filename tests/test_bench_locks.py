@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from benchmarks._locks import lock_table, run_locks
 from tickwheel import _mutex
-from tickwheel.bench._locks import lock_table, run_locks
 
 
 def test_every_lock_is_timed_each_way_and_the_table_gives_the_ratio() -> None:

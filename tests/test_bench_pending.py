@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tickwheel.bench._pending import write_logs
+from benchmarks._pending import write_logs
 from tickwheel.pipeline.engines.reference import ReferenceEngine
 
 
@@ -34,7 +34,7 @@ def test_the_busy_log_is_the_quiet_one_with_operations_pending_throughout(
 @pytest.mark.parametrize("argv", [["--files", "3"], ["--pending", "0"], ["--rows", "x"],
                                   ["--engines", "local,flink"]])
 def test_bad_arguments_are_refused_before_any_work(argv: list[str]) -> None:
-    from tickwheel.bench.__main__ import main
+    from benchmarks.__main__ import main
 
     with pytest.raises(SystemExit) as stop:
         exit_code = main(["pending", *argv])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickwheel.bench._service import PhaseResult, ack_table, service_table
+from benchmarks._service import PhaseResult, ack_table, service_table
 
 
 def _round(engine: str, p99_ms: float, *, land_mean: float = 2.0) -> PhaseResult:
@@ -45,7 +45,7 @@ def test_the_time_table_gives_the_median_of_the_servers_histograms() -> None:
 @pytest.mark.parametrize("argv", [["--repeat", "0"], ["--phases", "burst"],
                                   ["--seconds", "-1"]])
 def test_bad_arguments_are_refused_before_any_work(argv: list[str]) -> None:
-    from tickwheel.bench.__main__ import main
+    from benchmarks.__main__ import main
 
     with pytest.raises(SystemExit) as stop:
         main(["service", *argv])

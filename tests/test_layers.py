@@ -23,7 +23,6 @@ RANK = {
     "metrics": 7, "tickwheel": 7,
     "service": 8,
     "client": 8.5,  # speaks the service's API: its words come from tickwheel.service.api
-    "bench": 8.7,  # measures everything below, the service's read view and client too
     "cli": 9, "demo": 9, "spark_job": 9, "__main__": 9,
 }
 
@@ -119,10 +118,10 @@ def test_the_rule_catches_an_upward_import() -> None:
     assert _unit("tickwheel") == "tickwheel" and _unit("tickwheel.cli") == "cli"
 
 
-def test_only_the_entry_points_and_the_benchmark_import_the_spark_engine() -> None:
+def test_only_the_entry_points_import_the_spark_engine() -> None:
     # The Spark engine is a backend: the Spark-free pipeline, the metrics and the
     # package root never need PySpark.
-    allowed = {"cli", "demo", "spark_job", "bench"}
+    allowed = {"cli", "demo", "spark_job"}
     # tickwheel.pipeline's face names SparkEngine for type checkers only, and imports
     # it on first use (a module __getattr__).
     importers = {importer for importer, imported in _imports()

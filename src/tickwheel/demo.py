@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
+import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -309,18 +312,38 @@ class _Webhook:
         self._server.server_close()
 
 
+def _serve(data: Path, hook: str) -> tuple[subprocess.Popen[str], str]:
+    """``tickwheel serve`` on ``data``, delivering to ``hook``: the process and its API's
+    address, once it follows (its output drained from then on, so a full pipe never
+    holds it up)."""
+    child = subprocess.Popen([sys.executable, "-m", "tickwheel.cli", "serve", "--data",
+                              str(data), "--listen", "127.0.0.1:0", "--deliver-to", hook],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert child.stdout is not None
+    url = ""
+    for line in child.stdout:
+        found = re.search(r"taking rows at (http://\S+)/v1/events", line)
+        url = found.group(1) if found else url
+        if line.startswith("following"):
+            break
+    if not url:
+        child.kill()
+        raise RuntimeError(f"the service did not start: {child.communicate()[0]}")
+    threading.Thread(target=lambda: [None for _ in child.stdout or ()], daemon=True).start()
+    return child, url
+
+
 def service(work: Path) -> None:
     """Part 4: rows over HTTP, outcomes to a webhook, and a kill -9 in the middle."""
-    from tickwheel.bench._service import start_service
     from tickwheel.client import Client
 
-    print("\nthe scheduler as a service: tickwheel run --follow --clock wall --listen "
+    print("\nthe scheduler as a service: tickwheel serve --data <here> --listen "
           "127.0.0.1:0 --deliver-to <a webhook here>", flush=True)
-    (work / "in").mkdir(parents=True)
     hook = _Webhook()
     child: subprocess.Popen[str] | None = None
     try:
-        child, url = start_service("local", work, hook.url)
+        child, url = _serve(work, hook.url)
         start = time.time_ns() // 1_000_000
         orders = [Client.watch_row(f"order-{i}", start + 1_500 + 3 * i)
                   for i in range(ORDERS_BEFORE)]
@@ -333,7 +356,7 @@ def service(work: Path) -> None:
         child.wait()
         print(f"  {ORDERS_BEFORE} \"do X at T\" rows, {ORDERS_BEFORE // 4} cancels and a "
               f"schedule every {HEARTBEAT_MS} ms acknowledged, then kill -9", flush=True)
-        child, url = start_service("local", work, hook.url)
+        child, url = _serve(work, hook.url)
         now = time.time_ns() // 1_000_000
         with Client(url) as client:
             again = client.submit(orders, idempotency_key="orders-1")  # a client's retry

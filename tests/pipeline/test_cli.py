@@ -136,8 +136,6 @@ def test_parquet_input_resolves_like_json_lines(tmp_path: Path) -> None:
     ["run", "--engine", "flink", "--input", ".", "--output", "/tmp/x"],
     ["generate", "--events", "0", "--output", "/tmp/x"],
     ["report", "--output", "/no/such/dir"],
-    ["bench", "sorting"],
-    ["bench"],
     # Beyond what Spark takes (a watermark delay past a long of microseconds, an int of
     # files): refused before either engine writes anything.
     ["run", "--input", ".", "--output", "/tmp/x", "--lateness-ms", "9223372036854775807"],
@@ -302,15 +300,10 @@ def test_generate_refuses_a_directory_that_holds_a_log_already(tmp_path: Path) -
                                str(tmp_path / "other")]).exit_code == 0
 
 
-def test_a_benchmarks_help_is_its_own() -> None:
-    result = runner.invoke(app, ["bench", "timers", "--help"])
-    assert result.exit_code == 0 and "--workloads" in result.output
-
-
-def test_the_command_runs_every_benchmark_the_module_has(
+def test_the_module_names_every_benchmark_and_each_has_its_help(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from tickwheel.bench import BENCHMARKS
-    from tickwheel.bench.__main__ import main as bench_main
+    from benchmarks import BENCHMARKS
+    from benchmarks.__main__ import main as bench_main
 
     with pytest.raises(SystemExit):
         bench_main(["--help"])
@@ -318,9 +311,18 @@ def test_the_command_runs_every_benchmark_the_module_has(
     listed = usage[usage.index("{") + 1:usage.index("}")].split(",")
     assert tuple(listed) == BENCHMARKS
     for name in BENCHMARKS:
-        result = runner.invoke(app, ["bench", name, "--help"])
-        assert result.exit_code == 0, (name, result.output)
-        assert f"python -m tickwheel.bench {name}" in " ".join(result.output.split())
+        with pytest.raises(SystemExit) as done:
+            bench_main([name, "--help"])
+        assert done.value.code == 0
+        assert f"python -m benchmarks {name}" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_benchmark_that_is_not_one_is_refused() -> None:
+    from benchmarks.__main__ import main as bench_main
+
+    with pytest.raises(SystemExit) as done:
+        bench_main(["sorting"])
+    assert done.value.code == 2
 
 
 @pytest.mark.parametrize("command", ["generate", "run"])
@@ -355,7 +357,8 @@ def test_version_names_the_release_and_the_build() -> None:
     assert ("core: compiled" if tickwheel.compiled else "core: pure Python") in result.output
 
 
-@pytest.mark.parametrize("command", ["generate", "run", "report", "bench"])
+@pytest.mark.parametrize("command", ["generate", "run", "report", "serve", "schedules",
+                                     "ops", "submit"])
 def test_help_everywhere(command: str) -> None:
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0 and "Usage" in result.output
@@ -502,7 +505,7 @@ def test_a_dedupe_retention_lets_a_reused_op_id_start_a_new_operation(tmp_path: 
 @pytest.mark.parametrize("value", ["0", "-1", "five"])
 def test_the_pipeline_benchmark_rejects_bad_files_per_trigger(
         value: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from tickwheel.bench.__main__ import main as bench_main
+    from benchmarks.__main__ import main as bench_main
 
     with pytest.raises(SystemExit) as exited:
         bench_main(["pipeline", "--files-per-trigger", value])
@@ -521,7 +524,7 @@ def test_the_pipeline_benchmark_rejects_bad_files_per_trigger(
 ])
 def test_a_benchmark_refuses_bad_arguments_before_any_work(
         args: list[str], named: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from tickwheel.bench.__main__ import main as bench_main
+    from benchmarks.__main__ import main as bench_main
 
     with pytest.raises(SystemExit) as exited:
         bench_main(args)
@@ -537,8 +540,8 @@ def test_a_benchmark_refuses_bad_arguments_before_any_work(
 def test_the_pipeline_benchmark_passes_files_per_trigger_on(
         value: str | None, expected: int | None, header: str,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from tickwheel.bench import _pipeline
-    from tickwheel.bench.__main__ import main as bench_main
+    from benchmarks import _pipeline
+    from benchmarks.__main__ import main as bench_main
 
     seen = []
 
@@ -558,8 +561,8 @@ def test_the_pipeline_benchmark_passes_files_per_trigger_on(
 
 def test_the_pipeline_benchmark_reports_each_rounds_scaling(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from tickwheel.bench import _pipeline
-    from tickwheel.bench.__main__ import main as bench_main
+    from benchmarks import _pipeline
+    from benchmarks.__main__ import main as bench_main
 
     seconds = {"reference": [1.0, 1.0, 1.0],
                "spark local[1] cold": [10.0, 12.0, 11.0],
@@ -579,9 +582,10 @@ def test_the_pipeline_benchmark_reports_each_rounds_scaling(
     assert "local[2] / local[1], warm: 1.80x (rounds 1.80x, 2.00x, 1.50x)" in out
 
 
-def test_the_bench_command_passes_the_benchmarks_options_on(
+def test_the_pipeline_benchmark_takes_its_options(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from tickwheel.bench import _pipeline
+    from benchmarks import _pipeline
+    from benchmarks.__main__ import main as bench_main
 
     seen = []
 
@@ -593,12 +597,12 @@ def test_the_bench_command_passes_the_benchmarks_options_on(
                              "spark local[2] cold", "spark local[2] warm")]
 
     monkeypatch.setattr(_pipeline, "run_pipeline", fake_run)
-    result = runner.invoke(app, ["bench", "pipeline", "--events", "5000", "--repeat", "3",
-                                 "--files-per-trigger", "all"])
-    assert result.exit_code == 0, result.output
+    assert bench_main(["pipeline", "--events", "5000", "--repeat", "3",
+                       "--files-per-trigger", "all"]) == 0
     assert seen == [(5000, 3, None)]
-    result = runner.invoke(app, ["bench", "pipeline", "--files-per-trigger", "0"])
-    assert result.exit_code == 2
+    with pytest.raises(SystemExit) as done:
+        bench_main(["pipeline", "--files-per-trigger", "0"])
+    assert done.value.code == 2
     assert seen == [(5000, 3, None)], "a bad option must stop the benchmark before it runs"
 
 
@@ -937,7 +941,7 @@ def test_an_input_directory_without_a_log_runs_empty_and_says_so(tmp_path: Path)
 
 def test_the_scaling_benchmark_reports_each_partition_count(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from tickwheel.bench.__main__ import main as bench_main
+    from benchmarks.__main__ import main as bench_main
 
     assert bench_main(["pipeline", "--partitions", "1,4", "--scaling-events", "3000",
                        "--repeat", "1", "--spark-counts", "none"]) == 0
@@ -966,7 +970,7 @@ def test_a_processor_named_on_the_command_line_gets_every_outcome(tmp_path: Path
 
 def test_the_scaling_benchmark_runs_every_count_in_each_round(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from tickwheel.bench import _scaling
+    from benchmarks import _scaling
 
     order: list[int] = []
     cpu = iter([1.0, 4.0, 3.0, 2.0, 5.0, 6.0])

@@ -1,4 +1,4 @@
-"""``python -m tickwheel.bench {timers,asyncio,purgatory,dispatcher,pipeline,pending,
+"""``python -m benchmarks {timers,asyncio,purgatory,dispatcher,pipeline,pending,
 follow,schedules,service,reads,locks}``: prints medians and ratios."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from tickwheel.bench._load import LOAD_CLIENTS
-from tickwheel.bench._timers import IMPLEMENTATIONS, TIMER_WORKLOADS, Result, run_timers
+from benchmarks import child_env
+from benchmarks._load import LOAD_CLIENTS
+from benchmarks._timers import IMPLEMENTATIONS, TIMER_WORKLOADS, Result, run_timers
 
 ANCHOR = "asyncio"
 
@@ -64,7 +65,7 @@ def _non_negative(text: str) -> int:
 
 
 def _operations(text: str) -> int:
-    from tickwheel.bench._purgatory import ROUND
+    from benchmarks._purgatory import ROUND
 
     return _whole(text, ROUND)
 
@@ -112,7 +113,7 @@ def _engines(text: str) -> list[str]:
 
 
 def _follow(args: argparse.Namespace) -> int:
-    from tickwheel.bench._follow import follow_table, run_follow
+    from benchmarks._follow import follow_table, run_follow
 
     def progress(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -139,7 +140,7 @@ def _follow(args: argparse.Namespace) -> int:
 
 
 def _schedules(args: argparse.Namespace) -> int:
-    from tickwheel.bench._schedule_engines import (
+    from benchmarks._schedule_engines import (
         CatchupRun,
         LatencyRun,
         StateRun,
@@ -149,7 +150,7 @@ def _schedules(args: argparse.Namespace) -> int:
         spark_catchup,
         state,
     )
-    from tickwheel.bench._schedules import run_schedules, table
+    from benchmarks._schedules import run_schedules, table
 
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -181,7 +182,7 @@ def _schedules(args: argparse.Namespace) -> int:
 
 
 def _phases(text: str) -> tuple[str, ...]:
-    from tickwheel.bench._service import PHASES
+    from benchmarks._service import PHASES
 
     chosen = tuple(part for part in text.split(",") if part)
     unknown = [part for part in chosen if part not in PHASES]
@@ -191,7 +192,7 @@ def _phases(text: str) -> tuple[str, ...]:
 
 
 def _service(args: argparse.Namespace) -> int:
-    from tickwheel.bench._service import ack_table, run_service, service_table
+    from benchmarks._service import ack_table, run_service, service_table
 
     results = run_service(args.engines, args.seconds, args.batch_rate, args.single_rate,
                           args.fire_rate, args.master, args.phases, args.repeat,
@@ -209,7 +210,7 @@ def _service(args: argparse.Namespace) -> int:
 
 
 def _reads(args: argparse.Namespace) -> int:
-    from tickwheel.bench._reads import read_table, run_reads
+    from benchmarks._reads import read_table, run_reads
 
     result = run_reads(args.n, args.seconds, args.submit_rate, args.read_rate)
     print(f"\nread benchmark: {args.n:,} schedules on the local engine, {args.seconds} s "
@@ -223,8 +224,8 @@ def _reads(args: argparse.Namespace) -> int:
 def _locks(args: argparse.Namespace) -> int:
     import platform
 
+    from benchmarks._locks import lock_table, run_locks
     from tickwheel._mutex import native
-    from tickwheel.bench._locks import lock_table, run_locks
 
     print(f"\nlocks benchmark: Python {platform.python_version()}, Mutex over the C lock: "
           f"{native}; median of {args.repeat} runs of {args.n:,} cycles, uncontended, "
@@ -234,7 +235,7 @@ def _locks(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tickwheel.bench")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
     sub = parser.add_subparsers(dest="what", required=True)
     t = sub.add_parser("timers", help="timer workloads W1-W4 against asyncio, sched, heapq")
     t.add_argument("--sizes", type=_sizes, default="10000,100000,1000000",
@@ -423,7 +424,6 @@ def _pure_timers(args: argparse.Namespace) -> int:
     """The same command on the pure-Python build: the package's sources copied without
     its compiled modules, run in a second process so that neither build's modules
     shadow the other's."""
-    import os
     import shutil
     import subprocess
     import tempfile
@@ -437,18 +437,17 @@ def _pure_timers(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="tickwheel-pure-") as tmp:
         shutil.copytree(package, Path(tmp) / "tickwheel",
                         ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
-        argv = [sys.executable, "-m", "tickwheel.bench", "timers",
+        argv = [sys.executable, "-m", "benchmarks", "timers",
                 "--sizes", ",".join(map(str, args.sizes)),
                 "--impls", args.impls, "--workloads", args.workloads,
                 "--repeat", str(args.repeat), "--gc", args.gc]
         print("pure-Python build, the same workloads in a second process:", flush=True)
-        return subprocess.run(argv, env={**os.environ, "PYTHONPATH": tmp},
-                               check=False).returncode
+        return subprocess.run(argv, env=child_env(tmp), check=False).returncode
 
 
 def _asyncio(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import tickwheel
-    from tickwheel.bench._asyncio import SHORTCUT_LOOPS, available_loops, run_asyncio
+    from benchmarks._asyncio import SHORTCUT_LOOPS, available_loops, run_asyncio
 
     for name in ("n", "tasks", "repeat"):
         if getattr(args, name) < 1:
@@ -492,7 +491,7 @@ def _asyncio(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _dispatcher(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from tickwheel.bench._dispatcher import median, run_dispatcher
+    from benchmarks._dispatcher import median, run_dispatcher
 
     if args.batch > args.buffer:
         parser.error(f"--batch ({args.batch}) must not exceed --buffer ({args.buffer})")
@@ -512,7 +511,7 @@ def _dispatcher(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 
 
 def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
-    from tickwheel.bench._purgatory import ROUND, leftover_entries, run_purgatory
+    from benchmarks._purgatory import ROUND, leftover_entries, run_purgatory
 
     start = time.monotonic()
     results, anchor, floor = run_purgatory(
@@ -539,7 +538,7 @@ def _purgatory(operations: int, repeat: int, compiled: bool) -> int:
 
 
 def _pipeline(args: argparse.Namespace) -> int:
-    from tickwheel.bench._pipeline import run_pipeline
+    from benchmarks._pipeline import run_pipeline
 
     for name in ("events", "repeat", "spark_partitions", "scaling_events"):
         if getattr(args, name) < 1:
@@ -575,7 +574,7 @@ def _pipeline(args: argparse.Namespace) -> int:
 
 
 def _pending(args: argparse.Namespace) -> int:
-    from tickwheel.bench._pending import run_pending
+    from benchmarks._pending import run_pending
 
     if args.files < 4:
         print("--files must be >= 4: the first two are left out", file=sys.stderr)
@@ -601,7 +600,7 @@ def _pending(args: argparse.Namespace) -> int:
 
 def _scaling(args: argparse.Namespace) -> int:
     import tickwheel
-    from tickwheel.bench._scaling import run_scaling, scaling_table
+    from benchmarks._scaling import run_scaling, scaling_table
 
     rows = run_scaling(args.scaling_events, args.partitions, args.repeat,
                        lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -611,7 +610,7 @@ def _scaling(args: argparse.Namespace) -> int:
           f"the design's first count")
     print(scaling_table(rows))
     if args.spark_counts:
-        from tickwheel.bench._pipeline import run_partition_costs
+        from benchmarks._pipeline import run_partition_costs
 
         low, high = args.spark_counts
         runs = run_partition_costs(args.events, [low, high],

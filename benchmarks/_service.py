@@ -3,7 +3,7 @@ loopback by an open-loop load generator in another, fresh for each phase, delive
 a webhook receiver in this one.
 
 Each phase starts a fresh service (input, output, checkpoint) and sends requests at a
-fixed rate for ``seconds`` (:mod:`tickwheel.bench._load`); a request's latency runs from
+fixed rate for ``seconds`` (:mod:`benchmarks._load`); a request's latency runs from
 when it is due to be sent to its answer, so a server that falls behind is charged for
 the wait (no coordinated omission). Phases:
 
@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tickwheel.bench._load import FIRE_IN_MS
+from benchmarks import child_env
+from benchmarks._load import FIRE_IN_MS
 
 __all__ = ["PHASES", "PhaseResult", "ack_table", "run_service", "service_table",
            "start_service"]
@@ -203,14 +204,15 @@ def _stop_service(child: subprocess.Popen[str]) -> None:
 
 def _load_elsewhere(url: str, result: PhaseResult, seconds: float, fire: bool,
                     scratch: Path, client: str) -> None:
-    """:func:`~tickwheel.bench._load.run_load` in a process of its own, fresh for each
+    """:func:`~benchmarks._load.run_load` in a process of its own, fresh for each
     phase: no phase is measured with the heap, the sockets or the CPU of the one before
     it."""
     out = scratch / "load.json"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "tickwheel.bench._load", url, result.phase,
+    subprocess.run([sys.executable, "-m", "benchmarks._load", url, result.phase,
                     str(result.rows_per_request), str(result.target_rows_s), str(seconds),
-                    "fire" if fire else "ack", client, str(out)], check=True)
+                    "fire" if fire else "ack", client, str(out)], check=True,
+                   env=child_env())
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result.load_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     loaded = json.loads(out.read_text())

@@ -34,6 +34,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks import child_env
 from tickwheel import aio
 
 __all__ = ["LOOPS", "Result", "available_loops", "run_asyncio"]
@@ -244,8 +245,9 @@ def run_asyncio(
                 label, unit, _ = _WORKLOADS[workload]
                 size = n_tasks if workload == "A2" else n
                 out = subprocess.run(
-                    [sys.executable, "-m", "tickwheel.bench._asyncio", name, workload,
-                     str(n), str(n_tasks)], capture_output=True, text=True, check=True)
+                    [sys.executable, "-m", "benchmarks._asyncio", name, workload,
+                     str(n), str(n_tasks)], capture_output=True, text=True, check=True,
+                    env=child_env())
                 value = float(out.stdout)
                 key = (name, label)
                 if key not in results:

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tickwheel.bench._follow import BatchFileReader
-from tickwheel.bench._schedules import CRON_SPECS, ZONES
+from benchmarks._follow import BatchFileReader
+from benchmarks._schedules import CRON_SPECS, ZONES
 
 __all__ = ["CatchupRun", "LatencyRun", "StateRun", "catchup", "engine_table", "latency",
            "state"]

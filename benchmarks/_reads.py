@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks import child_env
+
 __all__ = ["ReadResult", "read_table", "run_reads", "view_bytes"]
 
 _ZONES: Final = ("UTC", "Europe/London", "America/New_York", "Asia/Shanghai")
@@ -132,7 +134,7 @@ def _reader(url: str, n: int, rate: int, stop: threading.Event, result: ReadResu
 
 
 def run_reads(n: int, seconds: float, submit_rate: int, read_rate: int) -> ReadResult:
-    from tickwheel.bench._service import _Receiver, _stop_service, start_service
+    from benchmarks._service import _Receiver, _stop_service, start_service
 
     result = ReadResult(n, submit_rate, seconds)
     result.view_bytes, result.dict_bytes = view_bytes(n)
@@ -156,9 +158,9 @@ def run_reads(n: int, seconds: float, submit_rate: int, read_rate: int) -> ReadR
             reader.start()
             out = work / "load.json"
             try:
-                subprocess.run([sys.executable, "-m", "tickwheel.bench._load", url, "single",
+                subprocess.run([sys.executable, "-m", "benchmarks._load", url, "single",
                                 "1", str(submit_rate), str(seconds), "ack", "h11", str(out)],
-                               check=True)
+                               check=True, env=child_env())
             finally:
                 stop.set()
                 reader.join()

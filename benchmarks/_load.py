@@ -12,7 +12,7 @@ On a small machine the generator shares the cores with the server it measures, a
 group commit answers many requests at once, which one process reads one after another:
 the leaner client takes less of both (docs/benchmarks.md, "Service").
 
-``python -m tickwheel.bench._load URL PHASE ROWS_PER_REQUEST ROWS_S SECONDS MODE CLIENT
+``python -m benchmarks._load URL PHASE ROWS_PER_REQUEST ROWS_S SECONDS MODE CLIENT
 OUT`` runs it in a process of its own and writes its :class:`LoadResult` to OUT as JSON.
 """
 
