@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _CODE_BLOCK = re.compile(r"```.*?```", re.S)
 
@@ -36,7 +36,7 @@ def test_slugs_follow_githubs_rule() -> None:
     assert _slug("Spark's watermark and late rows") == "sparks-watermark-and-late-rows"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_lead_to_a_file_and_heading(page: Path) -> None:
     assert _links(page) or page.name != "README.md", "the README links to its docs"
     for link in _links(page):
