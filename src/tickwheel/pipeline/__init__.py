@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from tickwheel.pipeline.engines.partitioned import run_partitioned
     from tickwheel.pipeline.engines.reference import ReferenceEngine
     from tickwheel.pipeline.semantics.partition import CommittedChanges
-    from tickwheel.pipeline.spark import SparkEngine
+    # SparkEngine is left out here: the compiled build type-checks this package
+    # without PySpark installed.
 
 __all__ = ["CommittedChanges", "LocalFollowEngine", "OutcomeKind", "OutcomeRow",
            "OutcomeSink", "ReferenceEngine", "SparkEngine", "deliver_outcomes",
