@@ -235,7 +235,7 @@ class SparkEngine:
         micro-batch's outputs are written (progress). ``on_commit`` gets what each
         micro-batch changed in the op partitions, as the local engine gives it (for a
         reader's view, such as :class:`~tickwheel.service.view.StateView`): the workers
-        send their changes with their statuses, and a partition that was restored rather
+        send their changes with their statuses, and a partition restored rather
         than kept in its worker (the first batch of a run) sends every entry it holds.
         ``sink`` gets every outcome at least once: each micro-batch's once its files are
         written, delivered while the next batch runs, and at the start of a run those of
