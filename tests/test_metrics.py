@@ -188,6 +188,8 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
         congested: int = 2
         transient: int = 1
         dead_letters: int = 3
+        failed: int = 8
+        retried: int = 5
         lag_ms: int | None = 250
 
     acks, waits, lands = Histogram(), Histogram(), Histogram()
@@ -213,8 +215,10 @@ def test_a_webhook_and_a_submit_api_are_exported() -> None:
     registry.register(TickwheelCollector().add_webhook("hook", Source(Delivered()))
                       .add_intake("api", Source(taken)))
     value = registry.get_sample_value
-    assert value("tickwheel_webhook_dead_letters_total", {"webhook": "hook"}) == 3
-    assert value("tickwheel_webhook_lag_ms", {"webhook": "hook"}) == 250
+    assert value("tickwheel_webhook_dead_letters_total", {"target": "hook"}) == 3
+    assert value("tickwheel_webhook_retried_total", {"target": "hook"}) == 5
+    assert value("tickwheel_webhook_failed_total", {"target": "hook"}) == 8
+    assert value("tickwheel_webhook_lag_ms", {"target": "hook"}) == 250
     assert value("tickwheel_intake_accepted_rows_total", {"intake": "api"}) == 40
     assert value("tickwheel_intake_backlog_rows", {"intake": "api"}) == 12
     assert value("tickwheel_intake_retired_files_total", {"intake": "api"}) == 7

@@ -161,8 +161,9 @@ class TickwheelCollector(Collector):
         return self
 
     def add_webhook(self, name: str, webhook: StatsSource) -> TickwheelCollector:
-        """A ``WebhookProcessor`` (``--deliver-to``): requests by verdict, dead letters
-        and the delivery lag."""
+        """A ``WebhookProcessor`` (a target of ``--targets``, or ``--deliver-to``'s
+        ``default``), labelled ``target``: outcomes delivered, failed, retried and
+        dead-lettered, requests by verdict, and the delivery lag."""
         _add(self._webhooks, "webhook", name, webhook)
         return self
 
@@ -266,11 +267,14 @@ class TickwheelCollector(Collector):
 
     def _collect_service(self) -> Iterator[Metric]:
         webhooks = _Families(
-            "tickwheel_webhook", "webhook",
+            "tickwheel_webhook", "target",
             [("delivered", "Outcomes the receiver took (2xx)"),
              ("congested", "Requests answered 503 or 429, or not in time: backed off"),
              ("transient", "Requests that failed otherwise (5xx, no connection): retried"),
-             ("dead_letters", "Outcomes refused for good, written to dead-letter/")],
+             ("failed", "Outcomes in requests that failed (any answer but 2xx, or none)"),
+             ("retried", "Outcomes in failed requests that are tried again"),
+             ("dead_letters", "Outcomes written to the target's dead letters "
+                              "(refused, or max_attempts reached)")],
             [("lag_ms", "At the last delivery, wall ms since its oldest outcome resolved")],
             [])
         for name, webhook in self._webhooks.items():

@@ -48,7 +48,8 @@ def test_generate_run_report(tmp_path: Path) -> None:
         "unparseable", "missing_field", "bad_type", "unknown_type", "unknown_condition",
         "value_and_error", "duplicate_field"}
     assert outcomes and set(outcomes[0]) == {"op_id", "outcome", "resolved_ms", "latency_ms",
-                                             "keys", "error", "skipped"}
+                                             "keys", "error", "skipped", "target",
+                                             "payload"}
     assert all((o["error"] is None) == (o["outcome"] != "error") for o in outcomes)
     result = runner.invoke(app, ["report", "--output", str(out)])
     assert result.exit_code == 0, result.output

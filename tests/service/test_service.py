@@ -89,9 +89,9 @@ def test_submitted_then_fired_then_delivered(tmp_path: Path) -> None:
                               unless=lambda: child.poll() is not None)
             metrics = httpx.get(f"{url}/metrics").text
             assert 'tickwheel_intake_accepted_rows_total{intake="submit"} 21.0' in metrics
-            assert eventually(lambda: 'tickwheel_webhook_delivered_total{webhook="deliver-to"} '
+            assert eventually(lambda: 'tickwheel_webhook_delivered_total{target="default"} '
                               '20.0' in httpx.get(f"{url}/metrics").text, 30)
-            assert 'tickwheel_webhook_lag_ms{webhook="deliver-to"}' in metrics
+            assert 'tickwheel_webhook_lag_ms{target="default"}' in metrics
             assert 'tickwheel_pipeline_rows_in_total{pipeline="follow"}' in metrics
             # What the engine committed leaves the input directory; the newest stays.
             assert eventually(lambda: _intake(url)["unretired_files"] == 1, 30)

@@ -96,7 +96,7 @@ def test_an_answer_names_the_file_that_holds_the_rows_on_disk(server: SubmitServ
     answer = post(server, json.dumps([watch("a"), {"type": "cancel", "op_id": "a"}])).json()
     path = server.input_dir / answer["file"]
     lines = path.read_text().splitlines()
-    assert len(lines) == 2 and all(len(parse_wire(line)) == 12 for line in lines)
+    assert len(lines) == 2 and all(len(parse_wire(line)) == 14 for line in lines)
     assert not [p for p in server.input_dir.iterdir() if p.name.startswith(".")]
 
 

@@ -44,7 +44,7 @@ def test_each_answer_gets_eurekas_verdict(tmp_path: Path, status: int,
     assert [o["id"] for o in sent] == [f"op:op-{i}@{100 + i}" for i in range(5)]
     assert sent[0] == {"id": "op:op-0@100", "op_id": "op-0", "outcome": "expired",
                        "resolved_ms": 1_000, "latency_ms": 900, "keys": ["k"],
-                       "error": None, "skipped": 0}
+                       "error": None, "skipped": 0, "target": None, "payload": None}
     letters = list((tmp_path / "dead-letter").glob("*.json"))
     if result is ProcessingResult.PERMANENT_ERROR:
         (letter,) = letters

@@ -17,7 +17,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 # Each command module adds its command to the app, in this order in --help.
 # isort: off
-from tickwheel.cli import generate, run, serve, schedules, ops, report, submit  # noqa: F401
+from tickwheel.cli import (  # noqa: F401
+    generate, run, serve, schedules, ops, redeliver, report, submit,
+)
 # isort: on
 from tickwheel.cli._app import app
 

@@ -41,7 +41,7 @@ from tickwheel.pipeline.contract.limits import (
     check_spark_settings,
 )
 from tickwheel.pipeline.contract.outcomes import OutcomeRow
-from tickwheel.pipeline.delivery.sink import Delivery, OutcomeSink, deliver_outcomes
+from tickwheel.pipeline.delivery.sink import Delivery
 from tickwheel.pipeline.engines.reference import ReferenceEngine
 from tickwheel.pipeline.io.input_dir import (
     InputError,
@@ -68,9 +68,9 @@ if TYPE_CHECKING:
     from tickwheel.metrics import TickwheelCollector
     from tickwheel.pipeline.spark import SparkEngine
     from tickwheel.service.journal import HandOver
+    from tickwheel.service.outbox import Outbox
     from tickwheel.service.server import SubmitServer
     from tickwheel.service.view import StateView
-    from tickwheel.service.webhook import WebhookProcessor
 
 
 
@@ -189,8 +189,14 @@ def run(
     deliver_to: Annotated[str | None, typer.Option(
         help="POST outcomes to this http(s) URL in batches, through the batching "
              "dispatcher: at least once, each with a stable id; 503, 429 and timeouts "
-             "back off, other 5xx retry, other answers go to OUTPUT/dead-letter/ "
-             "(needs the service extra)")] = None,
+             "back off, other 5xx retry, other answers go to "
+             "OUTPUT/dead-letter/default/ (needs the service extra)")] = None,
+    targets: Annotated[Path | None, typer.Option(
+        "--targets", metavar="FILE",
+        help="deliver outcomes to the targets this TOML file defines ([targets.NAME] "
+             "with urls, strategy, secret_file, headers, timeout_ms, max_attempts, "
+             "max_batch, retry_ms), each by its own dispatcher; rows name theirs in "
+             "'target', rows naming none go to --deliver-to or [targets.default]")] = None,
     worker_cache: Annotated[bool, typer.Option(
         hidden=True, help="Spark: Python workers keep the partitions they ran last (off "
                           "only to measure what that saves)")] = True,
@@ -201,8 +207,8 @@ def run(
     except ValueError as exc:
         print_error(f"--conf: {exc}")
         raise typer.Exit(2) from exc
-    if processor is not None and deliver_to is not None:
-        print_error("give --processor or --deliver-to, not both")
+    if processor is not None and (deliver_to is not None or targets is not None):
+        print_error("give --processor, or --deliver-to and --targets, not both")
         raise typer.Exit(2)
     address = None if listen is None else listen_options(
         listen, follow, max_connections, header_timeout_ms, token_file, insecure_no_auth)
@@ -217,10 +223,9 @@ def run(
                         "port takes no credentials: scrape /metrics through --listen with "
                         "--token-file, or give --insecure-no-auth")
             raise typer.Exit(2)
-    user_processor = None if processor is None else _load_processor(processor)
-    if deliver_to is not None:
-        user_processor = _webhook(deliver_to, output)
-        processor = deliver_to
+    outbox = _outbox(processor, deliver_to, targets, output)
+    if deliver_to is not None or targets is not None:
+        processor = "its targets" if targets is not None else deliver_to
     if not follow and (trigger_ms != DEFAULT_TRIGGER_MS or clock is not ClockKind.event
                        or metrics_port is not None):
         print_error("--trigger-ms, --clock and --metrics-port apply to --follow "
@@ -244,7 +249,7 @@ def run(
                        partitions, max_files_per_trigger, final, overwrite,
                        follow=(trigger_ms, clock, metrics_port, stop_timeout_ms),
                        max_future_ms=future, listen=address,
-                       processor=user_processor, driver_memory=driver_memory,
+                       outbox=outbox, driver_memory=driver_memory,
                        settings=spark_settings, worker_cache=worker_cache)
             return
         if any(option is not None
@@ -254,13 +259,13 @@ def run(
             raise typer.Exit(2)
         _start_metrics(metrics_port, metrics_host)
         _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
-                      overwrite, metrics_port, user_processor, stop_timeout_ms,
+                      overwrite, metrics_port, outbox, stop_timeout_ms,
                       max_files_per_trigger, future, address)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
                    checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]", partitions,
-                   max_files_per_trigger, final, overwrite, processor=user_processor,
+                   max_files_per_trigger, final, overwrite, outbox=outbox,
                    driver_memory=driver_memory, settings=spark_settings,
                    worker_cache=worker_cache)
         return
@@ -275,13 +280,11 @@ def run(
     except (FileNotFoundError, InputError, OwnershipError, OutputDirError) as exc:
         print_error(f"{exc}")
         raise typer.Exit(2) from exc
-    _run_local(files, input, output, lateness_ms, dedupe_retention_ms, user_processor,
-               processor)
+    _run_local(files, input, output, lateness_ms, dedupe_retention_ms, outbox, processor)
 
 
 def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
-               dedupe_retention_ms: int | None,
-               user_processor: TaskProcessor[OutcomeRow] | None, processor: str | None
+               dedupe_retention_ms: int | None, outbox: Outbox | None, processor: str | None
                ) -> None:
     """The reference engine over a log of any size: events past what it holds in
     memory are sorted on disk (unnamed files in ``output``, gone with the process), and
@@ -327,10 +330,11 @@ def _run_local(files: list[Path], input: Path, output: Path, lateness_ms: int,
                skipped=result.skipped)
     if not files:
         warn_no_input(input)
-    if user_processor is not None:
+    if outbox is not None:
         with console.status(f"delivering {outcomes.rows:,} outcomes to {processor}"):
-            delivery = deliver_outcomes(read_outcomes(outcomes.path), user_processor)
-        _finish_delivery(delivery, f"they are in {outcomes.path}")
+            deliveries = outbox.deliver(read_outcomes(outcomes.path))
+        outbox.close()
+        _finish_delivery(outbox, deliveries, f"they are in {outcomes.path}")
 
 
 def _size(path: Path) -> int:
@@ -341,23 +345,45 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _webhook(url: str, output: Path) -> TaskProcessor[OutcomeRow]:
-    """The webhook processor for ``--deliver-to``, refused before any work if the URL
-    is not one or the extra is missing (exit 2)."""
+def _outbox(processor: str | None, deliver_to: str | None, targets: Path | None,
+            output: Path) -> Outbox | None:
+    """Where outcomes go: the user's processor, or the targets of ``--targets`` and
+    ``--deliver-to``; refused before any work (exit 2, naming the option and the key)
+    if they are unusable or the extra is missing."""
+    if processor is not None:
+        from tickwheel.service.outbox import Outbox
+
+        return Outbox.for_processor(_load_processor(processor))
+    if deliver_to is None and targets is None:
+        return None
+    option = "--targets" if targets is not None else "--deliver-to"
     try:
-        from tickwheel.service import DEAD_LETTER_DIR, WebhookProcessor
+        from tickwheel.service.outbox import Outbox
+        from tickwheel.service.targets import (
+            DEFAULT_TARGET,
+            TargetsError,
+            load_targets,
+            target_for_url,
+        )
     except ImportError as exc:
-        print_error("--deliver-to needs the service extra: pip install 'tickwheel[service]'")
+        print_error(f"{option} needs the service extra: pip install 'tickwheel[service]'")
         raise typer.Exit(2) from exc
-    global _dead_letters, _webhook_processor
     try:
-        webhook = WebhookProcessor(url, output / DEAD_LETTER_DIR)
-    except ValueError as exc:
-        print_error(f"--deliver-to: {exc}")
+        specs = {} if targets is None else load_targets(targets)
+    except TargetsError as exc:
+        print_error(f"--targets {exc}")
         raise typer.Exit(2) from exc
-    _dead_letters = webhook.dead_letters
-    _webhook_processor = webhook
-    return webhook
+    if deliver_to is not None:
+        if DEFAULT_TARGET in specs:
+            print_error(f"--deliver-to and [targets.{DEFAULT_TARGET}] in --targets both "
+                        "name the default target: give one")
+            raise typer.Exit(2)
+        try:
+            specs[DEFAULT_TARGET] = target_for_url(deliver_to)
+        except ValueError as exc:
+            print_error(f"--deliver-to: {exc}")
+            raise typer.Exit(2) from exc
+    return Outbox.for_targets(specs, output)
 
 
 def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:
@@ -390,29 +416,21 @@ def _load_processor(spec: str) -> TaskProcessor[OutcomeRow]:
     return made  # type: ignore[return-value]
 
 
-#: Where ``--deliver-to`` writes what its receiver refused, once set up.
-_dead_letters: Path | None = None
-_webhook_processor: WebhookProcessor | None = None  # --deliver-to's, for the metrics
-
-
-def _delivery_status() -> dict[str, object]:
-    """Where outcomes go, for ``/v1/status`` and the console: each target's counts."""
-    webhook = _webhook_processor
-    if webhook is None:
-        return {"targets": {}}
-    return {"targets": {"default": {**asdict(webhook.stats()), "url": webhook.url,
-                                    "dead_letter_dir": str(webhook.dead_letters)}}}
-
-
-def _print_delivery(delivery: Delivery) -> None:
-    stats = delivery.stats
-    failed = f", {delivery.failed:,} failed (the processor raised)" if delivery.failed else ""
-    refused = stats.dropped - delivery.failed
-    where = "" if _dead_letters is None or not refused else f" (kept in {_dead_letters})"
-    console.print(f"delivered {stats.tasks.get('success', 0):,} outcomes in "
-                  f"{stats.batches.get('success', 0):,} batches; "
-                  f"{refused:,} refused by the processor{where}, "
-                  f"{delivery.undelivered:,} not delivered in time{failed}")
+def _print_delivery(outbox: Outbox, deliveries: Mapping[str, Delivery]) -> None:
+    for route, delivery in deliveries.items():
+        stats = delivery.stats
+        failed = (f", {delivery.failed:,} failed (the processor raised)" if delivery.failed
+                  else "")
+        refused = stats.dropped - delivery.failed
+        webhook = outbox.webhooks.get(route)
+        where = ("" if webhook is None or not refused
+                 else f" (kept in {webhook.dead_letters})")
+        to = "" if outbox.takes_all else (
+            "unknown targets: " if route == "*" else f"{route}: ")
+        console.print(f"{to}delivered {stats.tasks.get('success', 0):,} outcomes in "
+                      f"{stats.batches.get('success', 0):,} batches; "
+                      f"{refused:,} refused by the processor{where}, "
+                      f"{delivery.undelivered:,} not delivered in time{failed}")
 
 
 def _changed_note(changed: int) -> str:
@@ -420,13 +438,14 @@ def _changed_note(changed: int) -> str:
             if changed else "")
 
 
-def _finish_delivery(delivery: Delivery, where: str) -> None:
+def _finish_delivery(outbox: Outbox, deliveries: Mapping[str, Delivery], where: str) -> None:
     """The end of a batch run's delivery: exit 1 if an outcome was not delivered."""
-    _print_delivery(delivery)
-    lost = delivery.failed + delivery.undelivered
+    _print_delivery(outbox, deliveries)
+    failed = sum(d.failed for d in deliveries.values())
+    lost = failed + sum(d.undelivered for d in deliveries.values())
     if lost:
-        print_error(f"{lost:,} outcomes were not delivered ({delivery.failed:,} to a processor "
-               f"that raised): {where}")
+        print_error(f"{lost:,} outcomes were not delivered ({failed:,} to a processor "
+                    f"that raised): {where}")
         raise typer.Exit(1)
 
 
@@ -454,7 +473,8 @@ def _start_metrics(port: int | None, host: str) -> None:
 
 
 def _serve_metrics(port: int | None, name: str, counts: object,
-                   listen: _Listen | None = None) -> TickwheelCollector | None:
+                   listen: _Listen | None = None, outbox: Outbox | None = None,
+                   ) -> TickwheelCollector | None:
     """The run's counts in the metrics export (with the webhook's, if it delivers to
     one): on the metrics port, and on the submit API's port when there is one (and the
     metrics extra is installed). The collector, to which the submit API adds its own."""
@@ -468,8 +488,9 @@ def _serve_metrics(port: int | None, name: str, counts: object,
     from tickwheel.metrics import TickwheelCollector
 
     collector = TickwheelCollector().add_pipeline_run(name, counts)  # type: ignore[arg-type]
-    if _webhook_processor is not None:
-        collector.add_webhook("deliver-to", _webhook_processor)
+    if outbox is not None:
+        for target, webhook in outbox.webhooks.items():
+            collector.add_webhook(target, webhook)
     REGISTRY.register(collector)
     return collector
 
@@ -564,7 +585,8 @@ def _start_submit(address: _Listen, input: Path, state_dir: Path,
                   release_ms: int | None, floor_file: Path | None = None,
                   hand_over: HandOver | None = None,
                   ready: Callable[[], bool] | None = None,
-                  view: StateView | None = None) -> SubmitServer:
+                  view: StateView | None = None,
+                  outbox: Outbox | None = None) -> SubmitServer:
     """The submit API, serving from now on (exit 2 if its address cannot be bound);
     it stamps no row below ``release_ms``, the engine's time at start."""
     from tickwheel.service.server import SubmitServer
@@ -578,7 +600,11 @@ def _start_submit(address: _Listen, input: Path, state_dir: Path,
                               committed_inputs=committed_inputs, metrics=_metrics_text(),
                               max_future_ms=max_future_ms, min_stamp_ms=release_ms or 0,
                               floor_file=floor_file, hand_over=hand_over, ready=ready,
-                              view=view, delivery=_delivery_status)
+                              view=view,
+                              delivery=None if outbox is None else outbox.status,
+                              # A row may name only a target that delivers it.
+                              targets=(None if outbox is None or outbox.takes_all
+                                       else outbox.targets))
     except (OSError, ValueError) as exc:  # its keys or input files, as a start finds them
         print_error(f"the submit API's state in {state_dir}: {exc}")
         raise typer.Exit(2) from exc
@@ -597,14 +623,14 @@ def _start_submit(address: _Listen, input: Path, state_dir: Path,
 def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_ms: int,
                   dedupe_retention_ms: int, trigger_ms: int, clock: ClockKind,
                   overwrite: bool, metrics_port: int | None,
-                  processor: TaskProcessor[OutcomeRow] | None,
+                  outbox: Outbox | None,
                   stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS,
                   max_files_per_batch: int | None = None,
                   max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
                   listen: _Listen | None = None) -> None:
     from tickwheel.pipeline.engines.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
 
-    sink = None if processor is None else OutcomeSink(processor)
+    sink = None if outbox is None else outbox.sink
     view = None
     if listen is not None:  # what the read API answers from
         from tickwheel.service.view import StateView
@@ -637,7 +663,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
                 return None
             return follower.clock() - release
 
-    collector = _serve_metrics(metrics_port, "follow", _Live(), listen)
+    collector = _serve_metrics(metrics_port, "follow", _Live(), listen, outbox)
     ran = threading.Event()  # set once the engine has run a batch: it is running
     server = None if listen is None else _start_submit(
         listen, input, follower.checkpoint_dir / SUBMIT_STATE,
@@ -645,7 +671,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
         # One client's row may not move everyone's time: ahead by at most the lateness.
         follower.committed_inputs, lateness_ms if clock is ClockKind.wall else None, collector,
         follower.counts().release_ms, hand_over=follower.offer_rows, ready=ran.is_set,
-        view=view)
+        view=view, outbox=outbox)
     if server is not None:  # the rows it stamps are never late
         follower.time_floor = server.time_floor
         follower.between_pieces = server.give_way  # its requests wait no switch interval
@@ -674,8 +700,8 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
         except (OSError, OwnershipError) as exc:  # a full disk, the checkpoint taken away
             print_error(f"the service stopped in batch {follower.batch_id + 1}: "
                    f"{exc}")
-            if sink is not None:
-                _print_delivery(sink.close(timeout_s=1.0))
+            if outbox is not None:
+                _print_delivery(outbox, outbox.close(timeout_s=1.0))
             raise typer.Exit(1) from exc
         finally:
             if server is not None:  # what it acknowledged is on disk for the next start
@@ -684,9 +710,9 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
     console.print(f"stopped after {plural(result.batches, 'batch')}: {result.rows_in:,} rows, "
                   f"{result.outcomes:,} outcomes, {result.quarantined:,} quarantined; "
                   f"{counts.pending:,} pending, {counts.held:,} held")
-    if sink is not None:
+    if outbox is not None:
         # The stop waited for the processor already: what it holds now is abandoned.
-        _print_delivery(sink.close(timeout_s=1.0))
+        _print_delivery(outbox, outbox.close(timeout_s=1.0))
         if result.undelivered:
             console.print(f"{result.undelivered:,} outcomes not delivered: the next start "
                           "delivers them")
@@ -696,7 +722,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                checkpoint: Path, master: str, partitions: int | None,
                max_files_per_trigger: int | None, final: bool, overwrite: bool,
                follow: tuple[int, ClockKind, int | None, int] | None = None,
-               processor: TaskProcessor[OutcomeRow] | None = None,
+               outbox: Outbox | None = None,
                driver_memory: str | None = None,
                settings: dict[str, str] | None = None,
                max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
@@ -731,7 +757,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         print_error(f"could not start Spark: {exc}")
         raise typer.Exit(1) from exc
     try:
-        sink = None if processor is None else OutcomeSink(processor)
+        sink = None if outbox is None else outbox.sink
         view = None
         if follow is not None and listen is not None:  # what the read API answers from
             from tickwheel.service.view import StateView
@@ -757,9 +783,10 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
             if view is not None:
                 _remember_outcomes(view, output / "outcomes", spark_engine.result().release_ms,
                                    dedupe_retention_ms)
-            undelivered = _follow_spark(spark_engine, *follow, listen=listen, view=view)
-            if sink is not None:
-                _print_delivery(sink.close(timeout_s=1.0))
+            undelivered = _follow_spark(spark_engine, *follow, listen=listen, view=view,
+                                        outbox=outbox)
+            if outbox is not None:
+                _print_delivery(outbox, outbox.close(timeout_s=1.0))
                 if undelivered:
                     console.print(f"{undelivered:,} outcomes not delivered: the next start "
                                   "delivers them")
@@ -785,8 +812,9 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                    result.rows_applied, reasons, outcomes, result.pending,
                    result.ignored_cancels, held=result.held, schedules=result.schedules,
                    skipped=result.skipped)
-        if sink is not None:
-            _finish_delivery(sink.close(), "the next run on this checkpoint delivers them")
+        if outbox is not None:
+            _finish_delivery(outbox, outbox.close(),
+                             "the next run on this checkpoint delivers them")
     finally:
         # The JVM ended and its output read before the interpreter exits: a thread
         # that logs its last lines while it exits would abort the process.
@@ -796,10 +824,11 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
 
 def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
                   metrics_port: int | None, stop_timeout_ms: int, *,
-                  listen: _Listen | None = None, view: StateView | None = None) -> int:
+                  listen: _Listen | None = None, view: StateView | None = None,
+                  outbox: Outbox | None = None) -> int:
     """Run the service until a signal; how many outcomes were left undelivered."""
     live = _SparkCounts(spark_engine)
-    collector = _serve_metrics(metrics_port, "follow", live, listen)
+    collector = _serve_metrics(metrics_port, "follow", live, listen, outbox)
     ran = threading.Event()  # set once a micro-batch has run: the query is running
     server = None if listen is None else _start_submit(
         listen, spark_engine.input_dir, spark_engine.checkpoint_dir / SUBMIT_STATE,
@@ -807,7 +836,7 @@ def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
         spark_engine.lateness_ms if clock is ClockKind.wall else None, collector,
         spark_engine.result().release_ms,
         floor_file=spark_engine.checkpoint_dir / SUBMIT_STATE / FLOOR_FILE, ready=ran.is_set,
-        view=view)
+        view=view, outbox=outbox)
     if server is not None:  # the rows it stamps are never late
         spark_engine.floor_file = server.floor_file
     last_print = 0.0

@@ -51,6 +51,10 @@ def serve(
     deliver_to: Annotated[str | None, typer.Option(
         help="POST outcomes to this http(s) URL, at least once, each with a stable id")
     ] = None,
+    targets: Annotated[Path | None, typer.Option(
+        "--targets", metavar="FILE",
+        help="deliver outcomes to the targets this TOML file defines; rows name theirs in "
+             "'target'")] = None,
     processor: Annotated[str | None, typer.Option(
         help="deliver every outcome to this processor, MODULE:NAME")] = None,
     stop_timeout_ms: Annotated[int, typer.Option(
@@ -98,6 +102,7 @@ def serve(
         raise typer.Exit(2) from exc
     run(input=data / INPUT, output=data / OUTPUTS, engine=engine, lateness_ms=lateness_ms,
         follow=True, clock=ClockKind.wall, listen=listen, deliver_to=deliver_to,
+        targets=targets,
         processor=processor, stop_timeout_ms=stop_timeout_ms, token_file=token_file,
         insecure_no_auth=insecure_no_auth, max_connections=max_connections,
         header_timeout_ms=header_timeout_ms, metrics_port=metrics_port, master=master,

@@ -251,11 +251,12 @@ class ParsedRows:
 
 
 def read_parsed_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None,
-                     ) -> ParsedRows:
+                     targets: frozenset[str] | None = None) -> ParsedRows:
     """The rows of ``body`` (one JSON object, a JSON array of them, or JSON Lines) as
     event-log lines, each with ``ts_ms`` (``now_ms`` where a row has none), and in
     their wire form; :class:`IntakeError` naming every row an engine would quarantine
-    (and ``future`` past ``max_ts_ms``), in which case none is taken."""
+    (and ``future`` past ``max_ts_ms``, and ``unknown_target`` for a row naming a
+    target not in ``targets``), in which case none is taken."""
     text = _text(body)
     candidates: list[str | RefusedRow] | None = None
     if text.startswith("["):
@@ -280,7 +281,7 @@ def read_parsed_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None,
             refused.append(candidate)
             continue
         line, fields = candidate
-        reason = _problem(line, fields, max_ts_ms)
+        reason = _problem(line, fields, max_ts_ms, targets)
         if reason is not None:
             refused.append(RefusedRow(index, reason, shown[index][:_SHOWN_CHARS]))
             continue
@@ -291,11 +292,15 @@ def read_parsed_rows(body: bytes, now_ms: int, *, max_ts_ms: int | None = None,
     return ParsedRows(lines, rows)
 
 
-def _problem(line: str, fields: Wire, max_ts_ms: int | None) -> str | None:
+def _problem(line: str, fields: Wire, max_ts_ms: int | None,
+             targets: frozenset[str] | None) -> str | None:
     if len(line) > MAX_ROW_CHARS:
         return Reason.TOO_LONG.value
     if is_quarantined(fields):
         return str(fields[1])
     if max_ts_ms is not None and fields[0] > max_ts_ms:
         return Reason.FUTURE.value
+    target: str | None = fields[12]
+    if targets is not None and target is not None and target not in targets:
+        return Reason.UNKNOWN_TARGET.value
     return None

@@ -228,7 +228,8 @@ class SubmitServer:
                  token: str | None = None,
                  ready: Callable[[], bool] | None = None,
                  view: StateView | None = None,
-                 delivery: Callable[[], Mapping[str, Any]] | None = None) -> None:
+                 delivery: Callable[[], Mapping[str, Any]] | None = None,
+                 targets: frozenset[str] | None = None) -> None:
         if not 0 <= give_way_s <= 1:  # also refuses NaN
             raise ValueError(f"give_way_s must be from 0 to 1 (seconds), not {give_way_s!r}")
         ConnectionGuard(_unset_factory, max_connections=max_connections,
@@ -248,6 +249,8 @@ class SubmitServer:
         self.view = view  # what the engine holds, for the read API
         self.history = History()  # the console's charts
         self._delivery = delivery
+        # The targets a row may name (None: any); a row naming another is refused.
+        self.targets = targets
         self._rows_read = rows_read
         self._read_at_start = 0 if rows_read is None else rows_read()
         self._committed_inputs = committed_inputs
@@ -547,7 +550,7 @@ class SubmitServer:
         stamp = self._stamper.stamp()
         bound = None if self.max_future_ms is None else self._clock() + self.max_future_ms
         try:
-            parsed = read_parsed_rows(body, stamp, max_ts_ms=bound)
+            parsed = read_parsed_rows(body, stamp, max_ts_ms=bound, targets=self.targets)
         except IntakeError as exc:
             self._stamper.settle(stamp)
             self._counts["refused_bad"] += 1

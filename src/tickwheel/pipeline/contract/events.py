@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import importlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, TypeGuard
@@ -32,8 +33,10 @@ def _orjson_loads() -> Callable[[str], Any] | None:
 _fast_loads = _orjson_loads()
 
 __all__ = [
+    "MAX_PAYLOAD_BYTES",
     "MAX_ROW_CHARS",
     "SCHEDULE_FIELDS",
+    "TARGET_NAME",
     "TOO_LONG_KEPT_CHARS",
     "Condition",
     "Event",
@@ -108,6 +111,13 @@ class Reason(enum.Enum):
     # A schedule_id that is empty or holds "@": an occurrence's id,
     # <schedule_id>@<occurrence ms>, would not say which schedule it is of.
     BAD_ID = "bad_id"
+    # A payload whose JSON text is longer than MAX_PAYLOAD_BYTES.
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    # A target that is not a name (TARGET_NAME): it names a directory of dead letters.
+    BAD_TARGET = "bad_target"
+    # A target that the service's targets file does not define (the submit API's
+    # answer; a log's rows keep any well-formed name).
+    UNKNOWN_TARGET = "unknown_target"
 
 
 #: A ``schedule`` row's spec fields (those of :class:`~tickwheel.Schedule`), in the
@@ -124,6 +134,13 @@ _SCHEDULE_TYPES: Final = frozenset({"schedule", "unschedule", "pause", "resume"}
 #: Vector's file source a line (``max_line_bytes``) for the same reasons.
 MAX_ROW_CHARS: Final = 1 << 20
 TOO_LONG_KEPT_CHARS: Final = 1024
+#: The largest ``payload`` a ``watch`` or ``schedule`` row carries, in bytes of its
+#: compact JSON text (UTF-8). It is held once per operation or schedule and copied
+#: into every outcome, so it is bounded well below a row.
+MAX_PAYLOAD_BYTES: Final = 64 * 1024
+#: What a ``target`` may be: a name that is also a safe directory name (a target's
+#: dead letters are kept under it).
+TARGET_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 class OutcomeKind(enum.Enum):
@@ -154,6 +171,10 @@ class Event(NamedTuple):
     key: str | None = None
     value: int | None = None
     error: str | None = None
+    # A watch's or schedule's delivery target (a name) and payload (compact JSON
+    # text), carried into every outcome of it.
+    target: str | None = None
+    payload: str | None = None
 
 
 _EMPTY: Mapping[str, int] = {}
@@ -163,11 +184,12 @@ def new_event(ts_ms: int, type: EventType, raw: str | None, op_id: str | None = 
               keys: tuple[str, ...] = (), deadline_ms: int = 0,
               condition: Condition | None = None, targets: Mapping[str, int] = _EMPTY,
               min_total: int = 0, key: str | None = None, value: int | None = None,
-              error: str | None = None) -> Event:
+              error: str | None = None, target: str | None = None,
+              payload: str | None = None) -> Event:
     """``Event(...)`` without the named tuple's ``__new__``, which is a Python function
     even in the compiled core: this is on the engines' hot paths, once a row."""
     return tuple.__new__(Event, (ts_ms, type, raw, op_id, keys, deadline_ms, condition,
-                                 targets, min_total, key, value, error))
+                                 targets, min_total, key, value, error, target, payload))
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +261,7 @@ def _string(row: dict[str, Any], name: str, ts: int | None) -> str:
 #: A row as builtins only, for ``marshal`` (several times faster than pickling the
 #: named tuple with its enums, and than parsing the raw row again): a well-formed row
 #: is ``(ts_ms, type, raw, op_id, keys, deadline_ms, condition, targets, min_total,
-#: key, value, error)`` with the enums as their values; a quarantined one is
+#: key, value, error, target, payload)`` with the enums as their values; a quarantined one is
 #: ``(raw, reason, ts_ms)``. The Spark engine moves rows in this form and keeps held
 #: rows in it, in its checkpoints too. A well-formed row's ``raw`` is None when the
 #: row is its :func:`canonical_line` (see :func:`compact_wire`).
@@ -290,7 +312,15 @@ def _object(line: str) -> dict[str, Any] | None:
         row = _loads(line)
     except (ValueError, RecursionError):
         return None
-    return row if isinstance(row, dict) else None
+    if not isinstance(row, dict):
+        return None
+    payload = row.get("payload")
+    if _fast_loads is not None and payload is not None and _has_float(payload):
+        # orjson reads an integer beyond 64 bits as a float: a payload is carried as
+        # json reads it, exactly.
+        exact: dict[str, Any] = json.loads(line)
+        return exact
+    return row
 
 
 def _strings(row: dict[str, Any]) -> int:
@@ -387,7 +417,8 @@ def canonical_line(fields: Wire) -> str:
     """A well-formed row's wire form as compact JSON in the contract's field order:
     ``ts_ms``, ``type``, then ``key`` and ``value`` or ``error`` (update), ``op_id``
     (watch, cancel), ``keys``, ``deadline_ms``, ``condition``, ``targets`` (keyed
-    conditions), ``min_total`` (``sum_at_least``). Strings are written unescaped: it is
+    conditions), ``min_total`` (``sum_at_least``), then ``target`` and ``payload``
+    (watch, schedule) where the row has them. Strings are written unescaped: it is
     exact only for the rows :func:`compact_wire` checked."""
     ts = fields[0]
     kind = fields[1]
@@ -405,7 +436,7 @@ def canonical_line(fields: Wire) -> str:
             line += f',"targets":{{{targets}}}'
             if condition == "sum_at_least":
                 line += f',"min_total":{fields[8]}'
-        return line + "}"
+        return line + _carried(fields) + "}"
     if kind == "cancel":
         return f'{{"ts_ms":{ts},"type":"cancel","op_id":"{fields[3]}"}}'
     if kind in _SCHEDULE_TYPES:
@@ -415,8 +446,18 @@ def canonical_line(fields: Wire) -> str:
             value = spec.get(name)
             if value is not None:
                 line += f',"{name}":"{value}"' if isinstance(value, str) else f',"{name}":{value}'
-        return line + "}"
+        return line + _carried(fields) + "}"
     return f'{{"ts_ms":{ts},"type":"tick"}}'
+
+
+def _carried(fields: Wire) -> str:
+    """The ``target`` and ``payload`` fields of a canonical line, where there are any."""
+    target: str | None = fields[12]
+    payload: str | None = fields[13]
+    if target is None and payload is None:
+        return ""
+    text = "" if target is None else f',"target":"{target}"'
+    return text if payload is None else f'{text},"payload":{payload}'
 
 
 def line_of(event: Event) -> str:
@@ -454,7 +495,7 @@ def to_wire(row: Event | Quarantined) -> Wire:
         return (row.raw, row.reason._value_, row.ts_ms)
     return (row.ts_ms, row.type._value_, row.raw, row.op_id, row.keys, row.deadline_ms,
             None if row.condition is None else row.condition._value_, dict(row.targets),
-            row.min_total, row.key, row.value, row.error)
+            row.min_total, row.key, row.value, row.error, row.target, row.payload)
 
 
 def from_wire(fields: Wire) -> Event | Quarantined:
@@ -468,7 +509,8 @@ def event_from_wire(fields: Wire) -> Event:
     condition = fields[6]
     return new_event(fields[0], _EVENT_TYPES[fields[1]], fields[2], fields[3], fields[4],
                      fields[5], None if condition is None else _CONDITIONS[condition],
-                     fields[7], fields[8], fields[9], fields[10], fields[11])
+                     fields[7], fields[8], fields[9], fields[10], fields[11], fields[12],
+                     fields[13])
 
 
 def _wire(row: dict[str, Any], raw: str | None) -> Wire:
@@ -486,10 +528,10 @@ def _wire(row: dict[str, Any], raw: str | None) -> Wire:
                 raise _Bad(Reason.VALUE_AND_ERROR, ts)
             if has_value:
                 return (ts, "update", raw, None, (), 0, None, _EMPTY, 0, key,
-                        _long(row, "value", ts), None)
+                        _long(row, "value", ts), None, None, None)
             if has_error:
                 return (ts, "update", raw, None, (), 0, None, _EMPTY, 0, key, None,
-                        _string(row, "error", ts))
+                        _string(row, "error", ts), None, None)
             raise _Bad(Reason.MISSING_FIELD, ts)
         return _unkeyed(row, raw, ts, kind)
     except _Bad as bad:
@@ -500,16 +542,19 @@ def _unkeyed(row: dict[str, Any], raw: str | None, ts: int, kind: str) -> Wire:
     """A row of a type that names no key: a cancel, a tick or a schedule row."""
     if kind == "cancel":
         return (ts, "cancel", raw, _string(row, "op_id", ts), (), 0, None, _EMPTY, 0, None,
-                None, None)
+                None, None, None, None)
     if kind == "tick":
-        return (ts, "tick", raw, None, (), 0, None, _EMPTY, 0, None, None, None)
+        return (ts, "tick", raw, None, (), 0, None, _EMPTY, 0, None, None, None, None, None)
     if kind in _SCHEDULE_TYPES:
         schedule_id = _string(row, "schedule_id", ts)
         if not schedule_id or "@" in schedule_id:
             raise _Bad(Reason.BAD_ID, ts)
-        spec = _schedule_spec(row, ts) if kind == "schedule" else _EMPTY
-        return (ts, _SCHEDULE_NAMES[kind], raw, schedule_id, (), 0, None, spec, 0, None,
-                None, None)
+        if kind != "schedule":
+            return (ts, _SCHEDULE_NAMES[kind], raw, schedule_id, (), 0, None, _EMPTY, 0,
+                    None, None, None, None, None)
+        spec = _schedule_spec(row, ts)
+        return (ts, "schedule", raw, schedule_id, (), 0, None, spec, 0, None, None, None,
+                _target(row, ts), _payload(row, ts))
     raise _Bad(Reason.UNKNOWN_TYPE, ts)
 
 
@@ -563,7 +608,8 @@ def _watch(row: dict[str, Any], raw: str | None, ts: int) -> Wire:
     if name == "none":
         if keys:
             raise _Bad(Reason.BAD_KEYS, ts)  # `none` takes no keys
-        return (ts, "watch", raw, op_id, (), deadline, name, _EMPTY, 0, None, None, None)
+        return (ts, "watch", raw, op_id, (), deadline, name, _EMPTY, 0, None, None, None,
+                _target(row, ts), _payload(row, ts))
     if not keys:
         raise _Bad(Reason.BAD_KEYS, ts)
     targets: Mapping[str, int] = _EMPTY
@@ -584,4 +630,49 @@ def _watch(row: dict[str, Any], raw: str | None, ts: int) -> Wire:
         if min_total < 1:
             raise _Bad(Reason.BAD_TARGETS, ts)
     return (ts, "watch", raw, op_id, tuple(keys), deadline, name, targets, min_total, None,
-            None, None)
+            None, None, _target(row, ts), _payload(row, ts))
+
+
+def _target(row: dict[str, Any], ts: int) -> str | None:
+    """A watch's or schedule's ``target``: absent (or null), or a name."""
+    target = row.get("target")
+    if target is None:
+        return None
+    if not isinstance(target, str):
+        raise _Bad(Reason.BAD_TYPE, ts)
+    if TARGET_NAME.fullmatch(target) is None:
+        raise _Bad(Reason.BAD_TARGET, ts)
+    return target
+
+
+def _payload(row: dict[str, Any], ts: int) -> str | None:
+    """A watch's or schedule's ``payload`` as compact JSON text: absent (or null), or
+    any JSON value of at most MAX_PAYLOAD_BYTES."""
+    payload = row.get("payload")
+    if payload is None:
+        return None
+    try:
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False)
+    except ValueError:  # NaN or an infinity (1e400): JSON cannot write it back
+        raise _Bad(Reason.BAD_TYPE, ts) from None
+    except RecursionError:
+        raise _Bad(Reason.UNPARSEABLE, ts) from None
+    if not is_utf8(text):
+        raise _Bad(Reason.BAD_STRING, ts)
+    if len(text) > MAX_PAYLOAD_BYTES or len(text.encode("utf-8")) > MAX_PAYLOAD_BYTES:
+        raise _Bad(Reason.PAYLOAD_TOO_LARGE, ts)
+    return text
+
+
+def _has_float(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -3,7 +3,8 @@ it to ``outcomes/`` and hand it to a processor or a webhook."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import json
+from typing import Any, NamedTuple
 
 from tickwheel.pipeline.contract.events import OutcomeKind
 
@@ -23,3 +24,13 @@ class OutcomeRow(NamedTuple):
     error: str | None
     #: A ``fired`` row's: the occurrences of its schedule skipped since the last fire.
     skipped: int = 0
+    #: Where the outcome is delivered: the watch's or schedule's ``target`` (None:
+    #: the default target).
+    target: str | None = None
+    #: The watch's or schedule's ``payload``, as compact JSON text (None: it had
+    #: none); :meth:`payload_value` decodes it.
+    payload: str | None = None
+
+    def payload_value(self) -> Any:
+        """The payload as a JSON value (None when the row had none)."""
+        return None if self.payload is None else json.loads(self.payload)

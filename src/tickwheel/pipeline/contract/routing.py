@@ -46,12 +46,14 @@ def route(rows: Iterable[Wire], partitions: int) -> tuple[list[list[Wire]], list
             by_key[partition_of(fields[9], partitions)].append(fields)
         elif kind == "watch":
             by_op[partition_of(fields[3], partitions)].append(fields)
+            # Only the operation's partition delivers it: its keys' need no payload.
+            keyed = fields if fields[13] is None else (*fields[:13], None)
             keys = fields[4]
             if len(keys) == 1:
-                by_key[partition_of(keys[0], partitions)].append(fields)
+                by_key[partition_of(keys[0], partitions)].append(keyed)
             else:
                 for where in {partition_of(key, partitions) for key in keys}:
-                    by_key[where].append(fields)
+                    by_key[where].append(keyed)
         elif kind == "tick":
             by_op[0].append(fields)
         else:  # a cancel or a schedule row: op_id holds its id

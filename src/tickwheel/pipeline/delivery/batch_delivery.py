@@ -14,6 +14,10 @@ outcome files of every later batch, so a crash or a stop repeats deliveries and 
 skips one. Outcome files are named by batch id (``batch-<id>``, or
 ``batch-<id>-<partition>`` for the Spark engine's executors, a file per partition: all
 of a batch's files are delivered before its mark).
+
+Outcomes that name targets go through :class:`Deliveries`: a :class:`BatchDelivery` per
+target, each with a thread and a mark of its own and taking only its target's outcomes,
+so that a target that hangs or fails holds up its own outcomes and no other's.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from tickwheel.pipeline.delivery.sink import OutcomeSink
 from tickwheel.pipeline.io._arrow import open_parquet
@@ -36,9 +41,24 @@ from tickwheel.pipeline.io.outputs import outcome_rows
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["BatchDelivery", "DeliveryLag"]
+__all__ = ["DEFAULT_ROUTE", "OTHER_TARGETS", "BatchDelivery", "Deliveries", "DeliveryLag",
+           "deliveries", "mark_path"]
 
 log = logging.getLogger(__name__)
+
+#: The route of outcomes that name no target.
+DEFAULT_ROUTE: Final = "default"
+#: The route of outcomes naming a target that no other route has (without one, they
+#: are not delivered: their outcome files keep them).
+OTHER_TARGETS: Final = "*"
+
+
+def mark_path(checkpoint_dir: Path, route: str) -> Path:
+    """Where a route's mark is kept: ``delivered`` for the default route (a checkpoint
+    delivered to one sink keeps its mark there), ``delivered@<target>`` for the others
+    (``@`` is in no target's name)."""
+    return checkpoint_dir / ("delivered" if route == DEFAULT_ROUTE else f"delivered@{route}")
+
 
 @dataclass(frozen=True, slots=True)
 class DeliveryLag:
@@ -62,10 +82,11 @@ class BatchDelivery:
     the last batch settled in ``mark`` (a file holding a batch id)."""
 
     def __init__(self, sink: OutcomeSink, outcomes_dir: Path, mark: Path,
-                 max_behind: int = 2) -> None:
+                 max_behind: int = 2, *, route: _Route | None = None) -> None:
         if max_behind < 1:
             raise ValueError(f"max_behind must be at least 1, not {max_behind}")
         self.sink = sink
+        self._route = route
         self.outcomes_dir = outcomes_dir
         self.mark = mark
         self.max_behind = max_behind
@@ -91,8 +112,8 @@ class BatchDelivery:
         # What the last run left unsettled, listed before this run writes a batch.
         self._last_delivered = self.last_settled()
         self._left_over = self._files_after(self._last_delivered)
-        self._thread = threading.Thread(target=self._run, name="tickwheel-delivery",
-                                        daemon=True)
+        name = "tickwheel-delivery" if route is None else f"tickwheel-delivery-{route.name}"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def last_settled(self) -> int:
@@ -159,6 +180,9 @@ class BatchDelivery:
         rows = 0
         for paths in self._files_after(self.last_settled()).values():
             for path in paths:
+                if self._route is not None:
+                    rows += self._route.select(_read(path)).num_rows
+                    continue
                 with open_parquet(path) as file:
                     rows += file.metadata.num_rows
         return rows
@@ -241,7 +265,9 @@ class BatchDelivery:
         failed = self.sink.failed
         for table in ([_read(path) for path in outcomes]
                       if isinstance(outcomes, list) else [outcomes]):
-            self.sink.deliver(outcome_rows(table))
+            chosen = table if self._route is None else self._route.select(table)
+            if chosen.num_rows:
+                self.sink.deliver(outcome_rows(chosen))
         if not self.sink.flush():
             raise RuntimeError(f"the sink closed before batch {batch_id} was settled")
         self._last_delivered = max(self._last_delivered, batch_id)
@@ -252,6 +278,108 @@ class BatchDelivery:
             self.held_back_from = batch_id
         if self.held_back_from is None and batch_id > self.last_settled():
             write_bytes_atomically(str(batch_id).encode(), self.mark)
+
+
+class _Route:
+    """Which outcomes one route takes, by their ``target``."""
+
+    __slots__ = ("name", "others")
+
+    def __init__(self, name: str, others: frozenset[str]) -> None:
+        self.name = name
+        self.others = others  # the targets the named routes take
+
+    def select(self, table: pa.Table) -> pa.Table:
+        import pyarrow.compute as pc
+
+        if "target" not in table.column_names:
+            return table if self.name == DEFAULT_ROUTE else table.slice(0, 0)
+        target = table.column("target")
+        if self.name == DEFAULT_ROUTE:
+            return table.filter(pc.is_null(target))
+        if self.name == OTHER_TARGETS:
+            named = pc.is_valid(target)
+            known = pc.is_in(target, value_set=_strings(self.others))
+            return table.filter(pc.and_(named, pc.invert(known)))
+        return table.filter(pc.fill_null(pc.equal(target, self.name), False))
+
+
+def _strings(names: frozenset[str]) -> pa.Array:
+    import pyarrow as pa
+
+    return pa.array(sorted(names), pa.string())
+
+
+class Deliveries:
+    """One :class:`BatchDelivery` per route (a target's name, :data:`DEFAULT_ROUTE` or
+    :data:`OTHER_TARGETS`), each with its own thread and mark, and each taking its
+    outcomes out of every batch: what :class:`BatchDelivery` does for one sink, for
+    several that never wait for each other."""
+
+    def __init__(self, routes: Mapping[str, OutcomeSink], outcomes_dir: Path,
+                 checkpoint_dir: Path, max_behind: int = 2) -> None:
+        if not routes:
+            raise ValueError("routes must name at least one sink")
+        named = frozenset(name for name in routes if name not in (DEFAULT_ROUTE,
+                                                                   OTHER_TARGETS))
+        start = _read_mark(mark_path(checkpoint_dir, DEFAULT_ROUTE))
+        self.by_route: dict[str, BatchDelivery] = {}
+        for name, sink in routes.items():
+            mark = mark_path(checkpoint_dir, name)
+            if start is not None and not mark.exists():
+                # A target added to a checkpoint that delivered before: its outcomes
+                # up to the default's mark went to the default route's sink.
+                write_bytes_atomically(str(start).encode(), mark)
+            self.by_route[name] = BatchDelivery(sink, outcomes_dir, mark, max_behind,
+                                                route=_Route(name, named))
+
+    def submit(self, batch_id: int, outcomes: pa.Table | list[Path]) -> None:
+        for delivery in self.by_route.values():
+            delivery.submit(batch_id, outcomes)
+
+    def lag(self) -> DeliveryLag:
+        """The furthest behind of the routes."""
+        lags = [delivery.lag() for delivery in self.by_route.values()]
+        return DeliveryLag(max(lag.batches for lag in lags), max(lag.lag_ms for lag in lags),
+                           any(lag.from_files for lag in lags))
+
+    def lags(self) -> dict[str, DeliveryLag]:
+        return {name: delivery.lag() for name, delivery in self.by_route.items()}
+
+    def close(self, *, raise_failure: bool = True, timeout_s: float | None = None) -> int:
+        """:meth:`BatchDelivery.close` for every route, at once (one deadline for
+        all); the outcomes left undelivered, over the routes."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for delivery in self.by_route.values():
+            with delivery._changed:
+                delivery._closing = True
+                delivery._changed.notify()
+        undelivered = 0
+        failure: BaseException | None = None
+        for delivery in self.by_route.values():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                undelivered += delivery.close(raise_failure=raise_failure, timeout_s=left)
+            except RuntimeError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return undelivered
+
+
+def deliveries(sink: OutcomeSink | Mapping[str, OutcomeSink], outcomes_dir: Path,
+               checkpoint_dir: Path) -> BatchDelivery | Deliveries:
+    """An engine's delivery: one sink taking every outcome, or a sink per route."""
+    if isinstance(sink, OutcomeSink):
+        return BatchDelivery(sink, outcomes_dir, mark_path(checkpoint_dir, DEFAULT_ROUTE))
+    return Deliveries(sink, outcomes_dir, checkpoint_dir)
+
+
+def _read_mark(path: Path) -> int | None:
+    try:
+        return int(read_bytes_nofollow(path))
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def _mtime_ms(paths: list[Path]) -> int | None:

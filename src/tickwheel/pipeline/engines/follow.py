@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -58,7 +58,7 @@ from tickwheel.pipeline.contract.limits import (
 )
 from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.contract.routing import route
-from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery
+from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery, Deliveries, deliveries
 from tickwheel.pipeline.delivery.sink import OutcomeSink
 from tickwheel.pipeline.io.compaction import compact, settled_batch
 from tickwheel.pipeline.io.files import write_bytes_atomically
@@ -256,7 +256,8 @@ class LocalFollowEngine:
                  lateness_ms: int = DEFAULT_LATENESS_MS,
                  dedupe_retention_ms: int | None = FOLLOW_DEDUPE_RETENTION_MS,
                  clock: Callable[[], int] | None = None,
-                 sink: OutcomeSink | None = None, overwrite: bool = False,
+                 sink: OutcomeSink | Mapping[str, OutcomeSink] | None = None,
+                 overwrite: bool = False,
                  max_files_per_batch: int | None = None,
                  max_bytes_per_batch: int = DEFAULT_FOLLOW_BYTES_PER_BATCH,
                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
@@ -322,7 +323,7 @@ class LocalFollowEngine:
         self.keys.track_changes()
         self.ops.track_changes()
         self._follow_clock()
-        self._delivery: BatchDelivery | None = None
+        self._delivery: BatchDelivery | Deliveries | None = None
         self._compact()
         # pyarrow's first tables import what it looks for (pandas, where installed),
         # a third of a second: here, not in the first batch, while a submit server in
@@ -595,8 +596,8 @@ class LocalFollowEngine:
         min_step_ms = min(min_step_ms, trigger_ms)
         result = FollowResult()
         if self.sink is not None:
-            self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
-                                           self.checkpoint_dir / "delivered")
+            self._delivery = deliveries(self.sink, self.output_dir / "outcomes",
+                                        self.checkpoint_dir)
         freezer = CollectorFreezer(FOLLOW_THAW_EVERY_S)
         try:
             while not stop.is_set():

@@ -103,7 +103,7 @@ def _text_size(fields: Wire) -> int:
     raw: str | None = fields[2]
     if raw is not None:
         return len(raw)
-    strings = [fields[3], fields[9], fields[11], *fields[4]]
+    strings = [fields[3], fields[9], fields[11], fields[12], fields[13], *fields[4]]
     return 64 + sum(len(text) for text in strings if text is not None)
 
 

@@ -47,11 +47,16 @@ def batch_files(directory: Path, batch_id: int) -> list[Path]:
 def settled_batch(committed: int, delivered_mark: Path) -> int:
     """The last batch whose files may merge: committed, and, once a sink has ever
     been used (its mark exists), delivered too; a later start delivers the files of
-    every batch after the mark, one by one."""
-    try:
-        return min(committed, int(read_bytes_nofollow(delivered_mark)))
-    except (FileNotFoundError, ValueError):
-        return committed
+    every batch after the mark, one by one. Each target's mark beside it
+    (``delivered@<target>``) counts as well."""
+    settled = committed
+    marks = [delivered_mark, *delivered_mark.parent.glob(delivered_mark.name + "@*")]
+    for mark in marks:
+        try:
+            settled = min(settled, int(read_bytes_nofollow(mark)))
+        except (FileNotFoundError, ValueError):
+            continue
+    return settled
 
 
 def _level(span: tuple[int, int], path: Path, fan_in: int) -> int:

@@ -56,7 +56,7 @@ _OUTPUT_FILE = re.compile(r"(part-00000|batch-\d{9}(-\d{5})?|batches-\d{9}-\d{9}
 _BATCH = re.compile(r"batch-(\d{9})(?:-\d{5})?\.parquet")
 _MERGED = re.compile(r"batches-(\d{9})-(\d{9})\.parquet")
 _OUTCOME_COLUMNS = ("op_id", "outcome", "resolved_ms", "latency_ms", "keys", "error",
-                    "skipped")
+                    "skipped", "target", "payload")
 _QUARANTINE_COLUMNS = ("raw", "reason", "ts_ms")
 # A dict lookup: OutcomeKind(value) goes through the enum's Python-level lookup.
 _OUTCOMES = {o.value: o for o in OutcomeKind}
@@ -82,6 +82,9 @@ def outcomes_table(rows: list[OutcomeRow]) -> pa.Table:
         "keys": pa.array([r.keys for r in rows], pa.list_(pa.string())),
         "error": pa.array([r.error for r in rows], pa.string()),
         "skipped": pa.array([r.skipped for r in rows], pa.int64()),
+        "target": pa.array([r.target for r in rows], pa.string()),
+        # The JSON text: any JSON value, as one column every Parquet reader takes.
+        "payload": pa.array([r.payload for r in rows], pa.string()),
     })
 
 
@@ -98,12 +101,14 @@ def quarantine_table(rows: list[Quarantined]) -> pa.Table:
 def outcome_rows(table: pa.Table) -> list[OutcomeRow]:
     """The rows of an outcomes table (the contract's columns)."""
     c = table.to_pydict()
+    none: list[Any] = [None] * len(c["op_id"])
     skipped = c.get("skipped") or [0] * len(c["op_id"])
     return [OutcomeRow(op_id, _OUTCOMES[outcome], resolved, latency, tuple(keys), error,
-                       skips)
-            for op_id, outcome, resolved, latency, keys, error, skips in zip(
+                       skips, target, payload)
+            for op_id, outcome, resolved, latency, keys, error, skips, target, payload in zip(
                 c["op_id"], c["outcome"], c["resolved_ms"], c["latency_ms"], c["keys"],
-                c["error"], skipped, strict=True)]
+                c["error"], skipped, c.get("target") or none, c.get("payload") or none,
+                strict=True)]
 
 
 def write_outcomes(rows: list[OutcomeRow], directory: Path) -> Path:
@@ -130,7 +135,8 @@ def quarantine_writer(directory: Path) -> OutputWriter[Quarantined]:
 
 def outcome_size(row: OutcomeRow) -> int:
     """About the bytes an outcome takes, to cut output into pieces of bounded size."""
-    return 64 + len(row.op_id) + sum(map(len, row.keys)) + len(row.error or "")
+    return (64 + len(row.op_id) + sum(map(len, row.keys)) + len(row.error or "")
+            + len(row.payload or ""))
 
 
 def quarantined_size(row: Quarantined) -> int:
@@ -286,8 +292,9 @@ def read_outcomes(path: Path, *, batch_rows: int = 65_536) -> Iterator[OutcomeRo
     """The outcomes of one output file, read ``batch_rows`` at a time."""
     pa, _ = pyarrow_modules()
     with open_parquet(path) as file:
-        for batch in file.iter_batches(batch_rows, columns=list(_OUTCOME_COLUMNS),
-                                       use_threads=False):
+        names = file.schema_arrow.names
+        columns = [c for c in _OUTCOME_COLUMNS if c in names]  # older files lack some
+        for batch in file.iter_batches(batch_rows, columns=columns, use_threads=False):
             yield from outcome_rows(pa.Table.from_batches([batch]))
 
 
@@ -428,7 +435,7 @@ def _output_tables(directory: Path, columns: Sequence[str], newest_first: bool =
                 for name in columns:
                     if name not in names:  # a column the contract added since
                         table = table.append_column(name, pa.array(
-                            [_ADDED[name]] * table.num_rows, pa.int64()))
+                            [_ADDED[name]] * table.num_rows, _added_type(name)))
                 table = table.select(list(columns))
         except FileNotFoundError:
             raise _Vanished(path) from None
@@ -442,7 +449,12 @@ def _output_tables(directory: Path, columns: Sequence[str], newest_first: bool =
 
 #: Columns added to the contract since its first version, with the value a file
 #: written before them holds.
-_ADDED: dict[str, int] = {"skipped": 0}
+_ADDED: dict[str, int | None] = {"skipped": 0, "target": None, "payload": None}
+
+
+def _added_type(name: str) -> pa.DataType:
+    schema = outcomes_table([]).schema
+    return schema.field(name).type
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -587,9 +587,11 @@ class OpPartition(_Partition):
         if entry is None:
             return 32 + len(op_id)
         if entry[0] == SCHEDULE_ENTRY:
-            return 160 + 2 * len(op_id) + sum(48 + len(str(v)) for v in entry[2].values())
-        fields = entry[0]  # the watch's: ts_ms, raw, op_id, keys, ...
-        return 160 + len(op_id) + len(fields[1] or "") + sum(64 + len(k) for k in fields[3])
+            return (160 + 2 * len(op_id) + sum(48 + len(str(v)) for v in entry[2].values())
+                    + len(entry[9] or ""))
+        fields = entry[0]  # the watch's: ts_ms, raw, op_id, keys, ..., target, payload
+        return (160 + len(op_id) + len(fields[1] or "") + sum(64 + len(k) for k in fields[3])
+                + len(fields[9] or ""))
 
     def head(self) -> OpHead:
         """Without the seen op ids, which the caller keeps as a log of

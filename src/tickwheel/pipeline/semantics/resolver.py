@@ -379,7 +379,8 @@ class Resolver:
         for ev in rows:
             assert ev.op_id is not None
             self.applied += 1
-            book.apply(ev.type._value_, ev.op_id, ev.targets, ts, fires)
+            book.apply(ev.type._value_, ev.op_id, ev.targets, ts, fires, ev.target,
+                       ev.payload)
         self._record_fires(fires)
 
     def _record_fires(self, fires: list[Fire]) -> None:
@@ -387,7 +388,8 @@ class Resolver:
         for fire in fires:
             outcomes.append(tuple.__new__(OutcomeRow, (
                 occurrence_id(fire.schedule_id, fire.occurrence_ms), OutcomeKind.FIRED,
-                fire.fire_ms, fire.fire_ms - fire.occurrence_ms, (), None, fire.skipped)))
+                fire.fire_ms, fire.fire_ms - fire.occurrence_ms, (), None, fire.skipped,
+                fire.target, fire.payload)))
 
     def advance_to(self, t: int, fire_limit: int | None = None) -> None:
         """Time is now ``t``: operations with a deadline at or before it expire, and
@@ -422,7 +424,7 @@ class Resolver:
         # tuple.__new__: the named tuple's own __new__ is a Python function.
         self.outcomes.append(tuple.__new__(OutcomeRow, (ev.op_id, outcome, resolved_ms,
                                                         resolved_ms - ev.ts_ms, ev.keys,
-                                                        error, 0)))
+                                                        error, 0, ev.target, ev.payload)))
 
     def drain(self) -> tuple[list[OutcomeRow], list[Quarantined]]:
         """What was resolved and quarantined since the last drain."""
@@ -734,16 +736,18 @@ class WatchFields(NamedTuple):
     condition: str
     targets: Any
     min_total: int | None
+    target: str | None
+    payload: str | None
 
 
 def _event_fields(ev: Event) -> tuple[Any, ...]:
     assert ev.condition is not None
     return (ev.ts_ms, ev.raw, ev.op_id, ev.keys, ev.deadline_ms, ev.condition.value,
-            ev.targets, ev.min_total)
+            ev.targets, ev.min_total, ev.target, ev.payload)
 
 
 def _event_from_fields(fields: tuple[Any, ...]) -> Event:
-    ts, raw, op_id, keys, deadline, condition, targets, min_total = fields
+    ts, raw, op_id, keys, deadline, condition, targets, min_total, target, payload = fields
     return new_event(ts, EventType.WATCH, raw, op_id=op_id, keys=tuple(keys),
                      deadline_ms=deadline, condition=Condition(condition), targets=targets,
-                     min_total=min_total)
+                     min_total=min_total, target=target, payload=payload)

@@ -60,6 +60,8 @@ class Fire(NamedTuple):
     occurrence_ms: int
     fire_ms: int
     skipped: int
+    target: str | None = None
+    payload: str | None = None
 
 
 class SeriesEntry(NamedTuple):
@@ -73,6 +75,8 @@ class SeriesEntry(NamedTuple):
     runs: int
     skipped: int  # passed over since the last fire
     paused: bool
+    target: str | None
+    payload: str | None  # compact JSON text
 
 
 def upcoming_fires(schedule_id: str, spec: Mapping[str, Any], next_ms: int | None,
@@ -118,11 +122,12 @@ def schedule_of(spec: Mapping[str, Any]) -> Schedule:
 
 
 class _Series:
-    __slots__ = ("after_ms", "due_ms", "next_ms", "paused", "runs", "schedule", "skipped",
-                 "spec")
+    __slots__ = ("after_ms", "due_ms", "next_ms", "paused", "payload", "runs", "schedule",
+                 "skipped", "spec", "target")
 
     def __init__(self, spec: Mapping[str, Any], after_ms: int, shared: _SharedInts,
-                 next_ms: int | bool | None = True) -> None:
+                 next_ms: int | bool | None = True, target: str | None = None,
+                 payload: str | None = None) -> None:
         """``next_ms`` as saved, or True to compute it from ``after_ms``."""
         self.spec, self.schedule = _interned(spec)
         self.after_ms = shared(after_ms)  # the last occurrence decided
@@ -132,6 +137,9 @@ class _Series:
         self.skipped = 0  # passed over since the last fire
         self.paused = False
         self.due_ms: int | None = None  # when its pending occurrence fires, once pushed
+        # Held once per series, and shared by every occurrence's outcome.
+        self.target = target
+        self.payload = payload
 
 
 class _SharedInts(dict[int, int]):
@@ -185,11 +193,14 @@ class ScheduleBook:
     # -- rows -------------------------------------------------------------------------
 
     def apply(self, kind: str, schedule_id: str, spec: Mapping[str, Any], ts: int,
-              fires: list[Fire]) -> None:
-        """A schedule row at ``ts`` (time already advanced to it)."""
+              fires: list[Fire], target: str | None = None,
+              payload: str | None = None) -> None:
+        """A schedule row at ``ts`` (time already advanced to it); a ``schedule`` row's
+        ``target`` and ``payload`` replace the series' from then on."""
         series = self._series.get(schedule_id)
         if kind == "schedule":
-            fresh = _Series(spec, ts, self._shared)  # its pending occurrence is stale
+            # The series replaced leaves its pending occurrence stale.
+            fresh = _Series(spec, ts, self._shared, True, target, payload)
             self._series[schedule_id] = fresh
             self._push(schedule_id, fresh)
         elif series is None:
@@ -298,7 +309,8 @@ class ScheduleBook:
     def _fire(self, schedule_id: str, series: _Series, occurrence: int,
               fires: list[Fire]) -> None:
         fires.append(Fire(schedule_id, occurrence,
-                          series.schedule.fire_ms(schedule_id, occurrence), series.skipped))
+                          series.schedule.fire_ms(schedule_id, occurrence), series.skipped,
+                          series.target, series.payload))
         series.runs += 1
         series.skipped = 0
         self.fired += 1
@@ -343,12 +355,14 @@ class ScheduleBook:
         if series is None:
             return None
         return (SCHEDULE_ENTRY, schedule_id, dict(series.spec), series.after_ms,
-                series.next_ms, series.runs, series.skipped, series.paused)
+                series.next_ms, series.runs, series.skipped, series.paused, series.target,
+                series.payload)
 
     def restore(self, entry: tuple[Any, ...]) -> None:
         """Take back one series saved as its :meth:`entry` (replacing any of its id)."""
-        _, schedule_id, spec, after_ms, next_ms, runs, skipped, paused = entry
-        series = _Series(spec, after_ms, self._shared, next_ms)
+        (_, schedule_id, spec, after_ms, next_ms, runs, skipped, paused, target,
+         payload) = entry
+        series = _Series(spec, after_ms, self._shared, next_ms, target, payload)
         series.runs, series.skipped, series.paused = runs, skipped, paused
         self._series[schedule_id] = series
         self._push(schedule_id, series)

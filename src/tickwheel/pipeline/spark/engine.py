@@ -44,7 +44,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,7 +63,12 @@ from tickwheel.pipeline.contract.limits import (
     MAX_TRIGGER_MS,
     OCCURRENCES_PER_BATCH,
 )
-from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery, DeliveryLag
+from tickwheel.pipeline.delivery.batch_delivery import (
+    BatchDelivery,
+    Deliveries,
+    DeliveryLag,
+    deliveries,
+)
 from tickwheel.pipeline.delivery.sink import OutcomeSink
 from tickwheel.pipeline.io.compaction import batch_files, compact, settled_batch
 from tickwheel.pipeline.io.files import read_bytes_nofollow, write_bytes_atomically
@@ -225,7 +230,8 @@ class SparkEngine:
                  dedupe_retention_ms: int | None = None,
                  max_files_per_trigger: int | None = None,
                  on_batch: Callable[[int, int, int], None] | None = None,
-                 sink: OutcomeSink | None = None, overwrite: bool = False,
+                 sink: OutcomeSink | Mapping[str, OutcomeSink] | None = None,
+                 overwrite: bool = False,
                  wall_clock: bool = False,
                  max_bytes_per_trigger: int | None = DEFAULT_BYTES_PER_TRIGGER,
                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
@@ -307,7 +313,7 @@ class SparkEngine:
         # worker sends every entry it holds to a view it has not sent them to.
         self._view_id = None if on_commit is None else uuid.uuid4().hex
         self.sink = sink
-        self._delivery: BatchDelivery | None = None
+        self._delivery: BatchDelivery | Deliveries | None = None
         self.batches = 0
         self._skipped: dict[str, str] = {}  # input files skipped, as last reported
         # The (partition, seq) of the op partitions catching up when the driver last
@@ -546,8 +552,8 @@ class SparkEngine:
                            maximum=MAX_TRIGGER_MS)
         started = time.perf_counter()
         if self.sink is not None:
-            self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
-                                           self.checkpoint_dir / "delivered")
+            self._delivery = deliveries(self.sink, self.output_dir / "outcomes",
+                                        self.checkpoint_dir)
         # A marker a run stopped while the input was gone left: the source's first
         # listing says afresh.
         (self.checkpoint_dir / INPUT_GONE).unlink(missing_ok=True)
@@ -745,8 +751,8 @@ class SparkEngine:
                              "it runs in follow mode only")
         started = time.perf_counter()
         if self.sink is not None:
-            self._delivery = BatchDelivery(self.sink, self.output_dir / "outcomes",
-                                           self.checkpoint_dir / "delivered")
+            self._delivery = deliveries(self.sink, self.output_dir / "outcomes",
+                                        self.checkpoint_dir)
         try:
             self._run_query(final)
         except BaseException:

@@ -33,12 +33,12 @@ __all__ = [
 #: The ``marshal`` format every chunk is written in.
 MARSHAL_VERSION: Final = 4
 #: The local engine's follow-mode checkpoint (its ``tickwheel.json``).
-LOCAL_CHECKPOINT_FORMAT: Final = 6
+LOCAL_CHECKPOINT_FORMAT: Final = 7
 #: The local engine's state file: the batch committed, both heads, and what it relies on.
 LOCAL_STATE_FORMAT: Final = 5
 #: The Spark engine's checkpoint: its layout, its sources (the wall clock is in the input
 #: source's offsets) and its state store's values.
-SPARK_CHECKPOINT_FORMAT: Final = 10
+SPARK_CHECKPOINT_FORMAT: Final = 11
 #: Both stages' partition heads, in either engine.
 HEAD_FORMAT: Final = 2
 
