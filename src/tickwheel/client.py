@@ -252,13 +252,22 @@ class _Readiness:
                                     f"(last: {last})")
 
 
+def _carrying(row: dict[str, Any], target: str | None, payload: Any) -> dict[str, Any]:
+    if target is not None:
+        row["target"] = target
+    if payload is not None:
+        row["payload"] = payload
+    return row
+
+
 class _Rows:
     """The row-building calls both clients share."""
 
     @staticmethod
     def watch_row(op_id: str, when: int | datetime, *, keys: Iterable[str] = (),
                   condition: str = "none", targets: Mapping[str, int] | None = None,
-                  min_total: int | None = None, ts_ms: int | None = None) -> dict[str, Any]:
+                  min_total: int | None = None, ts_ms: int | None = None,
+                  target: str | None = None, payload: Any = None) -> dict[str, Any]:
         row: dict[str, Any] = {"type": "watch", "op_id": op_id,
                                "deadline_ms": _epoch_ms(when), "condition": condition,
                                "keys": list(keys)}
@@ -268,7 +277,7 @@ class _Rows:
             row["min_total"] = min_total
         if ts_ms is not None:
             row["ts_ms"] = ts_ms
-        return row
+        return _carrying(row, target, payload)
 
     @staticmethod
     def cancel_row(op_id: str, ts_ms: int | None = None) -> dict[str, Any]:
@@ -279,7 +288,8 @@ class _Rows:
 
     @staticmethod
     def schedule_row(schedule_id: str, schedule: Schedule | Mapping[str, Any], *,
-                     ts_ms: int | None = None) -> dict[str, Any]:
+                     ts_ms: int | None = None, target: str | None = None,
+                     payload: Any = None) -> dict[str, Any]:
         """A ``schedule`` row: a :class:`~tickwheel.Schedule`, or its fields (checked
         here as the service checks them: a bad spec raises ``ScheduleError``)."""
         spec = schedule if isinstance(schedule, Schedule) else Schedule.from_fields(
@@ -288,7 +298,7 @@ class _Rows:
                                **spec.to_fields()}
         if ts_ms is not None:
             row["ts_ms"] = ts_ms
-        return row
+        return _carrying(row, target, payload)
 
     @staticmethod
     def series_row(kind: str, schedule_id: str, ts_ms: int | None = None) -> dict[str, Any]:
@@ -352,21 +362,27 @@ class Client(_Rows):
     def schedule_at(self, op_id: str, when: int | datetime, *, keys: Iterable[str] = (),
                     condition: str = "none", targets: Mapping[str, int] | None = None,
                     min_total: int | None = None, ts_ms: int | None = None,
-                    idempotency_key: str | None = None) -> Accepted:
+                    idempotency_key: str | None = None, target: str | None = None,
+                    payload: Any = None) -> Accepted:
         """"Do ``op_id`` at ``when`` unless it is cancelled first" (``condition``
-        ``none``), or a watch with another condition on ``keys``."""
+        ``none``), or a watch with another condition on ``keys``; its outcome goes to
+        ``target`` (a name the service's targets file defines) with ``payload``."""
         return self.submit(self.watch_row(op_id, when, keys=keys, condition=condition,
                                           targets=targets, min_total=min_total,
-                                          ts_ms=ts_ms), idempotency_key=idempotency_key)
+                                          ts_ms=ts_ms, target=target, payload=payload),
+                           idempotency_key=idempotency_key)
 
     def cancel(self, op_id: str, *, ts_ms: int | None = None,
                idempotency_key: str | None = None) -> Accepted:
         return self.submit(self.cancel_row(op_id, ts_ms), idempotency_key=idempotency_key)
 
     def schedule(self, schedule_id: str, schedule: Schedule | Mapping[str, Any], *,
-                 ts_ms: int | None = None, idempotency_key: str | None = None) -> Accepted:
-        """Start (or replace) a recurring schedule: each occurrence fires once."""
-        return self.submit(self.schedule_row(schedule_id, schedule, ts_ms=ts_ms),
+                 ts_ms: int | None = None, idempotency_key: str | None = None,
+                 target: str | None = None, payload: Any = None) -> Accepted:
+        """Start (or replace) a recurring schedule: each occurrence fires once, to
+        ``target`` with ``payload``."""
+        return self.submit(self.schedule_row(schedule_id, schedule, ts_ms=ts_ms,
+                                             target=target, payload=payload),
                            idempotency_key=idempotency_key)
 
     def unschedule(self, schedule_id: str, *, ts_ms: int | None = None,
@@ -501,10 +517,12 @@ class AsyncClient(_Rows):
                           keys: Iterable[str] = (), condition: str = "none",
                           targets: Mapping[str, int] | None = None,
                           min_total: int | None = None, ts_ms: int | None = None,
-                          idempotency_key: str | None = None) -> Accepted:
+                          idempotency_key: str | None = None, target: str | None = None,
+                          payload: Any = None) -> Accepted:
         return await self.submit(self.watch_row(op_id, when, keys=keys, condition=condition,
                                                 targets=targets, min_total=min_total,
-                                                ts_ms=ts_ms), idempotency_key=idempotency_key)
+                                                ts_ms=ts_ms, target=target, payload=payload),
+                                 idempotency_key=idempotency_key)
 
     async def cancel(self, op_id: str, *, ts_ms: int | None = None,
                      idempotency_key: str | None = None) -> Accepted:
@@ -513,9 +531,11 @@ class AsyncClient(_Rows):
 
     async def schedule(self, schedule_id: str, schedule: Schedule | Mapping[str, Any], *,
                        ts_ms: int | None = None,
-                       idempotency_key: str | None = None) -> Accepted:
+                       idempotency_key: str | None = None, target: str | None = None,
+                       payload: Any = None) -> Accepted:
         """Start (or replace) a recurring schedule: each occurrence fires once."""
-        return await self.submit(self.schedule_row(schedule_id, schedule, ts_ms=ts_ms),
+        return await self.submit(self.schedule_row(schedule_id, schedule, ts_ms=ts_ms,
+                                                   target=target, payload=payload),
                                  idempotency_key=idempotency_key)
 
     async def unschedule(self, schedule_id: str, *, ts_ms: int | None = None,

@@ -18,6 +18,8 @@ class Receiver:
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
+        #: Each request's headers (names in lower case) and body, as sent.
+        self.raw: list[tuple[dict[str, str], bytes]] = []
         self.lock = threading.Lock()
         self.url = ""
 
@@ -33,9 +35,11 @@ def receiving(answer: Callable[[int], int], delay_s: float = 0.0) -> Iterator[Re
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            data = self.rfile.read(int(self.headers["content-length"]))
+            body = json.loads(data)
             with receiver.lock:
                 status = receiver.answer(len(receiver.requests))
+                receiver.raw.append(({k.lower(): v for k, v in self.headers.items()}, data))
                 receiver.requests.append(body)
                 receiver.statuses.append(status)
             time.sleep(receiver.delay_s)
