@@ -303,3 +303,40 @@ def test_a_restarted_service_still_answers_what_it_resolved(tmp_path: Path) -> N
     finally:
         child.send_signal(signal.SIGTERM)
         child.communicate(timeout=120)
+
+
+def test_a_schedule_and_a_pending_operation_show_their_target_and_payload(
+        tmp_path: Path) -> None:
+    engine = Service(tmp_path)
+    server = SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000,
+                          view=engine.view, targets=frozenset({"coupons"}))
+    server.start()
+    try:
+        engine.feed([schedule(1_000, "coupons-hourly", every_ms=3_600_000,
+                              target="coupons", payload={"code": "SAVE10"}),
+                     {**watch(1_000, "order-17", 9_000_000), "target": "coupons",
+                      "payload": [1, "two"]}], 1_200)
+        sched = httpx.get(f"{server.url}/v1/schedules/coupons-hourly").json()
+        assert (sched["target"], sched["payload"]) == ("coupons", {"code": "SAVE10"})
+        listed = httpx.get(f"{server.url}/v1/schedules").json()["schedules"][0]
+        assert listed["payload"] == {"code": "SAVE10"}
+        op = httpx.get(f"{server.url}/v1/operations/order-17").json()
+        assert (op["target"], op["payload"]) == ("coupons", [1, "two"])
+        # A row naming a target the service has not is refused, as is a large payload.
+        unknown = httpx.post(f"{server.url}/v1/events", json={
+            "type": "watch", "op_id": "x", "keys": [], "deadline_ms": 9_000,
+            "condition": "none", "target": "growth"})
+        assert unknown.status_code == 400
+        assert unknown.json()["refused"][0]["reason"] == "unknown_target"
+        large = httpx.post(f"{server.url}/v1/events", json={
+            "type": "schedule", "schedule_id": "s", "every_ms": 1_000,
+            "payload": "x" * 70_000})
+        assert large.status_code == 400
+        assert large.json()["refused"][0]["reason"] == "payload_too_large"
+        taken = httpx.post(f"{server.url}/v1/events", json={
+            "type": "watch", "op_id": "y", "keys": [], "deadline_ms": 9_000,
+            "condition": "none", "target": "coupons", "payload": {"ok": True}})
+        assert taken.status_code == 200
+    finally:
+        server.stop()
+        engine.close()

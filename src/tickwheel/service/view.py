@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import threading
 from collections import deque
@@ -88,12 +89,15 @@ class ScheduleView:
     skipped: int
     last_fired_ms: int | None
     upcoming: tuple[int, ...] | None = None
+    target: str | None = None
+    payload: str | None = None  # JSON text
 
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "schedule_id": self.schedule_id, "state": self.state, "spec": dict(self.spec),
             "summary": schedule_of(self.spec).describe(), "next_fire_ms": self.next_fire_ms,
             "runs": self.runs, "skipped": self.skipped, "last_fired_ms": self.last_fired_ms}
+        _carried(body, self.target, self.payload)
         if self.upcoming is not None:
             body["upcoming"] = list(self.upcoming)
         return body
@@ -113,6 +117,8 @@ class OperationView:
     min_total: int | None = None
     outcome: str | None = None
     resolved_ms: int | None = None
+    target: str | None = None
+    payload: str | None = None  # JSON text
 
     def as_json(self) -> dict[str, Any]:
         if self.state == "resolved":
@@ -126,7 +132,16 @@ class OperationView:
             body["targets"] = self.targets
         if self.min_total:
             body["min_total"] = self.min_total
+        _carried(body, self.target, self.payload)
         return body
+
+
+def _carried(body: dict[str, Any], target: str | None, payload: str | None) -> None:
+    """A schedule's or operation's target and payload, where it has them."""
+    if target is not None:
+        body["target"] = target
+    if payload is not None:
+        body["payload"] = json.loads(payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,13 +207,14 @@ def _after(cursor: str) -> str:
         raise PageError("cursor: not one this service gave") from exc
 
 
-# A schedule as held: (spec, next_ms, runs, skipped, paused, last_fired_ms), a tuple
-# for its size: a million of them are held.
-_Held = tuple[dict[str, Any], int | None, int, int, bool, int | None]
-_SPEC, _NEXT, _RUNS, _SKIPPED, _PAUSED, _LAST_FIRED = range(6)
+# A schedule as held: (spec, next_ms, runs, skipped, paused, target, payload,
+# last_fired_ms), a tuple for its size: a million of them are held. The payload is the
+# engine's own string, not a copy.
+_Held = tuple[dict[str, Any], int | None, int, int, bool, str | None, str | None, int | None]
+_SPEC, _NEXT, _RUNS, _SKIPPED, _PAUSED, _TARGET, _PAYLOAD, _LAST_FIRED = range(8)
 # A pending operation as held: (watched_ms, deadline_ms, keys, condition, targets,
-# min_total).
-_Pending = tuple[int, int, tuple[str, ...], str, Any, int | None]
+# min_total, target, payload).
+_Pending = tuple[int, int, tuple[str, ...], str, Any, int | None, str | None, str | None]
 
 
 class StateView:
@@ -287,7 +303,7 @@ class StateView:
                 self._specs.clear()
             spec = self._specs[spec_key] = dict(series.spec)
         schedules[schedule_id] = (spec, series.next_ms, series.runs, series.skipped,
-                                  series.paused, last_fired)
+                                  series.paused, series.target, series.payload, last_fired)
         if series.paused:
             self._paused.add(schedule_id)
         else:
@@ -300,7 +316,8 @@ class StateView:
         if entry is not None:
             watch = WatchFields._make(entry[0])
             self._pending[op_id] = (watch.ts_ms, watch.deadline_ms, tuple(watch.keys),
-                                    watch.condition, watch.targets, watch.min_total)
+                                    watch.condition, watch.targets, watch.min_total,
+                                    watch.target, watch.payload)
             self._deadlines.add((watch.deadline_ms, op_id))
 
     def _outcomes(self, outcomes: Iterable[OutcomeRow]) -> None:
@@ -375,9 +392,9 @@ class StateView:
             pending = self._pending.get(op_id)
             resolved = None if pending is not None else self._resolved.get(op_id)
         if pending is not None:
-            watched, deadline, keys, condition, targets, min_total = pending
+            watched, deadline, keys, condition, targets, min_total, target, payload = pending
             return OperationView(op_id, "pending", watched, deadline, keys, condition,
-                                 targets, min_total)
+                                 targets, min_total, target=target, payload=payload)
         if resolved is not None:
             return OperationView(op_id, "resolved", outcome=resolved[0],
                                  resolved_ms=resolved[1])
@@ -398,11 +415,11 @@ class StateView:
     @staticmethod
     def _view(schedule_id: str, held: _Held,
               upcoming: tuple[int, ...] | None = None) -> ScheduleView:
-        spec, next_ms, runs, skipped, paused, last_fired = held
+        spec, next_ms, runs, skipped, paused, target, payload, last_fired = held
         next_fire = None if paused or next_ms is None else schedule_of(spec).fire_ms(
             schedule_id, next_ms)
         return ScheduleView(schedule_id, "paused" if paused else "running", spec, next_fire,
-                            runs, skipped, last_fired, upcoming)
+                            runs, skipped, last_fired, upcoming, target, payload)
 
 
 def _chunks(rows: list[OutcomeRow], size: int) -> Iterable[list[OutcomeRow]]:
