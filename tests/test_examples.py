@@ -59,3 +59,43 @@ def test_the_service_example_runs_end_to_end() -> None:
     assert "heartbeat is paused" in out
     assert "expired  order-17" in out and "cancelled  order-18" in out
     assert "fired  heartbeat@" in out
+
+
+def test_the_signed_receiver_takes_signed_requests_once_and_refuses_tampered_ones(
+        tmp_path: Path) -> None:
+    pytest.importorskip("standardwebhooks")
+    import base64
+    import threading
+
+    import httpx
+
+    from tickwheel.pipeline.contract.events import OutcomeKind
+    from tickwheel.pipeline.contract.outcomes import OutcomeRow
+    from tickwheel.service.signing import SigningKey
+    from tickwheel.service.targets import TargetSpec
+    from tickwheel.service.webhook import WebhookProcessor
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import signed_receiver
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    secret = "whsec_" + base64.b64encode(b"s" * 24).decode()
+    receiver = signed_receiver.SignedReceiver(secret)
+    server = signed_receiver.serve(receiver, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    try:
+        webhook = WebhookProcessor(TargetSpec("t", (url,), signing_key=SigningKey(secret)),
+                                   tmp_path)
+        rows = [OutcomeRow("order-17", OutcomeKind.EXPIRED, 5, 4, (), None, payload="[1]")]
+        for _ in range(2):  # delivered twice: taken once
+            assert webhook.process_batch(rows).name == "SUCCESS"
+        webhook.close()
+        assert [o["op_id"] for o in receiver.outcomes] == ["order-17"]
+        forged = httpx.post(url, content=b'{"outcomes": []}', headers={
+            "webhook-id": "msg_1", "webhook-timestamp": "1", "webhook-signature": "v1,AAAA"})
+        assert forged.status_code == 401 and receiver.refused == 1
+    finally:
+        server.shutdown()
+        server.server_close()
