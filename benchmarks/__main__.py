@@ -163,6 +163,7 @@ def _schedules(args: argparse.Namespace) -> int:
     catchups: list[CatchupRun] = []
     if args.state_n:
         states.append(state(args.state_n, progress))
+        states.append(state(args.state_n, progress, payload_bytes=200))
     if args.latency_seconds:
         for engine in args.engines:
             latencies.append(latency(engine, args.rate, args.latency_seconds,
@@ -192,7 +193,13 @@ def _phases(text: str) -> tuple[str, ...]:
 
 
 def _service(args: argparse.Namespace) -> int:
-    from benchmarks._service import ack_table, run_service, service_table
+    from benchmarks._service import (
+        ack_table,
+        run_service,
+        service_table,
+        signing_table,
+        targets_table,
+    )
 
     results = run_service(args.engines, args.seconds, args.batch_rate, args.single_rate,
                           args.fire_rate, args.master, args.phases, args.repeat,
@@ -206,6 +213,12 @@ def _service(args: argparse.Namespace) -> int:
     print("\nwhere the acknowledgement time went, as the service measured it (from a "
           "request's arrival; a commit's land is its keys, its file and their fsyncs)\n")
     print(ack_table(results))
+    if {"targets", "hanging"} & set(args.phases):
+        print("\nthree targets (a and b measured, c answering or hanging; --targets, a and "
+              "b signed): fire delay from each deadline to a's and b's receipt\n")
+        print(targets_table(results))
+        print("\nwhat signing costs a request, in this process\n")
+        print(signing_table())
     return 0
 
 
@@ -351,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated: local, spark (default: local)")
     sv.add_argument("--master", default="local[2]")
     sv.add_argument("--phases", type=_phases, default=("batch", "single", "fire"),
-                    help="comma-separated: batch, single, fire (default: all)")
+                    help="comma-separated: batch, single, fire, targets, hanging "
+                         "(default: batch, single, fire)")
     sv.add_argument("--repeat", type=_positive, default=3,
                     help="rounds of every phase, interleaved (medians reported; "
                          "default: %(default)s)")

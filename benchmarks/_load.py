@@ -31,7 +31,8 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     import h11
 
-__all__ = ["FIRE_IN_MS", "LOAD_CLIENTS", "MAX_IN_FLIGHT", "LoadResult", "run_load"]
+__all__ = ["FIRE_IN_MS", "LOAD_CLIENTS", "MAX_IN_FLIGHT", "TARGETS", "LoadResult",
+           "run_load"]
 
 #: How far ahead a ``fire`` request's deadlines are ("do X in 2 s").
 FIRE_IN_MS: Final = 2_000
@@ -51,18 +52,29 @@ class LoadResult:
     latency_ms: list[float] = field(default_factory=list)  # of each 200
 
 
-def _body(phase: str, index: int, rows: int, fire: bool) -> bytes:
-    """Request ``index``'s rows, as JSON Lines: watches with distinct op ids."""
+#: The targets a ``targets`` load's rows name, in turn.
+TARGETS: Final = ("a", "b", "c")
+
+
+def _body(phase: str, index: int, rows: int, fire: bool, targets: bool = False) -> bytes:
+    """Request ``index``'s rows, as JSON Lines: watches with distinct op ids (naming
+    :data:`TARGETS` in turn, with a payload, where ``targets``)."""
     now = time.time_ns() // 1_000_000
     deadline = now + (FIRE_IN_MS if fire else 3_600_000)
-    return "".join(
-        json.dumps({"type": "watch", "op_id": f"{phase}-{index}-{i}", "keys": [],
-                    "condition": "none", "deadline_ms": deadline}, separators=(",", ":"))
-        + "\n" for i in range(rows)).encode()
+    lines = []
+    for i in range(rows):
+        row: dict[str, object] = {"type": "watch", "op_id": f"{phase}-{index}-{i}",
+                                  "keys": [], "condition": "none", "deadline_ms": deadline}
+        if targets:
+            row["target"] = TARGETS[i % len(TARGETS)]
+            row["payload"] = {"order": i, "note": "x" * 40}
+        lines.append(json.dumps(row, separators=(",", ":")) + "\n")
+    return "".join(lines).encode()
 
 
 async def run_load(url: str, *, phase: str, rows_per_request: int, rows_s: int,
-                   seconds: float, fire: bool = False, client: str = "h11") -> LoadResult:
+                   seconds: float, fire: bool = False, client: str = "h11",
+                   targets: bool = False) -> LoadResult:
     """``rows_s / rows_per_request`` requests a second to ``url``/v1/events for
     ``seconds``, each with an ``Idempotency-Key`` of ``phase`` and its index."""
     if client not in LOAD_CLIENTS:
@@ -80,8 +92,8 @@ async def run_load(url: str, *, phase: str, rows_per_request: int, rows_s: int,
             if sender.in_flight >= MAX_IN_FLIGHT:
                 result.overloaded += 1
                 continue
-            sender.send(_body(phase, index, rows_per_request, fire), f"{phase}-{index}",
-                        due, rows_per_request)
+            sender.send(_body(phase, index, rows_per_request, fire, targets),
+                        f"{phase}-{index}", due, rows_per_request)
         await sender.drain(time.perf_counter() + _ANSWER_WITHIN_S)
     result.seconds = time.perf_counter() - started
     return result
@@ -294,7 +306,8 @@ def _main(argv: list[str]) -> None:
     url, phase, rows_per_request, rows_s, seconds, mode, client, out = argv
     result = asyncio.run(run_load(url, phase=phase, rows_per_request=int(rows_per_request),
                                   rows_s=int(rows_s), seconds=float(seconds),
-                                  fire=mode == "fire", client=client))
+                                  fire=mode in ("fire", "targets"), client=client,
+                                  targets=mode == "targets"))
     Path(out).write_text(json.dumps(dataclasses.asdict(result)))
 
 

@@ -47,6 +47,7 @@ class StateRun:
     bytes_per_schedule: float
     checkpoint_bytes_per_schedule: float
     seconds: float
+    payload_bytes: int = 0  # each schedule's payload, as JSON text
 
 
 @dataclass(slots=True)
@@ -79,7 +80,14 @@ def _land(path: Path, lines: list[str]) -> None:
     tmp.rename(path)
 
 
-def _mixed_rows(n: int, ts: int, seed: int = 7) -> list[str]:
+def _payload(i: int, size: int) -> dict[str, object]:
+    """A payload of ``size`` bytes of JSON text, its own to schedule ``i``."""
+    head = {"job": i, "note": ""}
+    pad = size - len(json.dumps(head, separators=(",", ":")))
+    return {"job": i, "note": "x" * max(0, pad)}
+
+
+def _mixed_rows(n: int, ts: int, seed: int = 7, payload_bytes: int = 0) -> list[str]:
     import random
 
     rng = random.Random(seed)
@@ -90,18 +98,22 @@ def _mixed_rows(n: int, ts: int, seed: int = 7) -> list[str]:
             spec = {"every_ms": rng.randint(1, 3_600) * 1_000}
         else:
             spec = {"cron": rng.choice(CRON_SPECS), "tz": rng.choice(ZONES)}
+        if payload_bytes:
+            spec["payload"] = _payload(i, payload_bytes)
         rows.append(json.dumps({"ts_ms": ts, "type": "schedule", "schedule_id": f"job-{i}",
                                 **spec}, separators=(",", ":")))
     return rows
 
 
-def state(n: int, progress: Callable[[str], None]) -> StateRun:
+def state(n: int, progress: Callable[[str], None], payload_bytes: int = 0) -> StateRun:
+    """The memory and checkpoint of ``n`` schedules, each with a payload of
+    ``payload_bytes`` (0: none)."""
     from tickwheel.pipeline.engines.follow import LocalFollowEngine
 
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-schedules-") as tmp:
         inbox = Path(tmp) / "in"
         inbox.mkdir()
-        _land(inbox / "a.jsonl", [*_mixed_rows(n, START_MS),
+        _land(inbox / "a.jsonl", [*_mixed_rows(n, START_MS, payload_bytes=payload_bytes),
                                   json.dumps({"ts_ms": START_MS + 2, "type": "tick"})])
         engine = LocalFollowEngine(inbox, Path(tmp) / "out", lateness_ms=0,
                                    max_bytes_per_batch=1 << 40)
@@ -126,7 +138,7 @@ def state(n: int, progress: Callable[[str], None]) -> StateRun:
         counts = engine.counts()
         assert counts.schedules == n, counts
         engine.close()
-    return StateRun(n, held / n, counts.state_bytes / n, seconds)
+    return StateRun(n, held / n, counts.state_bytes / n, seconds, payload_bytes)
 
 
 class _Delays(BatchFileReader):
@@ -304,7 +316,9 @@ def engine_table(states: list[StateRun], latencies: list[LatencyRun],
                  catchups: list[CatchupRun]) -> str:
     lines = ["| workload | engine | N | result |", "|---|---|---:|---|"]
     for s in states:
-        lines.append(f"| state: schedules held | local follow | {s.schedules:,} | "
+        what = (f"with a {s.payload_bytes}-byte payload" if s.payload_bytes
+                 else "without a payload")
+        lines.append(f"| state: schedules held, {what} | local follow | {s.schedules:,} | "
                      f"{s.bytes_per_schedule:,.0f} B of memory and "
                      f"{s.checkpoint_bytes_per_schedule:,.0f} B of checkpoint per schedule "
                      f"(applied in {s.seconds:,.1f} s) |")

@@ -10,7 +10,13 @@ the wait (no coordinated omission). Phases:
 - ``batch``: requests of 100 rows, ``batch_rate`` rows a second;
 - ``single``: requests of one row, ``single_rate`` a second;
 - ``fire``: "do X in 2 s" rows, ``fire_rate`` a second in requests of 100, with
-  ``--lateness-ms 100``: the delay from each deadline to the webhook's receipt of it.
+  ``--lateness-ms 100``: the delay from each deadline to the webhook's receipt of it;
+- ``targets``: the ``fire`` load with each row naming one of three targets (``--targets``:
+  ``a`` and ``b`` signed, ``c``) and carrying a payload; the fire delay is measured at
+  ``a`` and ``b``;
+- ``hanging``: the same, with ``c`` a server that takes connections and never answers:
+  the fire delay at ``a`` and ``b`` against ``targets``' says whether a target that
+  hangs holds up the others.
 
 The anchors, each in a process of its own, under the same ``batch`` and ``single``
 loads: a bare aiohttp server that answers 200 without validating or writing anything
@@ -45,10 +51,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import child_env
-from benchmarks._load import FIRE_IN_MS
+from benchmarks._load import FIRE_IN_MS, TARGETS
 
 __all__ = ["PHASES", "PhaseResult", "ack_table", "run_service", "service_table",
-           "start_service"]
+           "signing_table", "start_service", "targets_table"]
+
+#: The phases whose rows name targets.
+_TARGET_PHASES = ("targets", "hanging")
+_SECRET = "whsec_" + "dGlja3doZWVsLWJlbmNobWFyay1zZWNyZXQtMzI="
 
 _BARE_SERVER = """
 import sys
@@ -125,7 +135,7 @@ class _Receiver:
 
         async def hook(request: web.Request) -> web.Response:
             now = time.time_ns() / 1e6
-            for outcome in (await request.json())["outcomes"]:
+            for outcome in json.loads(await request.read())["outcomes"]:
                 if outcome["outcome"] == "expired" and outcome["id"] not in self.seen:
                     self.seen.add(outcome["id"])
                     self.delays.append(now - outcome["resolved_ms"])
@@ -150,13 +160,53 @@ class _Receiver:
         self._thread.join(timeout=30)
 
 
+class _Hanging:
+    """A server on loopback that takes connections and never answers."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/hook"
+        self._held: list[Any] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        try:
+            while True:
+                connection, _ = self._listener.accept()
+                self._held.append(connection)  # read nothing, answer nothing
+        except OSError:  # closed
+            pass
+
+    def stop(self) -> None:
+        self._listener.close()
+        for connection in self._held:
+            connection.close()
+
+
+def _targets_file(work: Path, urls: list[str]) -> Path:
+    """Three targets, the first two signed."""
+    (work / "bench.key").write_text(_SECRET)
+    text = ""
+    for name, url in zip(TARGETS, urls, strict=True):
+        signed = 'secret_file = "bench.key"\n' if name != TARGETS[-1] else ""
+        text += f'[targets.{name}]\nurls = ["{url}"]\n{signed}'
+    path = work / "targets.toml"
+    path.write_text(text)
+    return path
+
+
 def start_service(engine: str, work: Path, webhook: str, master: str = "local[2]",
-                  ) -> tuple[subprocess.Popen[str], str]:
+                  targets: Path | None = None) -> tuple[subprocess.Popen[str], str]:
     """``tickwheel run --follow --clock wall --listen`` on ``work/in`` as a user starts
-    it, delivering to ``webhook``; the process and its API's URL once it follows."""
+    it, delivering to ``webhook`` (or to ``targets``, a targets file); the process and
+    its API's URL once it follows."""
+    delivery = ["--deliver-to", webhook] if targets is None else ["--targets", str(targets)]
     args = [sys.executable, "-m", "tickwheel.cli", "run", "--follow", "--clock", "wall",
             "--lateness-ms", "100", "--trigger-ms", "100", "--input", str(work / "in"),
-            "--output", str(work / "out"), "--listen", "127.0.0.1:0", "--deliver-to", webhook,
+            "--output", str(work / "out"), "--listen", "127.0.0.1:0", *delivery,
             "--engine", engine]
     if engine == "spark":
         args += ["--master", master]
@@ -202,7 +252,7 @@ def _stop_service(child: subprocess.Popen[str]) -> None:
         child.wait()
 
 
-def _load_elsewhere(url: str, result: PhaseResult, seconds: float, fire: bool,
+def _load_elsewhere(url: str, result: PhaseResult, seconds: float, fire: bool | str,
                     scratch: Path, client: str) -> None:
     """:func:`~benchmarks._load.run_load` in a process of its own, fresh for each
     phase: no phase is measured with the heap, the sockets or the CPU of the one before
@@ -211,7 +261,8 @@ def _load_elsewhere(url: str, result: PhaseResult, seconds: float, fire: bool,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-m", "benchmarks._load", url, result.phase,
                     str(result.rows_per_request), str(result.target_rows_s), str(seconds),
-                    "fire" if fire else "ack", client, str(out)], check=True,
+                    fire if isinstance(fire, str) else "fire" if fire else "ack", client,
+                    str(out)], check=True,
                    env=child_env())
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result.load_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -229,26 +280,46 @@ def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds:
     result = PhaseResult(name, phase, rows_per_request, rows_s)
     receiver = _Receiver()
     receiver.start()
+    # The targets phases: a and b measured, c answering (targets) or hanging.
+    measured = [receiver]
+    others: list[_Receiver | _Hanging] = []
+    if phase in _TARGET_PHASES:
+        second = _Receiver()
+        second.start()
+        measured.append(second)
+        if phase == "targets":
+            third = _Receiver()
+            third.start()
+            others.append(third)
+        else:
+            others.append(_Hanging())
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-service-") as tmp:
         work = Path(tmp)
         (work / "in").mkdir()
+        targets = None if phase not in _TARGET_PHASES else _targets_file(
+            work, [*(r.url for r in measured), others[0].url])
         if anchor is None:
-            child, url = start_service(engine, work, receiver.url, master)
+            child, url = start_service(engine, work, receiver.url, master, targets)
         else:
             child, url = _start_anchor(anchor, work)
         try:
-            _load_elsewhere(url, result, seconds, fire=phase == "fire", scratch=work,
-                            client=client)
+            mode: bool | str = "targets" if targets is not None else phase == "fire"
+            _load_elsewhere(url, result, seconds, fire=mode, scratch=work, client=client)
             if anchor != "bare":
                 result.intake = _intake_status(url)
-            if phase == "fire":  # the last deadlines, the lateness and delivery
+            if phase == "fire" or targets is not None:  # the last deadlines and delivery
+                share = sum(1 for i in range(rows_per_request)
+                            if targets is None or i % len(TARGETS) < len(measured))
+                expected = result.rows_acked // rows_per_request * share
                 deadline = time.monotonic() + FIRE_IN_MS / 1000 + 30
-                while len(receiver.seen) < result.rows_acked and time.monotonic() < deadline:
+                while (sum(len(r.seen) for r in measured) < expected
+                       and time.monotonic() < deadline):
                     time.sleep(0.1)
-                result.fire_delay_ms = list(receiver.delays)
+                result.fire_delay_ms = [d for r in measured for d in r.delays]
         finally:
             _stop_service(child)
-            receiver.stop()
+            for server in (*measured, *others):
+                server.stop()
     # What the phase wrote (hundreds of MB at 20,000 rows a second) on disk before the
     # next starts, so that its write-back does not overlap the next phase's fsyncs.
     os.sync()
@@ -277,7 +348,7 @@ def _wait_for(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-PHASES = ("batch", "single", "fire")
+PHASES = ("batch", "single", "fire", *_TARGET_PHASES)
 
 
 def run_service(engines: list[str], seconds: float, batch_rate: int, single_rate: int,
@@ -286,13 +357,14 @@ def run_service(engines: list[str], seconds: float, batch_rate: int, single_rate
                 client: str = "h11") -> list[PhaseResult]:
     """Every phase against each anchor and engine, ``repeat`` rounds, interleaved."""
     loads = [(phase, per_request, rate) for phase, per_request, rate in (
-        ("batch", 100, batch_rate), ("single", 1, single_rate), ("fire", 100, fire_rate))
+        ("batch", 100, batch_rate), ("single", 1, single_rate), ("fire", 100, fire_rate),
+        ("targets", 100, fire_rate), ("hanging", 100, fire_rate))
         if phase in phases]
     results: list[PhaseResult] = []
     for round_number in range(1, repeat + 1):
         for anchor in _ANCHORS:
             for phase, per_request, rate in loads:
-                if phase != "fire":
+                if phase in ("batch", "single"):
                     results.append(_phase("", phase, per_request, rate, seconds, master,
                                           anchor=anchor, client=client))
         for engine in engines:
@@ -386,3 +458,61 @@ def ack_table(results: list[PhaseResult]) -> str:
             f"{_histogram_cell(runs, 'commit_wait_ms')} | {_histogram_cell(runs, 'land_ms')} |")
     return "\n".join(lines)
 
+
+def targets_table(results: list[PhaseResult]) -> str:
+    """The fire delay at the two targets that answer, with the third answering and
+    with it hanging, and their ratio: medians over the rounds."""
+    lines = ["| engine | third target | fire delay p50 ms | fire delay p99 ms | p99 ratio |",
+             "|---|---|---:|---:|---:|"]
+    groups = {(runs[0].engine, runs[0].phase): runs for runs in _rounds(results)}
+    for (engine, phase), runs in groups.items():
+        if phase not in _TARGET_PHASES:
+            continue
+        p99 = _median_of(runs, lambda run: _percentile(run.fire_delay_ms, 0.99))
+        calm = groups.get((engine, "targets"))
+        ratio = "1.00x (anchor)" if phase == "targets" else "-"
+        if phase == "hanging" and calm is not None:
+            base = _median_of(calm, lambda run: _percentile(run.fire_delay_ms, 0.99))
+            ratio = f"{p99 / base:.2f}x" if base > 0 else "-"
+        lines.append(
+            f"| {engine} | {'answers' if phase == 'targets' else 'hangs'} | "
+            f"{_median_of(runs, lambda run: _percentile(run.fire_delay_ms, 0.5)):,.0f} | "
+            f"{p99:,.0f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def signing_table(batch: int = 250, repeat: int = 7) -> str:
+    """What a request of ``batch`` outcomes costs to build, unsigned and signed (the
+    Standard Webhooks HMAC over its body), in this process: medians of ``repeat``."""
+    from tickwheel.pipeline.contract.events import OutcomeKind
+    from tickwheel.pipeline.contract.outcomes import OutcomeRow
+    from tickwheel.service.signing import SigningKey, signature_headers
+    from tickwheel.service.webhook import message_id, outcome_id, outcomes_body
+
+    rows = [OutcomeRow(f"order-{i}", OutcomeKind.EXPIRED, 1_700_000_000_000 + i, 2_000, (),
+                       None, target="a", payload=json.dumps({"order": i, "note": "x" * 40}))
+            for i in range(batch)]
+    key = SigningKey(_SECRET)
+    n = 200
+
+    def unsigned() -> None:
+        ids = [outcome_id(row) for row in rows]
+        outcomes_body(rows, ids)
+
+    def signed() -> None:
+        ids = [outcome_id(row) for row in rows]
+        body = outcomes_body(rows, ids)
+        signature_headers(key, message_id(ids), int(time.time()), body)
+
+    def per_request_us(call: Callable[[], None]) -> float:
+        started = time.perf_counter()
+        for _ in range(n):
+            call()
+        return (time.perf_counter() - started) / n * 1e6
+
+    plain = statistics.median(per_request_us(unsigned) for _ in range(repeat))
+    with_key = statistics.median(per_request_us(signed) for _ in range(repeat))
+    return ("| request of | body, unsigned | body, signed | signing costs | ratio |\n"
+            "|---|---:|---:|---:|---:|\n"
+            f"| {batch} outcomes | {plain:,.0f} us | {with_key:,.0f} us | "
+            f"{with_key - plain:,.0f} us | {with_key / plain:.2f}x |")

@@ -35,7 +35,7 @@ from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_KEY
 from tickwheel.pipeline.state.heads import decode_op_head, encode_head
 from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
 from tickwheel.pipeline.tools.report import kind_of, summarize
-from tickwheel.service.webhook import _as_json
+from tickwheel.service.webhook import outcomes_body
 
 
 def line(ts: int, kind: str, schedule_id: str = "s", **spec: Any) -> str:
@@ -432,6 +432,12 @@ def test_the_report_counts_fired_and_skipped_by_schedule_kind(tmp_path: Path) ->
     assert summary.skipped == result.skipped == 4  # 1,000 to 4,000; 5,000 fires as latest
     assert kind_of("job-2@1767225600000") == "job"
     assert kind_of("nightly@x") == "nightly@x"
+
+
+def _as_json(row: OutcomeRow) -> dict[str, Any]:
+    """The outcome as a webhook request carries it."""
+    sent: dict[str, Any] = json.loads(outcomes_body([row]))["outcomes"][0]
+    return sent
 
 
 def test_a_fired_row_reaches_a_webhook_with_its_occurrence_as_its_id() -> None:

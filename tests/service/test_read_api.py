@@ -135,8 +135,8 @@ def test_the_client_reads_what_it_submitted_once_applied(tmp_path: Path,
         with Client(url) as client:
             client.wait_ready(timeout_s=300)
             accepted = client.schedule("nightly", {"cron": "0 2 * * *", "tz": "Asia/Tokyo"})
-            client.schedule_at("order-9", int(time.time() * 1000) + 3_600_000)
-            client.wait_applied(accepted.ts_ms, timeout_s=120)
+            ordered = client.schedule_at("order-9", int(time.time() * 1000) + 3_600_000)
+            client.wait_applied(max(accepted.ts_ms, ordered.ts_ms), timeout_s=120)
             nightly = client.get_schedule("nightly")
             assert nightly is not None and nightly["state"] == "running"
             assert len(nightly["upcoming"]) == 5

@@ -133,13 +133,13 @@ async function loadStatus() {
   const delivery = (status.delivery && status.delivery.targets) || {};
   for (const [name, t] of Object.entries(delivery)) {
     const tr = document.createElement("tr");
-    tr.append(cell(name), cell(t.delivered, "num"), cell((t.congested || 0) + (t.transient || 0), "num"),
+    tr.append(cell(name), cell(t.delivered, "num"), cell(t.retried || 0, "num"),
               cell(t.dead_letters, "num"), cell(t.dead_letter_dir));
     targets.append(tr);
   }
   if (!Object.keys(delivery).length) {
     const tr = document.createElement("tr");
-    const td = cell("outcomes go to the output files only (no --deliver-to)");
+    const td = cell("outcomes go to the output files only (no --targets or --deliver-to)");
     td.colSpan = 5;
     tr.append(td);
     targets.append(tr);
