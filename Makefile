@@ -35,7 +35,7 @@ check: $(DEPS)
 	rm -rf $(PURE)
 	$(BIN)/python -c "import shutil; shutil.copytree('src/tickwheel', '$(PURE)/tickwheel', \
 		ignore=shutil.ignore_patterns('*.so', '__pycache__'))"
-	PYTHONPATH=$(PURE) $(BIN)/pytest -q -p no:cacheprovider -n auto --maxprocesses 4 \
+	PYTHONPATH=$(abspath $(PURE)) $(BIN)/pytest -q -p no:cacheprovider -n auto --maxprocesses 4 \
 		-m "not spark and not slow" \
 		--ignore=tests/test_build.py
 

@@ -16,6 +16,9 @@ from typing import Any, Final
 
 from tickwheel.pipeline.contract.events import (
     MAX_ROW_CHARS,
+    Q_REASON,
+    W_TARGET,
+    W_TS,
     Reason,
     Wire,
     compact_wire,
@@ -196,7 +199,7 @@ def _stamped(line: str, now_ms: int) -> tuple[str, Wire]:
     stamped = (f'{{"ts_ms":{now_ms}}}' if rest.startswith("}")
                else f'{{"ts_ms":{now_ms},{line[1:]}')
     fields = compact_wire(stamped)
-    if is_quarantined(fields) and fields[1] == Reason.DUPLICATE_FIELD.value:
+    if is_quarantined(fields) and fields[Q_REASON] == Reason.DUPLICATE_FIELD.value:
         return line, compact_wire(line)  # its own ts_ms, spelt otherwise, or a repeat
     return stamped, fields
 
@@ -297,10 +300,10 @@ def _problem(line: str, fields: Wire, max_ts_ms: int | None,
     if len(line) > MAX_ROW_CHARS:
         return Reason.TOO_LONG.value
     if is_quarantined(fields):
-        return str(fields[1])
-    if max_ts_ms is not None and fields[0] > max_ts_ms:
+        return str(fields[Q_REASON])
+    if max_ts_ms is not None and fields[W_TS] > max_ts_ms:
         return Reason.FUTURE.value
-    target: str | None = fields[12]
+    target: str | None = fields[W_TARGET]
     if targets is not None and target is not None and target not in targets:
         return Reason.UNKNOWN_TARGET.value
     return None

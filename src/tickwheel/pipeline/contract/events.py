@@ -35,9 +35,26 @@ _fast_loads = _orjson_loads()
 __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MAX_ROW_CHARS",
+    "Q_RAW",
+    "Q_REASON",
+    "Q_TS",
     "SCHEDULE_FIELDS",
     "TARGET_NAME",
     "TOO_LONG_KEPT_CHARS",
+    "W_CONDITION",
+    "W_DEADLINE",
+    "W_ERROR",
+    "W_KEY",
+    "W_KEYS",
+    "W_MIN_TOTAL",
+    "W_OP_ID",
+    "W_PAYLOAD",
+    "W_RAW",
+    "W_TARGET",
+    "W_TARGETS",
+    "W_TS",
+    "W_TYPE",
+    "W_VALUE",
     "Condition",
     "Event",
     "EventType",
@@ -268,6 +285,28 @@ def _string(row: dict[str, Any], name: str, ts: int | None) -> str:
 Wire = tuple[Any, ...]
 
 
+#: Where each field sits in a well-formed row's wire form (Final: the compiled core
+#: reads them as literals).
+W_TS: Final = 0
+W_TYPE: Final = 1
+W_RAW: Final = 2
+W_OP_ID: Final = 3  # a schedule row's schedule_id
+W_KEYS: Final = 4
+W_DEADLINE: Final = 5
+W_CONDITION: Final = 6
+W_TARGETS: Final = 7  # a schedule row's spec
+W_MIN_TOTAL: Final = 8
+W_KEY: Final = 9
+W_VALUE: Final = 10
+W_ERROR: Final = 11
+W_TARGET: Final = 12
+W_PAYLOAD: Final = 13
+#: ... and in a quarantined row's, ``(raw, reason, ts_ms)``.
+Q_RAW: Final = 0
+Q_REASON: Final = 1
+Q_TS: Final = 2
+
+
 def is_quarantined(fields: Wire) -> bool:
     """Whether a row in wire form is a quarantined one, ``(raw, reason, ts_ms)``."""
     return len(fields) == 3
@@ -409,8 +448,8 @@ def compact_wire(line: str) -> Wire:
     if refused is not None:
         return refused
     if is_quarantined(fields):
-        return (line, fields[1], fields[2])
-    return (fields[0], fields[1], line, *fields[3:])
+        return (line, fields[Q_REASON], fields[Q_TS])
+    return (fields[W_TS], fields[W_TYPE], line, *fields[W_OP_ID:])
 
 
 def canonical_line(fields: Wire) -> str:
@@ -420,28 +459,29 @@ def canonical_line(fields: Wire) -> str:
     conditions), ``min_total`` (``sum_at_least``), then ``target`` and ``payload``
     (watch, schedule) where the row has them. Strings are written unescaped: it is
     exact only for the rows :func:`compact_wire` checked."""
-    ts = fields[0]
-    kind = fields[1]
+    ts = fields[W_TS]
+    kind = fields[W_TYPE]
     if kind == "update":
-        if fields[11] is None:
-            return f'{{"ts_ms":{ts},"type":"update","key":"{fields[9]}","value":{fields[10]}}}'
-        return f'{{"ts_ms":{ts},"type":"update","key":"{fields[9]}","error":"{fields[11]}"}}'
+        key = fields[W_KEY]
+        if fields[W_ERROR] is None:
+            return f'{{"ts_ms":{ts},"type":"update","key":"{key}","value":{fields[W_VALUE]}}}'
+        return f'{{"ts_ms":{ts},"type":"update","key":"{key}","error":"{fields[W_ERROR]}"}}'
     if kind == "watch":
-        condition: str = fields[6]
-        keys = ",".join([f'"{key}"' for key in fields[4]])
-        line = (f'{{"ts_ms":{ts},"type":"watch","op_id":"{fields[3]}","keys":[{keys}],'
-                f'"deadline_ms":{fields[5]},"condition":"{condition}"')
+        condition: str = fields[W_CONDITION]
+        keys = ",".join([f'"{key}"' for key in fields[W_KEYS]])
+        line = (f'{{"ts_ms":{ts},"type":"watch","op_id":"{fields[W_OP_ID]}","keys":[{keys}],'
+                f'"deadline_ms":{fields[W_DEADLINE]},"condition":"{condition}"')
         if condition in {"all_at_least", "sum_at_least"}:
-            targets = ",".join([f'"{key}":{value}' for key, value in fields[7].items()])
+            targets = ",".join([f'"{key}":{value}' for key, value in fields[W_TARGETS].items()])
             line += f',"targets":{{{targets}}}'
             if condition == "sum_at_least":
-                line += f',"min_total":{fields[8]}'
+                line += f',"min_total":{fields[W_MIN_TOTAL]}'
         return line + _carried(fields) + "}"
     if kind == "cancel":
-        return f'{{"ts_ms":{ts},"type":"cancel","op_id":"{fields[3]}"}}'
+        return f'{{"ts_ms":{ts},"type":"cancel","op_id":"{fields[W_OP_ID]}"}}'
     if kind in _SCHEDULE_TYPES:
-        line = f'{{"ts_ms":{ts},"type":"{kind}","schedule_id":"{fields[3]}"'
-        spec: Mapping[str, Any] = fields[7]
+        line = f'{{"ts_ms":{ts},"type":"{kind}","schedule_id":"{fields[W_OP_ID]}"'
+        spec: Mapping[str, Any] = fields[W_TARGETS]
         for name in SCHEDULE_FIELDS:
             value = spec.get(name)
             if value is not None:
@@ -452,8 +492,8 @@ def canonical_line(fields: Wire) -> str:
 
 def _carried(fields: Wire) -> str:
     """The ``target`` and ``payload`` fields of a canonical line, where there are any."""
-    target: str | None = fields[12]
-    payload: str | None = fields[13]
+    target: str | None = fields[W_TARGET]
+    payload: str | None = fields[W_PAYLOAD]
     if target is None and payload is None:
         return ""
     text = "" if target is None else f',"target":"{target}"'
@@ -470,7 +510,7 @@ def line_of(event: Event) -> str:
 
 def wire_line(fields: Wire) -> str:
     """:func:`line_of` for a well-formed row's wire form."""
-    raw: str | None = fields[2]
+    raw: str | None = fields[W_RAW]
     return canonical_line(fields) if raw is None else raw
 
 
@@ -500,17 +540,18 @@ def to_wire(row: Event | Quarantined) -> Wire:
 
 def from_wire(fields: Wire) -> Event | Quarantined:
     if is_quarantined(fields):
-        return Quarantined(fields[0], _REASONS[fields[1]], fields[2])
+        return Quarantined(fields[Q_RAW], _REASONS[fields[Q_REASON]], fields[Q_TS])
     return event_from_wire(fields)
 
 
 def event_from_wire(fields: Wire) -> Event:
     """The :class:`Event` of a well-formed row's wire form."""
-    condition = fields[6]
-    return new_event(fields[0], _EVENT_TYPES[fields[1]], fields[2], fields[3], fields[4],
-                     fields[5], None if condition is None else _CONDITIONS[condition],
-                     fields[7], fields[8], fields[9], fields[10], fields[11], fields[12],
-                     fields[13])
+    condition = fields[W_CONDITION]
+    return new_event(fields[W_TS], _EVENT_TYPES[fields[W_TYPE]], fields[W_RAW],
+                     fields[W_OP_ID], fields[W_KEYS], fields[W_DEADLINE],
+                     None if condition is None else _CONDITIONS[condition],
+                     fields[W_TARGETS], fields[W_MIN_TOTAL], fields[W_KEY], fields[W_VALUE],
+                     fields[W_ERROR], fields[W_TARGET], fields[W_PAYLOAD])
 
 
 def _wire(row: dict[str, Any], raw: str | None) -> Wire:

@@ -22,7 +22,16 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
-from tickwheel.pipeline.contract.events import Wire, is_quarantined
+from tickwheel.pipeline.contract.events import (
+    Q_RAW,
+    W_KEY,
+    W_KEYS,
+    W_OP_ID,
+    W_PAYLOAD,
+    W_TYPE,
+    Wire,
+    is_quarantined,
+)
 
 __all__ = ["partition_of", "route"]
 
@@ -39,16 +48,16 @@ def route(rows: Iterable[Wire], partitions: int) -> tuple[list[list[Wire]], list
     by_op: list[list[Wire]] = [[] for _ in range(partitions)]
     for fields in rows:
         if is_quarantined(fields):
-            by_op[partition_of(fields[0], partitions)].append(fields)
+            by_op[partition_of(fields[Q_RAW], partitions)].append(fields)
             continue
-        kind = fields[1]
+        kind = fields[W_TYPE]
         if kind == "update":
-            by_key[partition_of(fields[9], partitions)].append(fields)
+            by_key[partition_of(fields[W_KEY], partitions)].append(fields)
         elif kind == "watch":
-            by_op[partition_of(fields[3], partitions)].append(fields)
+            by_op[partition_of(fields[W_OP_ID], partitions)].append(fields)
             # Only the operation's partition delivers it: its keys' need no payload.
-            keyed = fields if fields[13] is None else (*fields[:13], None)
-            keys = fields[4]
+            keyed = fields if fields[W_PAYLOAD] is None else (*fields[:W_PAYLOAD], None)
+            keys = fields[W_KEYS]
             if len(keys) == 1:
                 by_key[partition_of(keys[0], partitions)].append(keyed)
             else:
@@ -57,5 +66,5 @@ def route(rows: Iterable[Wire], partitions: int) -> tuple[list[list[Wire]], list
         elif kind == "tick":
             by_op[0].append(fields)
         else:  # a cancel or a schedule row: op_id holds its id
-            by_op[partition_of(fields[3], partitions)].append(fields)
+            by_op[partition_of(fields[W_OP_ID], partitions)].append(fields)
     return by_key, by_op

@@ -36,6 +36,9 @@ from typing import TypeVar
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import (
+    W_DEADLINE,
+    W_TS,
+    W_TYPE,
     Quarantined,
     Reason,
     Wire,
@@ -212,10 +215,10 @@ def _stat_of(path: Path) -> tuple[int, int] | None:
 def _future_as_malformed(rows: list[Wire], limit: int) -> list[Wire]:
     """Rows whose ts_ms is past ``limit`` in the malformed rows' wire form, with the
     reason ``future``: the stages quarantine and count them as they do a bad row."""
-    if all(is_quarantined(fields) or fields[0] <= limit for fields in rows):
+    if all(is_quarantined(fields) or fields[W_TS] <= limit for fields in rows):
         return rows
-    return [(wire_line(fields), Reason.FUTURE.value, fields[0])
-            if not is_quarantined(fields) and fields[0] > limit else fields for fields in rows]
+    return [(wire_line(fields), Reason.FUTURE.value, fields[W_TS])
+            if not is_quarantined(fields) and fields[W_TS] > limit else fields for fields in rows]
 
 
 def _rows_of(path: Path) -> list[Wire]:
@@ -489,7 +492,7 @@ class LocalFollowEngine:
         if clock_ms is not None:
             rows = _future_as_malformed(rows, clock_ms + self.max_future_ms)
         by_key, by_op = route(rows, 1)
-        top = max((fields[0] for fields in rows if not is_quarantined(fields)), default=None)
+        top = max((fields[W_TS] for fields in rows if not is_quarantined(fields)), default=None)
         quarantine += self.keys.take(by_key[0], top, times_of(by_op[0]))
         end = None if clock_ms is None or holds_time else clock_ms - self.lateness_ms
         point, progress, runs = self.keys.release(end)
@@ -575,8 +578,8 @@ class LocalFollowEngine:
             return None
         due = self.ops.stage.next_deadline()
         for fields in self.ops.held:
-            if not is_progress(fields) and fields[1] == "watch":
-                deadline = max(fields[0], fields[5])
+            if not is_progress(fields) and fields[W_TYPE] == "watch":
+                deadline = max(fields[W_TS], fields[W_DEADLINE])
                 due = deadline if due is None else min(due, deadline)
         return None if due is None else due + self.lateness_ms + 1
 

@@ -17,6 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tickwheel.pipeline.contract.events import (
+    Q_RAW,
+    Q_REASON,
+    Q_TS,
+    W_TS,
     Quarantined,
     Reason,
     Wire,
@@ -75,7 +79,7 @@ def run_partitioned(lines: Iterable[str], partitions: int,
     started = time.process_time()
     rows = [compact_wire(line) for line in lines if line.strip()]
     result.rows_in = len(rows)
-    end = max((fields[0] for fields in rows if not is_quarantined(fields)), default=None)
+    end = max((fields[W_TS] for fields in rows if not is_quarantined(fields)), default=None)
     by_key, by_op = route(rows, partitions)
     result.route_cpu_s = time.process_time() - started
     del rows
@@ -106,7 +110,7 @@ def run_partitioned(lines: Iterable[str], partitions: int,
         _count_shuffled(result, own)
         result.runs_bytes += len(marshal.dumps(runs))
         started = time.process_time()
-        result.quarantine.extend(Quarantined(fields[0], Reason(fields[1]), fields[2])
+        result.quarantine.extend(Quarantined(fields[Q_RAW], Reason(fields[Q_REASON]), fields[Q_TS])
                                  for fields in by_op[p] if is_quarantined(fields))
         op = OpStage(dedupe_retention_ms=dedupe_retention_ms)
         op.schedules.row_times.extend(merge_runs(runs))

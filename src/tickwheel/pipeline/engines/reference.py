@@ -45,6 +45,14 @@ from pathlib import Path
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import (
+    W_ERROR,
+    W_KEY,
+    W_KEYS,
+    W_OP_ID,
+    W_PAYLOAD,
+    W_RAW,
+    W_TARGET,
+    W_TS,
     Event,
     Quarantined,
     Reason,
@@ -100,10 +108,11 @@ def _text_size(fields: Wire) -> int:
     """About the characters of a well-formed row's text: its raw line, or for one
     held without it (see :func:`~tickwheel.pipeline.contract.events.compact_wire`), its
     strings."""
-    raw: str | None = fields[2]
+    raw: str | None = fields[W_RAW]
     if raw is not None:
         return len(raw)
-    strings = [fields[3], fields[9], fields[11], fields[12], fields[13], *fields[4]]
+    strings = [fields[W_OP_ID], fields[W_KEY], fields[W_ERROR], fields[W_TARGET],
+               fields[W_PAYLOAD], *fields[W_KEYS]]
     return 64 + sum(len(text) for text in strings if text is not None)
 
 
@@ -164,7 +173,7 @@ class ReferenceEngine:
             assert isinstance(refused, Quarantined)
             result.quarantine.append(refused)
             return
-        ts: int = fields[0]
+        ts: int = fields[W_TS]
         max_ts = self._max_ts
         if max_ts is not None and ts < max_ts - self.lateness_ms:
             result.quarantine.append(Quarantined(wire_line(fields), Reason.LATE, ts))

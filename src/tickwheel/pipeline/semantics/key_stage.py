@@ -34,7 +34,20 @@ import heapq
 from collections.abc import Iterable
 from typing import Any
 
-from tickwheel.pipeline.contract.events import Wire
+from tickwheel.pipeline.contract.events import (
+    W_CONDITION,
+    W_DEADLINE,
+    W_ERROR,
+    W_KEY,
+    W_KEYS,
+    W_MIN_TOTAL,
+    W_OP_ID,
+    W_TARGETS,
+    W_TS,
+    W_TYPE,
+    W_VALUE,
+    Wire,
+)
 from tickwheel.pipeline.contract.routing import partition_of
 
 __all__ = ["ERROR_PROGRESS", "INIT", "VALUE_PROGRESS", "KeyStage", "Progress", "is_progress",
@@ -58,10 +71,10 @@ ERROR_PROGRESS = "error"
 def key_order(fields: Wire) -> int:
     """Sort key of a key stage's rows (watches and updates), as one int: ``ts_ms``
     times 8 plus watch 0, value 1, error 2, as the resolver applies them."""
-    ts: int = fields[0]
-    if fields[1] == "watch":
+    ts: int = fields[W_TS]
+    if fields[W_TYPE] == "watch":
         return ts * 8
-    return ts * 8 + (1 if fields[11] is None else 2)
+    return ts * 8 + (1 if fields[W_ERROR] is None else 2)
 
 
 _NEVER = 2**63  # no part of one key is enough on its own
@@ -121,20 +134,20 @@ class KeyStage:
         errors: dict[str, str] = {}
         ts: int | None = None
         for fields in rows:
-            t: int = fields[0]
+            t: int = fields[W_TS]
             if t != ts:
                 if errors:
                     self._errors(errors, ts)  # type: ignore[arg-type]
                     errors = {}
                 self.advance_to(t)
                 ts = t
-            if fields[1] == "watch":
+            if fields[W_TYPE] == "watch":
                 self._register(fields)
-            elif fields[11] is None:
-                self._value(fields[9], fields[10], t)
+            elif fields[W_ERROR] is None:
+                self._value(fields[W_KEY], fields[W_VALUE], t)
             else:
-                key: str = fields[9]
-                error: str = fields[11]
+                key: str = fields[W_KEY]
+                error: str = fields[W_ERROR]
                 self.applied += 1
                 known = errors.get(key)
                 errors[key] = error if known is None or error < known else known
@@ -313,14 +326,14 @@ class KeyStage:
     # -- internals ---------------------------------------------------------------
 
     def _register(self, fields: Wire) -> None:
-        ts: int = fields[0]
-        op_id: str = fields[3]
-        deadline: int = fields[5]
-        condition: str = fields[6]
-        targets = fields[7]
+        ts: int = fields[W_TS]
+        op_id: str = fields[W_OP_ID]
+        deadline: int = fields[W_DEADLINE]
+        condition: str = fields[W_CONDITION]
+        targets = fields[W_TARGETS]
         out = self.progress
         values = self.values
-        for key in fields[4]:
+        for key in fields[W_KEYS]:
             if partition_of(key, self.partitions) != self.partition:
                 continue
             value = values.get(key)
@@ -329,13 +342,13 @@ class KeyStage:
             if condition == "all_at_least":
                 if value is not None and value >= targets[key]:
                     given = 1
-                if len(fields[4]) == 1:
+                if len(fields[W_KEYS]) == 1:
                     enough = 1
             elif condition == "sum_at_least":
                 if value is not None and value > targets[key]:
                     given = value - targets[key]
-                enough = fields[8]
-            alone = len(fields[4]) == 1
+                enough = fields[W_MIN_TOTAL]
+            alone = len(fields[W_KEYS]) == 1
             if given and (given >= enough or not alone):
                 out.append((ts, INIT, op_id, ts, key, given))
             if deadline <= ts or given >= enough:

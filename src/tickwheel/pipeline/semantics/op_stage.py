@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from tickwheel.pipeline.contract.events import Condition, Event, Wire, event_from_wire
+from tickwheel.pipeline.contract.events import W_TS, W_TYPE, Condition, Event, Wire, event_from_wire
 from tickwheel.pipeline.semantics.key_stage import ERROR_PROGRESS, INIT, Progress, is_progress
 from tickwheel.pipeline.semantics.resolver import CANCEL, SCHEDULE, TICK, Resolver, _LogOperation
 
@@ -23,8 +23,8 @@ __all__ = ["OpStage", "op_order"]
 def op_order(fields: Wire | Progress) -> int:
     """Sort key of an op stage's rows, as one int: ``ts_ms`` times 8 plus watch and
     ``init`` 0, ``value`` 1, ``error`` 2, cancel 3, tick 4, schedule rows 5."""
-    ts: int = fields[0]
-    kind = fields[1]
+    ts: int = fields[W_TS]
+    kind = fields[W_TYPE]
     if is_progress(fields):
         return ts * 8 + (0 if kind == INIT else 1 if kind != ERROR_PROGRESS else 2)
     if kind == "watch":

@@ -32,6 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tickwheel.pipeline.contract.events import (
+    Q_RAW,
+    Q_REASON,
+    Q_TS,
+    W_TS,
+    W_TYPE,
     EventType,
     Quarantined,
     Reason,
@@ -298,12 +303,12 @@ class KeyPartition(_Partition):
         late: list[Quarantined] = []
         held = self.held
         for fields in rows:
-            is_update = fields[1] == "update"
+            is_update = fields[W_TYPE] == "update"
             if is_update:
                 self.rows_in += 1
-            if self._late(fields[0]):
+            if self._late(fields[W_TS]):
                 if is_update:
-                    late.append(Quarantined(wire_line(fields), Reason.LATE, fields[0]))
+                    late.append(Quarantined(wire_line(fields), Reason.LATE, fields[W_TS]))
                 continue
             held.append(fields)
         self._count_quarantined(late)
@@ -331,14 +336,14 @@ class KeyPartition(_Partition):
             if index and between is not None:
                 between()
             stage.apply(piece)
-        self.rows_applied += sum(1 for fields in due if fields[1] == "update")
+        self.rows_applied += sum(1 for fields in due if fields[W_TYPE] == "update")
         if stage.now is None or point - 1 > stage.now:
             stage.advance_to(point - 1)
         held_times = self.held_times
         released = [ts for ts in held_times if ts < point]
         if released:
             self.held_times = [ts for ts in held_times if ts >= point]
-        runs = runs_of(itertools.chain(released, (fields[0] for fields in due)))
+        runs = runs_of(itertools.chain(released, (fields[W_TS] for fields in due)))
         return Released(point, stage.drain(), runs)
 
     def end_of_input_ms(self) -> int | None:
@@ -346,7 +351,7 @@ class KeyPartition(_Partition):
         return None if self.top_ms is None else min(self.top_ms + 1, _LONG_MAX)
 
     def status(self) -> PartitionStatus:
-        held = sum(1 for fields in self.held if fields[1] == "update")
+        held = sum(1 for fields in self.held if fields[W_TYPE] == "update")
         return self._status(self.stage.registered, 0, held)
 
     def track_changes(self) -> None:
@@ -444,12 +449,12 @@ class OpPartition(_Partition):
         self.rows_in += len(rows)
         for fields in rows:
             if is_quarantined(fields):
-                out.append(Quarantined(fields[0], Reason(fields[1]), fields[2]))
-            elif self._late(fields[0]):
-                out.append(Quarantined(wire_line(fields), Reason.LATE, fields[0]))
+                out.append(Quarantined(fields[Q_RAW], Reason(fields[Q_REASON]), fields[Q_TS]))
+            elif self._late(fields[W_TS]):
+                out.append(Quarantined(wire_line(fields), Reason.LATE, fields[W_TS]))
             else:
                 held.append(fields)
-                ts: int = fields[0]
+                ts: int = fields[W_TS]
                 if self.top_ms is None or ts > self.top_ms:
                     self.top_ms = ts
         held.extend(progress)

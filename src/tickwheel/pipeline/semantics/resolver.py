@@ -39,6 +39,11 @@ from typing import Any, NamedTuple
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import (
+    W_ERROR,
+    W_KEY,
+    W_TS,
+    W_TYPE,
+    W_VALUE,
     Condition,
     Event,
     EventType,
@@ -100,18 +105,18 @@ _CANCEL = EventType.CANCEL.value
 def wire_order(fields: Wire) -> int:
     """:func:`order_key` of a well-formed row's wire form, as one int (``ts_ms`` times
     8 plus the kind): ints compare faster than tuples, and nothing is allocated."""
-    kind = fields[1]
+    kind = fields[W_TYPE]
     if kind == _WATCH:
         order = WATCH
     elif kind == _UPDATE:
-        order = VALUE if fields[11] is None else ERROR
+        order = VALUE if fields[W_ERROR] is None else ERROR
     elif kind == _CANCEL:
         order = CANCEL
     elif kind in _SCHEDULE_NAMES:
         order = SCHEDULE
     else:
         order = TICK
-    ts: int = fields[0]
+    ts: int = fields[W_TS]
     return ts * 8 + order
 
 
@@ -323,8 +328,8 @@ class Resolver:
             schedule_rows: list[Event] | None = None
             for m in range(first_other, end):
                 fields = rows[m]
-                if fields[1] == _UPDATE and fields[11] is None:
-                    self._apply_value(fields[9], fields[10], purgatory)
+                if fields[W_TYPE] == _UPDATE and fields[W_ERROR] is None:
+                    self._apply_value(fields[W_KEY], fields[W_VALUE], purgatory)
                 else:
                     ev = event_from_wire(fields)
                     kind = kind_of(ev)

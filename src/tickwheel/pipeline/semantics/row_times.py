@@ -21,7 +21,7 @@ import bisect
 from collections.abc import Iterable
 from typing import Final
 
-from tickwheel.pipeline.contract.events import Wire, is_quarantined
+from tickwheel.pipeline.contract.events import W_TS, Wire, is_quarantined
 
 __all__ = ["GAP_MS", "RowTimes", "merge_runs", "runs_of", "times_of"]
 
@@ -44,7 +44,7 @@ def runs_of(times: Iterable[int]) -> list[int]:
 
 def times_of(rows: Iterable[Wire]) -> list[int]:
     """The distinct ``ts_ms`` of the well-formed rows among ``rows``, in order."""
-    return sorted({fields[0] for fields in rows if not is_quarantined(fields)})
+    return sorted({fields[W_TS] for fields in rows if not is_quarantined(fields)})
 
 
 def merge_runs(parts: Iterable[list[int]]) -> list[int]:

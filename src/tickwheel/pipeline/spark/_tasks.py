@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel.pipeline.contract.events import (
+    W_TS,
     Quarantined,
     Reason,
     compact_wire,
@@ -187,11 +188,11 @@ def packer(labels: list[int], lateness_ms: int, max_future_ms: int | None = None
     def cut(rows: list[Any], clock: int | None) -> list[tuple[int, int, int, bytes]]:
         if max_future_ms is not None and clock is not None:
             limit = clock + max_future_ms
-            if any(not is_quarantined(fields) and fields[0] > limit for fields in rows):
-                rows = [(wire_line(fields), Reason.FUTURE.value, fields[0])
-                        if not is_quarantined(fields) and fields[0] > limit else fields
+            if any(not is_quarantined(fields) and fields[W_TS] > limit for fields in rows):
+                rows = [(wire_line(fields), Reason.FUTURE.value, fields[W_TS])
+                        if not is_quarantined(fields) and fields[W_TS] > limit else fields
                         for fields in rows]
-        top = max((fields[0] for fields in rows if not is_quarantined(fields)), default=NONE)
+        top = max((fields[W_TS] for fields in rows if not is_quarantined(fields)), default=NONE)
         by_key, by_op = route(rows, partitions)
         chunks = [(labels[p], KEY_ROWS, top, encoded([by_key[p], times_of(by_op[p])]))
                   for p in range(partitions)]
