@@ -13,11 +13,13 @@ LATENESS_MS = 1_000
 def random_log(seed: int, rows: int = 1_500, gaps: bool = True) -> list[str]:
     """Few keys and timestamps, so there are ties; updates before watches; cancels of
     completed, expired and unknown operations; errors; multi-key operations of every
-    keyed condition; duplicate op ids, and copies of a watch in another text; malformed
-    rows; disorder within the bound; with ``gaps``, a few stretches of 1.5 to 15 s
-    without a row, in which schedules' occurrences are noticed late."""
+    keyed condition; duplicate op ids, and copies of a watch in another text; targets
+    and payloads on some watches and schedules; malformed rows; disorder within the
+    bound; with ``gaps``, a few stretches of 1.5 to 15 s without a row, in which
+    schedules' occurrences are noticed late."""
     rng = random.Random(seed)
     copies = random.Random(seed + 31)  # apart, so that the rest of the log is unchanged
+    carrier = random.Random(seed + 97)
     spacer = random.Random(seed + 61)
     keys = [f"k{i}" for i in range(6)]
     lines: list[tuple[int, str]] = []
@@ -43,6 +45,7 @@ def random_log(seed: int, rows: int = 1_500, gaps: bool = True) -> list[str]:
             elif condition == "sum_at_least":
                 row["targets"] = {k: rng.randint(0, 40) for k in watched}
                 row["min_total"] = rng.randint(1, 30)
+            _carry(carrier, row)
         elif roll < 0.75:
             row = {"ts_ms": ts, "type": "update", "key": rng.choice(keys),
                    "value": rng.randint(0, 80)}
@@ -72,6 +75,14 @@ def random_log(seed: int, rows: int = 1_500, gaps: bool = True) -> list[str]:
     # Disorder within the bound: each row moves back by less than the lateness.
     jittered = sorted(lines, key=lambda item: item[0] - rng.randrange(LATENESS_MS // 2))
     return [line for _, line in jittered]
+
+
+def _carry(rng: random.Random, row: dict[str, Any]) -> None:
+    """A target on some rows, a payload (of any JSON type) on some."""
+    if rng.random() < 0.3:
+        row["target"] = rng.choice(("coupons", "orders"))
+    if rng.random() < 0.3:
+        row["payload"] = rng.choice(({"n": rng.randint(0, 9)}, [1, "ü"], "text", 7, None))
 
 
 _SPECS: list[dict[str, Any]] = [
@@ -121,9 +132,12 @@ def schedule_rows(rng: random.Random, start: int, end: int) -> list[tuple[int, s
                                           '"schedule_id":"zone","cron":"* * * * *",'
                                           '"tz":"Mars/Olympus"}'))
     out: list[tuple[int, str]] = []
+    carrier = random.Random(start * 31 + end)
     for at, row in rows:
         if isinstance(row, str):
             out.append((at, row))
         else:
+            if row["type"] == "schedule":
+                _carry(carrier, row)
             out.append((at, json.dumps({"ts_ms": at, **row}, separators=(",", ":"))))
     return out

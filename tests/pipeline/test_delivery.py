@@ -180,3 +180,51 @@ def test_a_delivery_that_cannot_finish_fails_the_run(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         delivery.submit(1, batch(1))
     assert delivery.last_settled() == -1
+
+
+def targeted(batch_id: int, size: int = 30) -> pa.Table:
+    """A batch whose outcomes name no target, ``a`` and ``b`` in turn."""
+    table = batch(batch_id, size)
+    names = [(None, "a", "b")[i % 3] for i in range(size)]
+    return table.append_column("target", pa.array(names, pa.string()))
+
+
+class Stuck(Flaky):
+    """A processor that holds every call until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = threading.Event()
+
+    def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
+        self.released.wait()
+        return super().process_batch(tasks)
+
+
+def test_each_route_takes_its_targets_outcomes_and_keeps_its_own_mark(
+        tmp_path: Path) -> None:
+    from tickwheel.pipeline.delivery.batch_delivery import Deliveries, mark_path
+    from tickwheel.pipeline.io.compaction import settled_batch
+
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    default, a, stuck = Flaky(), Flaky(), Stuck()
+    sinks = {"default": sink_for(default), "a": sink_for(a), "b": sink_for(stuck)}
+    deliveries = Deliveries(sinks, tmp_path / "outcomes", checkpoint)
+    for b in range(3):
+        (tmp_path / "outcomes").mkdir(exist_ok=True)
+        pq.write_table(targeted(b), tmp_path / "outcomes" / f"batch-{b:09d}.parquet")
+        deliveries.submit(b, targeted(b))
+    # b's processor holds: default and a settle every batch meanwhile.
+    assert eventually(lambda: len(a.seen) == 30 and len(default.seen) == 30, 30)
+    assert eventually(lambda: mark_path(checkpoint, "a").read_text() == "2", 30)
+    assert mark_path(checkpoint, "b").read_text() == "-1"  # none settled yet
+    assert settled_batch(2, mark_path(checkpoint, "default")) == -1  # b holds merges back
+    assert {op.split("-op")[1] for op in a.seen} == {str(i) for i in range(1, 30, 3)}
+    assert all(int(op.split("-op")[1]) % 3 == 0 for op in default.seen)
+    stuck.released.set()
+    assert deliveries.close(timeout_s=30) == 0
+    assert len(stuck.seen) == 30 and mark_path(checkpoint, "b").read_text() == "2"
+    assert settled_batch(2, mark_path(checkpoint, "default")) == 2
+    for sink in sinks.values():
+        sink.close()

@@ -259,3 +259,24 @@ def test_redeliver_sends_a_targets_dead_letters_again_and_removes_those_taken(
     assert sent <= {f"op:op-{i}@{100 + i}" for i in range(3)}
     missing = _cli("redeliver", str(tmp_path), "--target", "nope", "--targets", str(path))
     assert missing.returncode == 2 and "no target 'nope'" in missing.stdout
+
+
+def test_rows_naming_no_target_go_to_the_default_and_each_named_one_to_its_own(
+        tmp_path: Path) -> None:
+    with receiving(lambda _n: 200) as default, receiving(lambda _n: 200) as coupons:
+        outbox = Outbox.for_targets({"default": TargetSpec("default", (default.url,)),
+                                     "coupons": TargetSpec("coupons", (coupons.url,))},
+                                    tmp_path)
+        rows = [OutcomeRow(f"op-{i}", OutcomeKind.EXPIRED, i, 0, (), None,
+                           target=None if i % 2 else "coupons") for i in range(10)]
+        deliveries = outbox.deliver(rows)
+        outbox.close()
+    assert {name: d.stats.tasks.get("success", 0) for name, d in deliveries.items()} == {
+        "default": 5, "coupons": 5}
+    assert {o["op_id"] for r in default.requests for o in r["outcomes"]} == {
+        f"op-{i}" for i in range(1, 10, 2)}
+    assert {o["op_id"] for r in coupons.requests for o in r["outcomes"]} == {
+        f"op-{i}" for i in range(0, 10, 2)}
+    assert outbox.targets == {"default", "coupons"}
+    assert {name: stats.delivered for name, stats in outbox.stats().items()} == {
+        "default": 5, "coupons": 5}

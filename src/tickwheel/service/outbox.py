@@ -28,7 +28,7 @@ from tickwheel.pipeline.delivery.sink import Delivery, OutcomeSink, deliver_outc
 from tickwheel.pipeline.io.files import write_bytes_atomically
 from tickwheel.pipeline.io.outputs import DEAD_LETTERS
 from tickwheel.service.targets import DEFAULT_TARGET, TargetSpec
-from tickwheel.service.webhook import WebhookProcessor, outcomes_body
+from tickwheel.service.webhook import WebhookProcessor, WebhookStats, outcomes_body
 
 __all__ = ["Outbox", "UnknownTargets"]
 
@@ -111,6 +111,10 @@ class Outbox:
     def sink(self) -> OutcomeSink | dict[str, OutcomeSink]:
         """What an engine takes as its ``sink``."""
         return self.sinks[DEFAULT_ROUTE] if self.takes_all else dict(self.sinks)
+
+    def stats(self) -> dict[str, WebhookStats]:
+        """Each target's counts: outcomes delivered, failed, retried and dead-lettered."""
+        return {name: webhook.stats() for name, webhook in sorted(self.webhooks.items())}
 
     def status(self) -> dict[str, Any]:
         """Each target's counts, for ``/v1/status`` and the console."""

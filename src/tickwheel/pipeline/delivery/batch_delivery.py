@@ -109,6 +109,10 @@ class BatchDelivery:
         self._behind_count = 0  # batches handed over to be read back, not yet taken
         self._closing = False
         self._failure: BaseException | None = None
+        if not mark.exists():
+            # From now on a sink is used: no batch after the mark merges until it is
+            # settled, however long the first delivery takes.
+            write_bytes_atomically(b"-1", mark)
         # What the last run left unsettled, listed before this run writes a batch.
         self._last_delivered = self.last_settled()
         self._left_over = self._files_after(self._last_delivered)
