@@ -1,4 +1,4 @@
-"""The Spark engine runs as a spark-submit application (tickwheel.spark_job)."""
+"""The Spark engine runs as a spark-submit application (tickwheel.pipeline.spark.job)."""
 
 from __future__ import annotations
 
@@ -20,23 +20,23 @@ from tests.pipeline.spark_helpers import (
     spark_rows_in,
     write_files,
 )
-from tickwheel import spark_job
+from tickwheel.pipeline.spark import job as spark_job
 
 
 def test_path_names_the_file_spark_submit_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert spark_job.main(["--path"]) == 0
     path = Path(capsys.readouterr().out.strip())
-    assert path.is_file() and path.name == "spark_job.py"
+    assert path.is_file() and path.name == "job.py"
     assert path == Path(spark_job.__file__).resolve()
 
 
 def test_zip_writes_the_sources_that_executors_import_as_the_pure_python_build(
         tmp_path: Path) -> None:
     target = tmp_path / "tick wheel.zip"
-    done = subprocess.run([sys.executable, "-m", "tickwheel.spark_job", "--zip", str(target)],
-                          capture_output=True, check=True)
+    done = subprocess.run([sys.executable, "-m", "tickwheel.pipeline.spark.job", "--zip",
+                           str(target)], capture_output=True, check=True)
     assert Path(os.fsdecode(done.stdout.rstrip(b"\n"))) == target.resolve()
-    root = Path(spark_job.__file__).resolve().parent
+    root = Path(spark_job.__file__).resolve().parents[2]  # the tickwheel package
     sources = {(Path("tickwheel") / p.relative_to(root)).as_posix()
                for p in root.rglob("*.py") if "__pycache__" not in p.parts}
     assert set(zipfile.ZipFile(target).namelist()) == sources
@@ -154,7 +154,7 @@ def _python_driver(session: int) -> int | None:
         with contextlib.suppress(OSError):
             argv = (entry / "cmdline").read_bytes().split(b"\0")
             if (os.getsid(int(entry.name)) == session and "python" in Path(argv[0].decode()).name
-                    and any(arg.endswith(b"spark_job.py") for arg in argv)):
+                    and any(arg.endswith(b"/spark/job.py") for arg in argv)):
                 return int(entry.name)
     return None
 

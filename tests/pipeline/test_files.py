@@ -86,7 +86,7 @@ def test_spark_job_zip_does_not_write_through_a_planted_link(tmp_path: Path) -> 
     victim = tmp_path / "victim"
     victim.write_text("precious")
     (tmp_path / ".tw.zip.tmp").symlink_to(victim)
-    done = subprocess.run([sys.executable, "-m", "tickwheel.spark_job", "--zip", "tw.zip"],
+    done = subprocess.run([sys.executable, "-m", "tickwheel.pipeline.spark.job", "--zip", "tw.zip"],
                           check=False, cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr

@@ -80,7 +80,7 @@ def test_executors_run_the_shipped_sources_and_losing_one_changes_no_outcome(
     # The executors' Python has tickwheel installed too: the zip shipped with
     # spark.submit.pyFiles comes first on their module path, so they run what was shipped.
     shipped = tmp_path / "tickwheel.zip"
-    subprocess.run([sys.executable, "-m", "tickwheel.spark_job", "--zip", str(shipped)],
+    subprocess.run([sys.executable, "-m", "tickwheel.pipeline.spark.job", "--zip", str(shipped)],
                    check=True, capture_output=True)
     base = tmp_path / "run"
     write_files(random_log(7, rows=4_000), base / "in", files=5)

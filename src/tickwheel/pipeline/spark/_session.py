@@ -64,7 +64,7 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tickwheel",
 
     ``master=None`` takes the master, the JVM's memory and any other setting from
     ``spark-submit`` (its JVM is up before this runs) or Spark's defaults file, and
-    adds only what the engine needs; see :mod:`tickwheel.spark_job`."""
+    adds only what the engine needs; see :mod:`tickwheel.pipeline.spark.job`."""
     from pyspark.sql import SparkSession
 
     if _jvm_ended:

@@ -6,7 +6,7 @@ Its options are those of ``tickwheel run --engine spark`` but ``--master`` and
 ``--driver-memory``, which are spark-submit's own::
 
     PYSPARK_PYTHON="$(command -v python)" spark-submit --master 'local[2]' \\
-        "$(python -m tickwheel.spark_job --path)" --input events/ --output out/
+        "$(python -m tickwheel.pipeline.spark.job --path)" --input events/ --output out/
 
 ``--path`` prints this file's path. The Python that runs Spark's workers must have
 tickwheel installed (``PYSPARK_PYTHON``, or ``spark.pyspark.python``); on a cluster,
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 
 if __name__ == "__main__" and sys.path and sys.path[0] and (
         Path(sys.path[0]).resolve() == Path(__file__).resolve().parent):
-    # spark-submit runs this as a file, which puts tickwheel's own directory first on
-    # the module path: its modules (cli, metrics, pipeline, ...) would stand in for any
-    # others of those names.
+    # spark-submit runs this as a file, which puts this file's directory first on the
+    # module path: its modules (engine, ...) would stand in for any others of those
+    # names.
     del sys.path[0]
 
 from tickwheel._signals import stop_on_signals
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-_PROG = "tickwheel.spark_job"
+_PROG = "tickwheel.pipeline.spark.job"
 
 
 def _in_range(minimum: int, maximum: int) -> Callable[[str], int]:
@@ -141,7 +141,7 @@ def _write_sources_zip(path: Path) -> Path:
     cannot be imported from a zip, and the pure-Python build behaves the same."""
     from tickwheel.pipeline.io.files import write_bytes_atomically
 
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[2]  # the tickwheel package
     sources = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
     data = io.BytesIO()
     with zipfile.ZipFile(data, "w", zipfile.ZIP_DEFLATED) as out:
