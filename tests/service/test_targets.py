@@ -280,3 +280,17 @@ def test_rows_naming_no_target_go_to_the_default_and_each_named_one_to_its_own(
     assert outbox.targets == {"default", "coupons"}
     assert {name: stats.delivered for name, stats in outbox.stats().items()} == {
         "default": 5, "coupons": 5}
+
+
+def test_redeliver_without_a_targets_file_sends_to_the_url_each_letter_names(
+        tmp_path: Path) -> None:
+    with receiving(lambda n: 400 if n == 0 else 200) as receiver:
+        webhook = WebhookProcessor(TargetSpec("orders", (receiver.url,)),
+                                   tmp_path / "dead-letter" / "orders")
+        assert webhook.process_batch(ROWS) is ProcessingResult.PERMANENT_ERROR
+        webhook.close()
+        done = _cli("redeliver", str(tmp_path), "--target", "orders")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert receiver.requests[0] == receiver.requests[1]  # the same request, ids and all
+    assert receiver.raw[0][0].get("webhook-id") is None  # unsigned, as it was
+    assert list((tmp_path / "dead-letter" / "orders").glob("*.json")) == []

@@ -20,9 +20,12 @@ def redeliver(
     target: Annotated[str, typer.Option(
         help="the target whose dead letters are sent again")],
     targets: Annotated[Path | None, typer.Option(
-        "--targets", metavar="FILE", help="the targets file that defines it")] = None,
+        "--targets", metavar="FILE",
+        help="the targets file that defines it: its urls, headers and signing key "
+             "(without it, each request goes to the url its dead letter names, unsigned)"
+    )] = None,
     to: Annotated[str | None, typer.Option(
-        metavar="URL", help="send them to this URL instead (no --targets needed)")] = None,
+        metavar="URL", help="send them to this URL instead, unsigned")] = None,
 ) -> None:
     """Send the requests in OUTPUT/dead-letter/TARGET/ again, each with its outcomes'
     ids and its webhook-id unchanged (so a receiver drops what it already has), and
@@ -35,14 +38,14 @@ def redeliver(
     except ImportError as exc:
         print_error("redeliver needs the service extra: pip install 'tickwheel[service]'")
         raise typer.Exit(2) from exc
-    if (targets is None) == (to is None):
-        print_error("give --targets FILE or --to URL (one of them)")
+    if targets is not None and to is not None:
+        print_error("give --targets FILE or --to URL, not both")
         raise typer.Exit(2)
+    spec = None  # None: the url each dead letter names
     try:
         if to is not None:
             spec = target_for_url(to, target)
-        else:
-            assert targets is not None
+        elif targets is not None:
             defined = load_targets(targets)
             if target not in defined:
                 raise TargetsError(f"{targets} defines no target {target!r} (it defines "
@@ -57,7 +60,7 @@ def redeliver(
         raise typer.Exit(2)
     letters = sorted(p for p in letters_dir.iterdir()
                      if p.suffix == ".json" and not p.name.startswith("."))
-    webhook = WebhookProcessor(spec, letters_dir)
+    webhooks: dict[str, WebhookProcessor] = {}
     sent = kept = outcomes = 0
     try:
         for path in letters:
@@ -69,6 +72,21 @@ def redeliver(
                 print_error(f"{path.name}: not a dead letter tickwheel wrote ({exc}): kept")
                 kept += 1
                 continue
+            url = record.get("url")
+            if spec is None and not isinstance(url, str):
+                print_error(f"{path.name}: its target was never defined, so it names no "
+                            "url: give --targets or --to; kept")
+                kept += 1
+                continue
+            try:
+                chosen = spec or target_for_url(str(url), target)
+            except ValueError as exc:
+                print_error(f"{path.name}: {exc}; kept")
+                kept += 1
+                continue
+            webhook = webhooks.get(chosen.urls[0])
+            if webhook is None:
+                webhook = webhooks[chosen.urls[0]] = WebhookProcessor(chosen, letters_dir)
             msg_id = record.get("webhook_id") or message_id(ids)
             body = json.dumps(request, ensure_ascii=False).encode()
             status, answer = webhook.send(msg_id, body)
@@ -80,7 +98,8 @@ def redeliver(
                 print_error(f"{path.name}: {status or answer} from {webhook.url}: kept")
                 kept += 1
     finally:
-        webhook.close()
+        for webhook in webhooks.values():
+            webhook.close()
     console.print(f"redelivered {sent:,} requests ({outcomes:,} outcomes) to {target}; "
                   f"{kept:,} kept in {letters_dir}")
     if kept:
