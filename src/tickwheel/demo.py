@@ -13,17 +13,20 @@
    and the notifier must hear of every outcome; the report shows outcomes, latencies
    and quarantined rows, and a plot.
 
-4. The scheduler as a service: ``tickwheel run --follow --clock wall --listen`` takes
-   "do X at T" rows, cancels and a recurring schedule over HTTP and delivers the
-   outcomes to a webhook (a stand-in here, on loopback); it is killed with -9 in the
-   middle and restarted on its checkpoint. Every outcome must arrive, and every
-   occurrence of the schedule, none twice once the receiver drops resends by id.
+4. The scheduler as a service: ``tickwheel serve`` takes "do X at T" rows, cancels and
+   a recurring schedule over HTTP; the orders name their target, ``orders`` (a
+   receiver of their own, every request signed), and carry their data, and the
+   schedule's fires go to the default webhook (stand-ins here, on loopback). It is
+   killed with -9 in the middle and restarted on its checkpoint. Every outcome must
+   reach its own target with its payload, and every occurrence of the schedule, none
+   twice once the receivers drop resends by id.
 
 ``python -m tickwheel.demo --events N`` sizes the workload (2.5M events by default,
 about seven minutes on a 2-core machine). It exits non-zero when anything disagrees.
 """
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -280,16 +283,31 @@ def _spark(out: Path, on_batch: Callable[[int, int, int], None],
 
 class _Webhook:
     """A stand-in for the user's endpoint: a stdlib HTTP server on loopback that keeps
-    every outcome it is sent, resends included."""
+    every outcome it is sent, resends included; with a secret, it takes only requests
+    whose Standard Webhooks signature verifies."""
 
-    def __init__(self) -> None:
+    def __init__(self, secret: str | None = None) -> None:
+        from tickwheel.service.signing import SigningKey
+
         self._lock = threading.Lock()
         self._received: list[dict[str, Any]] = []
-        received, lock = self._received, self._lock
+        self.forged = 0
+        received, lock, webhook = self._received, self._lock, self
+        key = None if secret is None else SigningKey(secret)
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                data = self.rfile.read(int(self.headers["content-length"]))
+                if key is not None and self.headers.get("webhook-signature") != key.sign(
+                        self.headers.get("webhook-id", ""),
+                        int(self.headers.get("webhook-timestamp", "0")), data):
+                    with lock:
+                        webhook.forged += 1
+                    self.send_response(401)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                body = json.loads(data)
                 with lock:
                     received.extend(body["outcomes"])
                 self.send_response(200)
@@ -312,12 +330,13 @@ class _Webhook:
         self._server.server_close()
 
 
-def _serve(data: Path, hook: str) -> tuple[subprocess.Popen[str], str]:
-    """``tickwheel serve`` on ``data``, delivering to ``hook``: the process and its API's
-    address, once it follows (its output drained from then on, so a full pipe never
-    holds it up)."""
+def _serve(data: Path, hook: str, targets: Path) -> tuple[subprocess.Popen[str], str]:
+    """``tickwheel serve`` on ``data``, delivering to ``targets`` and to ``hook``: the
+    process and its API's address, once it follows (its output drained from then on,
+    so a full pipe never holds it up)."""
     child = subprocess.Popen([sys.executable, "-m", "tickwheel.cli", "serve", "--data",
-                              str(data), "--listen", "127.0.0.1:0", "--deliver-to", hook],
+                              str(data), "--listen", "127.0.0.1:0", "--deliver-to", hook,
+                              "--targets", str(targets)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert child.stdout is not None
@@ -339,13 +358,20 @@ def service(work: Path) -> None:
     from tickwheel.client import Client
 
     print("\nthe scheduler as a service: tickwheel serve --data <here> --listen "
-          "127.0.0.1:0 --deliver-to <a webhook here>", flush=True)
-    hook = _Webhook()
+          "127.0.0.1:0 --targets targets.toml --deliver-to <a webhook here>", flush=True)
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    hook, orders_hook = _Webhook(), _Webhook(secret)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "orders.key").write_text(secret)
+    targets = work / "targets.toml"
+    targets.write_text(f'[targets.orders]\nurls = ["{orders_hook.url}"]\n'
+                       'secret_file = "orders.key"\nmax_batch = 100\n')
     child: subprocess.Popen[str] | None = None
     try:
-        child, url = _serve(work, hook.url)
+        child, url = _serve(work, hook.url, targets)
         start = time.time_ns() // 1_000_000
-        orders = [Client.watch_row(f"order-{i}", start + 1_500 + 3 * i)
+        orders = [Client.watch_row(f"order-{i}", start + 1_500 + 3 * i, target="orders",
+                                   payload={"order": i, "action": "cancel unpaid"})
                   for i in range(ORDERS_BEFORE)]
         with Client(url) as client:
             client.schedule("heartbeat", Schedule(every_ms=HEARTBEAT_MS))
@@ -356,11 +382,13 @@ def service(work: Path) -> None:
         child.wait()
         print(f"  {ORDERS_BEFORE} \"do X at T\" rows, {ORDERS_BEFORE // 4} cancels and a "
               f"schedule every {HEARTBEAT_MS} ms acknowledged, then kill -9", flush=True)
-        child, url = _serve(work, hook.url)
+        child, url = _serve(work, hook.url, targets)
         now = time.time_ns() // 1_000_000
         with Client(url) as client:
             again = client.submit(orders, idempotency_key="orders-1")  # a client's retry
-            client.submit([Client.watch_row(f"order-{i}", now + 1_000 + 3 * i)
+            client.submit([Client.watch_row(f"order-{i}", now + 1_000 + 3 * i,
+                                            target="orders",
+                                            payload={"order": i, "action": "cancel unpaid"})
                            for i in range(ORDERS_BEFORE, ORDERS_BEFORE + ORDERS_AFTER)])
         print(f"  restarted on its checkpoint, {ORDERS_AFTER} more rows; the first request "
               f"retried with its Idempotency-Key\n  is answered again "
@@ -368,7 +396,7 @@ def service(work: Path) -> None:
         want = ORDERS_BEFORE + ORDERS_AFTER
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(
-                {o["op_id"] for o in hook.received() if o["op_id"].startswith("order-")}) < want:
+                {o["op_id"] for o in orders_hook.received()}) < want:
             time.sleep(0.1)
         time.sleep(1.0)  # a few more beats
         child.terminate()
@@ -377,7 +405,25 @@ def service(work: Path) -> None:
         if child is not None and child.poll() is None:
             child.kill()
         hook.close()
-    _service_summary(hook.received(), want)
+        orders_hook.close()
+    _targets_summary(orders_hook, hook.received(), want)
+    _service_summary(hook.received() + orders_hook.received(), want)
+
+
+def _targets_summary(orders_hook: _Webhook, default: list[dict[str, Any]], want: int) -> None:
+    """Each order's outcome at its own target, signed, with its payload; none at the
+    default webhook."""
+    orders = {o["op_id"]: o for o in orders_hook.received()}
+    carried = sum(1 for op_id, o in orders.items()
+                  if o["target"] == "orders" and o["payload"] == {
+                      "order": int(op_id.split("-")[1]), "action": "cancel unpaid"})
+    strays = [o for o in default if o["op_id"].startswith("order-")]
+    print(f"  the orders target heard {len(orders)} orders, each request signed "
+          f"({orders_hook.forged} refused), {carried} with their payload; the default "
+          f"webhook heard {len(strays)} of them")
+    if len(orders) != want or carried != want or strays or orders_hook.forged:
+        raise SystemExit("an order's outcome missed its target, its payload or its "
+                         "signature")
 
 
 def _service_summary(received: list[dict[str, Any]], want: int) -> None:
