@@ -259,6 +259,8 @@ def test_redeliver_sends_a_targets_dead_letters_again_and_removes_those_taken(
     assert sent <= {f"op:op-{i}@{100 + i}" for i in range(3)}
     missing = _cli("redeliver", str(tmp_path), "--target", "nope", "--targets", str(path))
     assert missing.returncode == 2 and "no target 'nope'" in missing.stdout
+    outside = _cli("redeliver", str(tmp_path), "--target", "../coupons")
+    assert outside.returncode == 2 and "not a target's name" in outside.stdout
 
 
 def test_rows_naming_no_target_go_to_the_default_and_each_named_one_to_its_own(

@@ -38,6 +38,12 @@ def redeliver(
     except ImportError as exc:
         print_error("redeliver needs the service extra: pip install 'tickwheel[service]'")
         raise typer.Exit(2) from exc
+    from tickwheel.pipeline.contract.events import TARGET_NAME
+
+    if TARGET_NAME.fullmatch(target) is None:
+        print_error(f"--target {target!r} is not a target's name (letters, digits, '_', "
+                    "'.' and '-', at most 64, not starting with '.' or '-')")
+        raise typer.Exit(2)
     if targets is not None and to is not None:
         print_error("give --targets FILE or --to URL, not both")
         raise typer.Exit(2)

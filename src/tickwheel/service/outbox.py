@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tickwheel.dispatch import ProcessingResult, TaskProcessor
+from tickwheel.pipeline.contract.events import TARGET_NAME
 from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.delivery.batch_delivery import DEFAULT_ROUTE, OTHER_TARGETS
 from tickwheel.pipeline.delivery.sink import Delivery, OutcomeSink, deliver_outcomes
@@ -53,7 +54,10 @@ class UnknownTargets:
     def process_batch(self, tasks: list[OutcomeRow]) -> ProcessingResult:
         by_target: dict[str, list[OutcomeRow]] = {}
         for row in tasks:
-            by_target.setdefault(row.target or DEFAULT_TARGET, []).append(row)
+            name = row.target or DEFAULT_TARGET
+            if TARGET_NAME.fullmatch(name) is None:  # the contract refuses such rows
+                name = "_unnamed"
+            by_target.setdefault(name, []).append(row)
         for target, rows in by_target.items():
             where = self.dead_letters / target
             where.mkdir(parents=True, exist_ok=True)
