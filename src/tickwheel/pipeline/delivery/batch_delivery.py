@@ -159,14 +159,18 @@ class BatchDelivery:
                                0 if oldest is None else max(0, _wall_ms() - oldest),
                                self._behind_upto is not None)
 
+    def begin_close(self) -> None:
+        """Deliver what is handed over, then stop (:meth:`close` waits for it)."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+
     def close(self, *, raise_failure: bool = True, timeout_s: float | None = None) -> int:
         """Wait until every batch handed over is settled, or ``timeout_s`` (then stop
         waiting for the processor: what it has not settled stays for the next start);
         raise what stopped the thread (unless the caller is already failing for another
         reason). Returns how many outcomes are left undelivered."""
-        with self._changed:
-            self._closing = True
-            self._changed.notify()
+        self.begin_close()
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             log.warning("delivery did not finish within %.0f s: stopping without it",
@@ -355,9 +359,7 @@ class Deliveries:
         all); the outcomes left undelivered, over the routes."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for delivery in self.by_route.values():
-            with delivery._changed:
-                delivery._closing = True
-                delivery._changed.notify()
+            delivery.begin_close()  # all at once: each finishes while the others do
         undelivered = 0
         failure: BaseException | None = None
         for delivery in self.by_route.values():
