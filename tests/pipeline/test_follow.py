@@ -419,7 +419,7 @@ def test_run_fires_a_deadline_on_the_real_clock_and_stops_when_told(
     stop = threading.Event()
     batches: list[Any] = []
     runner = threading.Thread(target=lambda: batches.append(
-        follower.run(stop, trigger_ms=5_000)))
+        follower.follow(stop, trigger_ms=5_000)))
     runner.start()
     try:
         now = wall_clock_ms()
@@ -448,7 +448,7 @@ def test_what_outlives_a_batch_is_out_of_the_collectors_walk_until_run_returns(
 
     gc.unfreeze()
     try:
-        follower.run(stop, trigger_ms=1, on_batch=on_batch)
+        follower.follow(stop, trigger_ms=1, on_batch=on_batch)
     finally:
         gc.unfreeze()
     assert frozen and frozen[0] > 0
@@ -467,7 +467,7 @@ def test_a_following_engine_thaws_its_objects_every_so_often(
         frozen.append(gc.get_freeze_count())
         stop.set()
 
-    follower.run(stop, trigger_ms=1, on_batch=on_batch)
+    follower.follow(stop, trigger_ms=1, on_batch=on_batch)
     assert frozen == [0]
 
 
@@ -546,7 +546,7 @@ def test_no_collection_walks_what_a_batch_made_once_the_collector_is_back_on(
     gc.unfreeze()
     gc.callbacks.append(watch_collections)
     try:
-        follower.run(stop, trigger_ms=1, on_batch=on_batch)
+        follower.follow(stop, trigger_ms=1, on_batch=on_batch)
         gc.collect(0)  # one young collection at least, after the batch
     finally:
         gc.callbacks.remove(watch_collections)
@@ -574,7 +574,7 @@ def test_a_batch_runs_with_the_collector_paused_and_run_leaves_it_as_it_was(
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
     try:
-        follower.run(stop, trigger_ms=1)
+        follower.follow(stop, trigger_ms=1)
         after = gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
@@ -701,7 +701,7 @@ def test_outcomes_reach_a_sink_as_they_resolve_and_again_after_a_crash(
         now = wall_clock_ms()
         land(inbox, "a.jsonl", [watch(now, f"op{i}", now + 50 + i) for i in range(20)])
         stop = threading.Event()
-        runner = threading.Thread(target=lambda: follower.run(stop, trigger_ms=50))
+        runner = threading.Thread(target=lambda: follower.follow(stop, trigger_ms=50))
         runner.start()
         eventually(lambda: len(set(processor.seen)) >= 20, 60)
         stop.set()
@@ -716,7 +716,7 @@ def test_outcomes_reach_a_sink_as_they_resolve_and_again_after_a_crash(
         restarted = engine(tmp_path, wall_clock_ms, lateness_ms=20, sink=sink)
         stop = threading.Event()
         stop.set()  # one pass: the catch-up, no batch
-        restarted.run(stop)
+        restarted.follow(stop)
     assert sorted(set(again.seen)) == sorted(f"op{i}" for i in range(20))
 
 

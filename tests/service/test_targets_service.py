@@ -111,9 +111,16 @@ def httpx_status(url: str) -> dict[str, object]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", [
+    pytest.param((), id="local"),
+    pytest.param(("--engine", "spark", "--partitions", "2"), id="spark",
+                 marks=[pytest.mark.spark]),
+])
 def test_kill_9_with_three_targets_in_flight_loses_none_and_crosses_none(
-        tmp_path: Path) -> None:
+        tmp_path: Path, engine: tuple[str, ...]) -> None:
     (tmp_path / "in").mkdir()
+    extra = engine + (("--conf", f"spark.local.dir={tmp_path / 'spark-local'}")
+                      if engine else ())
     waves, per_wave = 6, 30
     expected = {name: {f"{name}-{w}-{i}" for w in range(waves) for i in range(per_wave)}
                 for name in NAMES}
@@ -123,21 +130,22 @@ def test_kill_9_with_three_targets_in_flight_loses_none_and_crosses_none(
             receiving(lambda n: 500 if n % 2 == 0 else 200) as c:
         receivers = dict(zip(NAMES, (a, b, c), strict=True))
         targets = _targets(tmp_path, receivers)
-        child, url = _service(tmp_path, targets)
+        child, url = _service(tmp_path, targets, *extra)
         try:
             with Client(url) as client:
+                client.wait_ready(timeout_s=240)
                 for wave in range(waves):
                     now = wall_clock_ms()
                     client.submit([client.watch_row(f"{name}-{wave}-{i}", now + 100,
                                                     target=name, payload={"w": wave})
                                    for name in NAMES for i in range(per_wave)])
-            assert eventually(lambda: len(_by_target(receivers)["earnings"]) > 0, 120,
+            assert eventually(lambda: len(_by_target(receivers)["earnings"]) > 0, 240,
                               unless=lambda: child.poll() is not None)
         finally:
             child.kill()  # kill -9: in-flight requests and unsettled batches are cut
             child.communicate(timeout=60)
         b.delay_s = 0.0
-        child, url = _service(tmp_path, targets)
+        child, url = _service(tmp_path, targets, *extra)
         try:
             assert eventually(lambda: _delivered(receivers) == expected, 240,
                               unless=lambda: child.poll() is not None)

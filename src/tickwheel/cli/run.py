@@ -695,7 +695,7 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
         console.print(f"following {input} (trigger {trigger_ms} ms, {clock.value} clock, "
                       f"checkpoint {follower.checkpoint_dir}); SIGINT or SIGTERM stops")
         try:
-            result = follower.run(stop, trigger_ms=trigger_ms, on_batch=progress,
+            result = follower.follow(stop, trigger_ms=trigger_ms, on_batch=progress,
                                   stop_timeout_ms=stop_timeout_ms)
         except (OSError, OwnershipError) as exc:  # a full disk, the checkpoint taken away
             print_error(f"the service stopped in batch {follower.batch_id + 1}: "

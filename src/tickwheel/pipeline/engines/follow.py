@@ -583,15 +583,16 @@ class LocalFollowEngine:
                 due = deadline if due is None else min(due, deadline)
         return None if due is None else due + self.lateness_ms + 1
 
-    def run(self, stop: threading.Event, trigger_ms: int = 1000,
-            on_batch: Callable[[FollowBatch], None] | None = None,
-            min_step_ms: int = MIN_STEP_MS,
-            stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> FollowResult:
-        """Run batches until ``stop`` is set: one every ``trigger_ms``, and one as
-        soon as a deadline falls due, but not within ``min_step_ms`` of the last (a
-        batch writes its state and files). Returns at a batch boundary, and within
-        ``stop_timeout_ms`` of it however stuck the sink's processor is: what it has
-        not settled then is delivered at the next start (``undelivered``)."""
+    def follow(self, stop: threading.Event, trigger_ms: int = 1000,
+               on_batch: Callable[[FollowBatch], None] | None = None,
+               min_step_ms: int = MIN_STEP_MS,
+               stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> FollowResult:
+        """Run as a service, as the Spark engine's ``follow`` does, until ``stop`` is
+        set: a batch every ``trigger_ms``, and one as soon as a deadline falls due, but
+        not within ``min_step_ms`` of the last (a batch writes its state and files).
+        Returns at a batch boundary, and within ``stop_timeout_ms`` of it however stuck
+        the sink's processor is: what it has not settled then is delivered at the next
+        start (``undelivered``)."""
         check_positive_int("trigger_ms", trigger_ms, maximum=MAX_TRIGGER_MS)
         check_positive_int("min_step_ms", min_step_ms, minimum=0, maximum=MAX_TRIGGER_MS)
         check_positive_int("stop_timeout_ms", stop_timeout_ms, minimum=0,
