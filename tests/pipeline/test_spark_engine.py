@@ -37,6 +37,7 @@ from tests.pipeline.test_sink import Flaky
 from tickwheel.pipeline.contract.events import Event, compact_wire
 from tickwheel.pipeline.contract.routing import partition_of
 from tickwheel.pipeline.delivery.sink import OutcomeSink
+from tickwheel.pipeline.engines.follow import wall_clock_ms
 from tickwheel.pipeline.io.log_reader import read_events
 from tickwheel.pipeline.io.outputs import owner_epoch, read_parquet_rows
 from tickwheel.pipeline.spark import SparkEngine, _tasks, _wire
@@ -588,14 +589,13 @@ def test_follow_mode_fires_deadlines_on_the_wall_clock_and_carries_on_after_a_st
         spark: Any, tmp_path: Path) -> None:
     import threading
 
-    from tickwheel.pipeline.engines.follow import wall_clock_ms
 
     inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     inbox.mkdir()
 
     def service() -> tuple[threading.Event, threading.Thread, list[Any]]:
         engine = SparkEngine(spark, inbox, out, checkpoint, lateness_ms=200, partitions=2,
-                             dedupe_retention_ms=600_000, wall_clock=True)
+                             dedupe_retention_ms=600_000, clock=wall_clock_ms)
         stop = threading.Event()
         results: list[Any] = []
         runner = threading.Thread(target=lambda: results.append(
@@ -670,14 +670,13 @@ def test_schedules_fire_on_the_wall_clock_once_each_across_a_stop(spark: Any,
                                                                    tmp_path: Path) -> None:
     import threading
 
-    from tickwheel.pipeline.engines.follow import wall_clock_ms
 
     inbox, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     inbox.mkdir()
 
     def service() -> tuple[threading.Event, threading.Thread]:
         engine = SparkEngine(spark, inbox, out, checkpoint, lateness_ms=200, partitions=2,
-                             wall_clock=True)
+                             clock=wall_clock_ms)
         stop = threading.Event()
         runner = threading.Thread(target=lambda: engine.follow(stop, trigger_ms=300))
         runner.start()
@@ -809,7 +808,7 @@ def test_a_batch_run_decides_a_gaps_catch_up_in_bounded_micro_batches(
 def test_a_wall_clock_checkpoint_runs_in_follow_mode_only(spark: Any, tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     engine = SparkEngine(spark, tmp_path / "in", tmp_path / "out", tmp_path / "ck",
-                         partitions=1, wall_clock=True)
+                         partitions=1, clock=wall_clock_ms)
     with pytest.raises(ValueError, match="follow mode only"):
         engine.run()
     with pytest.raises(ValueError, match="clock=event but the checkpoint"):
@@ -1026,12 +1025,11 @@ def _following(engine: SparkEngine, trigger_ms: int) -> Any:
 @pytest.mark.spark
 def test_follow_mode_quarantines_a_row_too_far_ahead_of_the_wall_clock(
         spark: Any, tmp_path: Path) -> None:
-    from tickwheel.pipeline.engines.follow import wall_clock_ms
 
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()
     engine = SparkEngine(spark, inbox, out, tmp_path / "ck", lateness_ms=200, partitions=2,
-                         wall_clock=True, max_future_ms=60_000)
+                         clock=wall_clock_ms, max_future_ms=60_000)
 
     def row(ts: int, op_id: str, deadline: int) -> str:
         return json.dumps({"ts_ms": ts, "type": "watch", "op_id": op_id, "keys": ["k"],
@@ -1067,12 +1065,11 @@ def test_a_checkpoint_of_another_input_directory_is_refused_naming_both(
 @pytest.mark.spark
 def test_follow_mode_reads_a_file_deleted_and_written_again_under_its_name(
         spark: Any, tmp_path: Path) -> None:
-    from tickwheel.pipeline.engines.follow import wall_clock_ms
 
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()
     engine = SparkEngine(spark, inbox, out, tmp_path / "ck", lateness_ms=200, partitions=1,
-                         wall_clock=True)
+                         clock=wall_clock_ms)
 
     def watch(op_id: str) -> str:
         now = wall_clock_ms()

@@ -728,6 +728,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
                listen: _Listen | None = None, worker_cache: bool = True) -> None:
     try:
+        from tickwheel.pipeline.engines.follow import wall_clock_ms
         from tickwheel.pipeline.spark import SparkEngine, spark_session, stop_spark
     except ImportError as exc:  # pragma: no cover - depends on the install
         print_error("the Spark engine needs its extra: "
@@ -768,12 +769,12 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
                                        partitions=partitions,
                                        max_files_per_trigger=max_files_per_trigger,
                                        dedupe_retention_ms=dedupe_retention_ms,
-                                       wall_clock=(follow is not None
-                                                   and follow[1] is ClockKind.wall),
+                                       clock=(wall_clock_ms if follow is not None
+                                              and follow[1] is ClockKind.wall else None),
                                        sink=sink, max_future_ms=max_future_ms,
                                        worker_cache=worker_cache,
                                        on_commit=None if view is None else view.apply)
-            if follow is None and spark_engine.clock == "wall":
+            if follow is None and spark_engine.wall_clock:
                 raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
                                  "with --follow --clock wall")
         except ValueError as exc:
@@ -906,7 +907,7 @@ class _SparkCounts:
 
     @property
     def lag_ms(self) -> int | None:
-        if self.engine.clock != "wall" or self.release_ms is None:
+        if not self.engine.wall_clock or self.release_ms is None:
             return None
         return time.time_ns() // 1_000_000 - self.release_ms
 

@@ -22,6 +22,7 @@ from tickwheel.pipeline.contract.events import (
     Reason,
     Wire,
     compact_wire,
+    holds,
     is_quarantined,
     is_utf8,
 )
@@ -116,17 +117,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _repeats(value: Any) -> bool:
-    # A walk with a stack of its own: a row nests as deep as the parser lets it.
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, _Repeated):
-            return True
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+    return holds(value, lambda item: isinstance(item, _Repeated))
 
 
 def _dumps(row: Any) -> str:

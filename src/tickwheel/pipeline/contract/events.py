@@ -66,6 +66,7 @@ __all__ = [
     "compact_wire",
     "event_from_wire",
     "from_wire",
+    "holds",
     "is_quarantined",
     "is_utf8",
     "line_of",
@@ -707,10 +708,17 @@ def _payload(row: dict[str, Any], ts: int) -> str | None:
 
 
 def _has_float(value: Any) -> bool:
+    return holds(value, lambda item: isinstance(item, float))
+
+
+def holds(value: Any, test: Callable[[Any], bool]) -> bool:
+    """Whether ``value`` or anything in it, at any depth (a decoded JSON value: dicts'
+    values and lists' items), passes ``test``. A walk with a stack of its own: a value
+    nests as deep as the parser lets it."""
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, float):
+        if test(item):
             return True
         if isinstance(item, dict):
             stack.extend(item.values())

@@ -70,6 +70,7 @@ from tickwheel.pipeline.delivery.batch_delivery import (
     deliveries,
 )
 from tickwheel.pipeline.delivery.sink import OutcomeSink
+from tickwheel.pipeline.engines.follow import wall_clock_ms
 from tickwheel.pipeline.io.compaction import batch_files, compact, settled_batch
 from tickwheel.pipeline.io.files import read_bytes_nofollow, write_bytes_atomically
 from tickwheel.pipeline.io.input_dir import (
@@ -232,7 +233,7 @@ class SparkEngine:
                  on_batch: Callable[[int, int, int], None] | None = None,
                  sink: OutcomeSink | Mapping[str, OutcomeSink] | None = None,
                  overwrite: bool = False,
-                 wall_clock: bool = False,
+                 clock: Callable[[], int] | None = None,
                  max_bytes_per_trigger: int | None = DEFAULT_BYTES_PER_TRIGGER,
                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
                  worker_cache: bool = True, floor_file: Path | None = None,
@@ -254,8 +255,11 @@ class SparkEngine:
         clears earlier outputs, and the checkpoint too when it is inside
         ``output_dir``.
 
-        With ``wall_clock``, time also follows the wall clock (``ts_ms`` are epoch
-        milliseconds) in :meth:`follow`: deadlines fire without new rows, and a row whose
+        ``clock`` means what it means to the local engine: None, time moves with the rows
+        alone; :func:`~tickwheel.pipeline.engines.follow.wall_clock_ms`, time also follows
+        the wall clock (``ts_ms`` are epoch milliseconds) in :meth:`follow`, which the
+        input source reads into its offsets (so no other clock can be given): deadlines
+        fire without new rows, and a row whose
         ``ts_ms`` is more than ``max_future_ms`` ahead of the clock is quarantined as
         ``future``. A checkpoint keeps the clock of its first run. ``floor_file`` is a
         submit server's time floor (:attr:`~tickwheel.service.server.SubmitServer.floor_file`):
@@ -296,7 +300,12 @@ class SparkEngine:
         self.max_files_per_trigger = max_files_per_trigger
         self.max_bytes_per_trigger = (None if max_files_per_trigger is not None
                                       else max_bytes_per_trigger)
-        self.clock = "wall" if wall_clock else "event"
+        if clock is not None and clock is not wall_clock_ms:
+            raise ValueError("clock must be None or wall_clock_ms: the Spark engine's input "
+                             "source reads the wall clock itself")
+        self.clock = clock
+        #: Whether time follows the wall clock, as a checkpoint records it.
+        self.wall_clock = clock is not None
         self.max_future_ms = max_future_ms
         self.worker_cache = worker_cache
         self.floor_file = floor_file
@@ -341,11 +350,14 @@ class SparkEngine:
                                  f"{self.checkpoint_dir} was made with "
                                  f"partitions={saved['partitions']}")
             saved.setdefault("clock", "event")
-            for name in ("lateness_ms", "dedupe_retention_ms", "clock"):
+            mine = {"lateness_ms": self.lateness_ms,
+                    "dedupe_retention_ms": self.dedupe_retention_ms,
+                    "clock": self.clock_kind}
+            for name, value in mine.items():
                 # The partitions' state holds these, and the clock is a source of the
                 # query: a run cannot change them.
-                if saved.get(name) != getattr(self, name):
-                    raise ValueError(f"{name}={getattr(self, name)} but the checkpoint "
+                if saved.get(name) != value:
+                    raise ValueError(f"{name}={value} but the checkpoint "
                                      f"{self.checkpoint_dir} was made with "
                                      f"{name}={saved.get(name)}")
             return int(saved["partitions"]), [int(label) for label in saved["labels"]]
@@ -357,7 +369,8 @@ class SparkEngine:
             "format": CHECKPOINT_FORMAT, "id": uuid.uuid4().hex,
             "input": str(self.input_dir.resolve()), "partitions": partitions,
             "labels": labels, "lateness_ms": self.lateness_ms,
-            "dedupe_retention_ms": self.dedupe_retention_ms, "clock": self.clock}).encode(),
+            "dedupe_retention_ms": self.dedupe_retention_ms,
+            "clock": self.clock_kind}).encode(),
             meta)
         return partitions, labels
 
@@ -393,7 +406,7 @@ class SparkEngine:
                 .options(**input_options(self.input_dir, self.checkpoint_dir,
                                          self.max_files_per_trigger, self.partitions,
                                          follow=follow, max_bytes=max_bytes,
-                                         wall_clock=self.clock == "wall",
+                                         wall_clock=self.wall_clock,
                                          floor_file=self.floor_file,
                                          lateness_ms=self.lateness_ms))
                 .load().select(no_path, "file", "clock"))
@@ -403,14 +416,14 @@ class SparkEngine:
         sources = rows.unionByName(control)
         chunks = sources.mapInArrow(
             packer(self.labels, self.lateness_ms,
-                   self.max_future_ms if self.clock == "wall" else None), CHUNK_SCHEMA)
+                   self.max_future_ms if self.wall_clock else None), CHUNK_SCHEMA)
         progress = chunks.groupBy("grp").transformWithStateInPandas(
             key_processor(self.labels, self.lateness_ms, self.checkpoint_id,
                           self.worker_cache),
             PROGRESS_SCHEMA, "Append", "None")
         return progress.groupBy("grp").transformWithStateInPandas(
             op_processor(self.labels, self.lateness_ms, self.dedupe_retention_ms,
-                         self.checkpoint_id, self.clock == "wall", self.worker_cache,
+                         self.checkpoint_id, self.wall_clock, self.worker_cache,
                          OCCURRENCES_PER_BATCH, self._view_id),
             OUTPUT_SCHEMA, "Append", "None")
 
@@ -537,6 +550,11 @@ class SparkEngine:
                     self.spark.conf.unset(name)
                 else:
                     self.spark.conf.set(name, old_value)
+
+    @property
+    def clock_kind(self) -> str:
+        """``"wall"`` or ``"event"``: the clock as a checkpoint records it."""
+        return "wall" if self.wall_clock else "event"
 
     def follow(self, stop: threading.Event, trigger_ms: int = DEFAULT_TRIGGER_MS,
                stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> SparkRunResult:
@@ -746,7 +764,7 @@ class SparkEngine:
 
     def run(self, final: bool = True) -> SparkRunResult:
         """Process what the input holds now; with ``final``, end the input too."""
-        if self.clock == "wall":
+        if self.wall_clock:
             raise ValueError(f"the checkpoint {self.checkpoint_dir} follows the wall clock: "
                              "it runs in follow mode only")
         started = time.perf_counter()

@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         parser.error("start it with spark-submit (see --help), or run "
                      "`tickwheel run --engine spark`, which starts a local Spark itself")
+    from tickwheel.pipeline.engines.follow import wall_clock_ms
     from tickwheel.pipeline.spark import SparkEngine, spark_session
 
     spark = spark_session(master=None)
@@ -205,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                 lateness_ms=args.lateness_ms, partitions=args.partitions,
                 dedupe_retention_ms=args.dedupe_retention_ms,
                 max_files_per_trigger=args.max_files_per_trigger, overwrite=args.overwrite,
-                wall_clock=args.follow and args.clock == "wall")
-            if not args.follow and engine.clock == "wall":
+                clock=wall_clock_ms if args.follow and args.clock == "wall" else None)
+            if not args.follow and engine.wall_clock:
                 raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run "
                                  "it with --follow --clock wall")
         except (ValueError, FileNotFoundError) as exc:
