@@ -1057,7 +1057,7 @@ def test_a_batch_run_whose_processor_raises_exits_1_saying_how_many(tmp_path: Pa
     result = runner.invoke(app, ["run", "--input", str(source), "--output", str(out),
                                  "--processor", "tests.pipeline.processors:Raises"])
     assert result.exit_code == 1, result.output
-    assert "outcomes were not delivered" in result.output
+    assert "outcomes are not delivered" in result.output
     assert "to a processor that raised" in result.output and "failed" in result.output
 
 

@@ -80,8 +80,8 @@ def redeliver(
                 continue
             url = record.get("url")
             if spec is None and not isinstance(url, str):
-                print_error(f"{path.name}: its target was never defined, so it names no "
-                            "url: give --targets or --to; kept")
+                print_error(f"{path.name}: it names no url (no targets file defines its "
+                            "target): give --targets or --to; kept")
                 kept += 1
                 continue
             try:

@@ -444,7 +444,7 @@ def _finish_delivery(outbox: Outbox, deliveries: Mapping[str, Delivery], where: 
     failed = sum(d.failed for d in deliveries.values())
     lost = failed + sum(d.undelivered for d in deliveries.values())
     if lost:
-        print_error(f"{lost:,} outcomes were not delivered ({failed:,} to a processor "
+        print_error(f"{lost:,} outcomes are not delivered ({failed:,} to a processor "
                     f"that raised): {where}")
         raise typer.Exit(1)
 
