@@ -5,8 +5,9 @@ memory, and how fast a page of them answers while rows are submitted.
   zones), measured with ``tracemalloc``; the anchor is the same entries held in a plain
   ``dict`` (what any index must at least keep);
 - latency: ``tickwheel run --follow --clock wall --listen`` given N schedules through its
-  API (5,000 rows a request); once its view holds them all, single-row requests are submitted at
-  ``--submit-rate`` by the load generator in another process, while this process reads
+  API (5,000 rows a request), delivering to a receiver in a process of its own; once its
+  view holds them all, single-row requests are submitted at ``--submit-rate`` by the load
+  generator in another process, while this process reads
   a page of 100 schedules from a random place (``GET /v1/schedules?limit=100&cursor=``)
   and, as the anchor, ``GET /v1/status``, each ``--read-rate`` times a second.
 """
@@ -45,13 +46,18 @@ def _id(n: int) -> str:
 def view_bytes(n: int) -> tuple[float, float]:
     """Bytes per schedule: the view's, and the plain dict's (the anchor)."""
     from tickwheel.pipeline.semantics.partition import CommittedChanges
-    from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY, SCHEDULE_KEY
+    from tickwheel.pipeline.semantics.schedule_book import (
+        SCHEDULE_ENTRY,
+        SCHEDULE_KEY,
+        SeriesEntry,
+    )
     from tickwheel.service.view import StateView
 
     def entries() -> list[tuple[str, Any]]:
-        return [(SCHEDULE_KEY + _id(i), (SCHEDULE_ENTRY, _id(i), _spec(i % 1_440), 0,
-                                         86_400_000 + i % 1_440 * 60_000, 0, 0, False))
-                for i in range(n)]
+        return [(SCHEDULE_KEY + _id(i), SeriesEntry(
+            SCHEDULE_ENTRY, _id(i), _spec(i % 1_440), after_ms=0,
+            next_ms=86_400_000 + i % 1_440 * 60_000, runs=0, skipped=0, paused=False,
+            target=None, payload=None)) for i in range(n)]
 
     tracemalloc.start()
     try:
@@ -62,8 +68,8 @@ def view_bytes(n: int) -> tuple[float, float]:
         del batch
         view_total = tracemalloc.get_traced_memory()[0] - before
         before = tracemalloc.get_traced_memory()[0]
-        plain = {_id(i): (i % 1_440, 86_400_000 + i % 1_440 * 60_000, 0, 0, False, None)
-                 for i in range(n)}
+        plain = {_id(i): (i % 1_440, 86_400_000 + i % 1_440 * 60_000, 0, 0, False, None,
+                          None, None) for i in range(n)}
         plain_total = tracemalloc.get_traced_memory()[0] - before
         assert len(plain) == view.stats().schedules == n
     finally:
@@ -134,17 +140,21 @@ def _reader(url: str, n: int, rate: int, stop: threading.Event, result: ReadResu
 
 
 def run_reads(n: int, seconds: float, submit_rate: int, read_rate: int) -> ReadResult:
-    from benchmarks._service import _Receiver, _stop_service, start_service
+    from benchmarks._service import _stop_service, start_service
 
     result = ReadResult(n, submit_rate, seconds)
     result.view_bytes, result.dict_bytes = view_bytes(n)
-    receiver = _Receiver()
-    receiver.start()
+    # In its own process: a burst of fires it takes is not charged to the reader.
+    receiver = subprocess.Popen([sys.executable, "-m", "benchmarks._receiver"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env=child_env())
+    assert receiver.stdout is not None and receiver.stdin is not None
+    receiver_url = receiver.stdout.readline().strip()
     with tempfile.TemporaryDirectory(prefix="tickwheel-bench-reads-") as tmp:
         work = Path(tmp)
         (work / "in").mkdir()
         started = time.monotonic()
-        child, url = start_service("local", work, receiver.url)
+        child, url = start_service("local", work, receiver_url)
         try:
             _seed(url, n)
             while _held(url) < n:
@@ -169,7 +179,8 @@ def run_reads(n: int, seconds: float, submit_rate: int, read_rate: int) -> ReadR
             result.errors += loaded["errors"]
         finally:
             _stop_service(child)
-            receiver.stop()
+            receiver.stdin.close()
+            receiver.wait(timeout=30)
     return result
 
 
@@ -181,6 +192,18 @@ def _quantile(values: list[float], q: float) -> float:
 def _slowest(result: ReadResult) -> str:
     worst = sorted(zip(result.page_ms, result.page_at, strict=False), reverse=True)[:12]
     return ", ".join(f"{ms:.0f} ms at :{at % 60:04.1f}" for ms, at in worst)
+
+
+def _by_minute(result: ReadResult) -> str:
+    """Each whole minute's page p99: how much a window's p99 depends on where it falls."""
+    if not result.page_at:
+        return ""
+    first = result.page_at[0]
+    minutes: dict[int, list[float]] = {}
+    for ms, at in zip(result.page_ms, result.page_at, strict=False):
+        minutes.setdefault(int((at - first) // 60), []).append(ms)
+    whole = [values for _, values in sorted(minutes.items())][: int(result.seconds // 60)]
+    return ", ".join(f"{_quantile(values, 0.99):.0f}" for values in whole)
 
 
 def read_table(result: ReadResult) -> str:
@@ -196,13 +219,14 @@ def read_table(result: ReadResult) -> str:
         f"{page99 / status99:.2f}x |",
         "",
         f"the slowest pages at seconds past the minute: {_slowest(result)}",
+        f"page p99 ms in each minute of the run: {_by_minute(result) or '-'}",
         "",
         f"{len(result.page_ms):,} pages read, {result.errors} errors; the view took "
         f"{result.ingest_s:.0f} s to hold every schedule from the start.",
         "",
         "| memory per schedule | bytes | / anchor's |",
         "|---|---|---|",
-        f"| a plain dict of id to a 6-tuple (anchor) | {result.dict_bytes:.0f} | 1.00x |",
+        f"| a plain dict of id to an 8-tuple (anchor) | {result.dict_bytes:.0f} | 1.00x |",
         f"| the read view (sorted index, spec shared) | {result.view_bytes:.0f} | "
         f"{result.view_bytes / result.dict_bytes:.2f}x |",
     ])

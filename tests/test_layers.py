@@ -145,3 +145,12 @@ def test_the_pipelines_face_names_its_public_types_and_imports_none_up_front() -
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "True"
+
+
+def test_the_service_object_is_the_top_of_the_service_and_only_entry_points_use_it() -> None:
+    # The Service owns the intake, the engine's lifecycle, delivery and metrics: none
+    # of those parts reaches up to it, and the CLI only parses into its options.
+    importers = {importer for importer, imported in _imports()
+                 if imported == "tickwheel.service.app" and importer != imported}
+    assert importers and all(_unit(importer) in {"cli", "demo"} for importer in importers)
+

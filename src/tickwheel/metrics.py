@@ -17,7 +17,7 @@ Every scrape reads fresh snapshots: nothing is cached or sampled in between.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any, Protocol
 
@@ -123,7 +123,7 @@ class TickwheelCollector(Collector):
         self._timers: dict[str, TimerBase] = {}
         self._purgatories: dict[str, Purgatory] = {}
         self._dispatchers: dict[str, TaskDispatcher[Any]] = {}
-        self._pipelines: dict[str, PipelineCounts] = {}
+        self._pipelines: dict[str, PipelineCounts | Callable[[], PipelineCounts]] = {}
         self._loops: dict[str, WheelScheduler] = {}
         self._webhooks: dict[str, StatsSource] = {}
         self._intakes: dict[str, StatsSource] = {}
@@ -154,9 +154,12 @@ class TickwheelCollector(Collector):
         _add(self._loops, "event loop", name, scheduler_for(loop))
         return self
 
-    def add_pipeline_run(self, name: str, result: PipelineCounts) -> TickwheelCollector:
+    def add_pipeline_run(self, name: str,
+                         result: PipelineCounts | Callable[[], PipelineCounts],
+                         ) -> TickwheelCollector:
         """A pipeline run's counts, of either engine (the latest result registered
-        under ``name``)."""
+        under ``name``): a result, or a function that gives the latest counts at each
+        scrape (a following engine's)."""
         self._pipelines[name] = result
         return self
 
@@ -338,7 +341,8 @@ class TickwheelCollector(Collector):
         outcomes = CounterMetricFamily("tickwheel_pipeline_outcomes",
                                        "Operations resolved, by outcome",
                                        labels=["pipeline", "outcome"])
-        for name, r in self._pipelines.items():
+        for name, source in self._pipelines.items():
+            r = source() if callable(source) else source
             held: int = getattr(r, "held", 0)  # the Spark engine's; the reference holds none
             values = {"rows_in": r.rows_in, "rows_applied": r.rows_applied,
                       "ignored_cancels": r.ignored_cancels, "pending": r.pending,

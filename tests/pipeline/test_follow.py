@@ -26,7 +26,9 @@ from tests.conftest import eventually, wait_for
 from tests.pipeline.logs import LATENESS_MS, random_log
 from tickwheel.pipeline.contract.events import compact_wire
 from tickwheel.pipeline.engines import follow
-from tickwheel.pipeline.engines.follow import LocalFollowEngine, wall_clock_ms
+from tickwheel.pipeline.engines.feed import FileStat, IntakeFeed
+from tickwheel.pipeline.engines.follow import LocalFollowEngine
+from tickwheel.pipeline.engines.following import wall_clock_ms
 from tickwheel.pipeline.engines.reference import ReferenceEngine
 from tickwheel.pipeline.io.input_dir import INPUT_NAMES
 from tickwheel.pipeline.semantics import partition
@@ -284,14 +286,15 @@ def test_a_row_later_than_the_bound_behind_the_wall_clock_is_quarantined_as_late
 def test_an_intake_floor_holds_time_so_a_row_stamped_before_a_slow_batch_is_not_late(
         tmp_path: Path, inbox: Path) -> None:
     clock = WallClock(10_000)
-    floor = [10_000]  # a request stamped 10_000 is being written
-    follower = engine(tmp_path, clock, time_floor=lambda: floor[0])
+    feed = IntakeFeed(clock)
+    stamp = feed.stamper.stamp()  # a request stamped 10_000 is being written
+    follower = engine(tmp_path, clock, feed=feed)
     follower.step()
     clock.ms = 12_000  # the batch, or the commit, took two seconds
     follower.step()
     assert follower.keys.release_ms == 10_000  # held at the floor, not at 11_900
     land(inbox, "a.jsonl", [watch(10_000, "stamped", 10_500)])
-    floor[0] = 12_000  # landed: nothing held any more
+    feed.stamper.settle(stamp)  # landed: nothing held any more
     follower.step()
     assert rows(tmp_path / "out" / "quarantine") == []
     clock.ms = 13_000
@@ -492,23 +495,29 @@ def test_the_first_batch_imports_nothing(tmp_path: Path, inbox: Path) -> None:
     assert done.stdout.strip() == "[]"
 
 
-def test_between_pieces_set_on_the_engine_runs_in_both_stages_of_a_batch(
+class CountingFeed(IntakeFeed):
+    """A feed that counts the engine's calls to give way (and never sleeps)."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        super().__init__(clock)
+        self.calls = 0
+
+    def give_way(self) -> bool:
+        self.calls += 1
+        return False
+
+
+def test_a_batch_gives_way_to_its_feed_between_pieces_in_both_stages(
         tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A submit server in the same process gets its turn between the pieces of a
-    batch's rows, in either stage, and the batch decides what it would without."""
+    """An intake in the same process gets its turn between the pieces of a batch's
+    rows, in either stage, and the batch decides what it would without."""
     monkeypatch.setattr(partition, "PIECE_ROWS", 4)
-    follower = engine(tmp_path, WallClock(1_000))
-    calls: list[int] = []
-
-    def hook() -> None:
-        calls.append(1)
-
-    follower.between_pieces = hook
-    assert follower.keys.between_pieces is follower.ops.between_pieces is hook
+    feed = CountingFeed(WallClock(1_000))
+    follower = engine(tmp_path, WallClock(1_000), feed=feed)
     land(inbox, "a.jsonl", [watch(100 + i, f"op{i}", 500) for i in range(10)])
     batch = follower.step()
     assert batch is not None and batch.outcomes == 10  # expired at 500
-    assert len(calls) >= 4  # ten rows, each in both stages, in pieces of four
+    assert feed.calls >= 4  # ten rows, each in both stages, in pieces of four
 
 
 def test_no_collection_walks_what_a_batch_made_once_the_collector_is_back_on(
@@ -1205,8 +1214,8 @@ def test_a_listing_checks_a_bounded_number_of_read_files_in_turn(
     follower = engine(tmp_path, None)
     follower.step()
     checked: list[str] = []
-    stat_of = follow._stat_of
-    monkeypatch.setattr(follow, "_stat_of", lambda path: checked.append(path.name)
+    stat_of = FileStat.of
+    monkeypatch.setattr(FileStat, "of", lambda path: checked.append(path.name)
                         or stat_of(path))
     with open(inbox / "f5.jsonl", "a") as late_writer:  # the last one read
         late_writer.write(watch(1_100, "late", 10**9) + "\n")
@@ -1262,18 +1271,20 @@ def test_an_owner_that_loses_its_checkpoint_while_writing_does_not_commit(
 # -- rows handed over by an intake in the same process ----------------------------
 
 
-def _stat(path: Path) -> tuple[int, int]:
-    stat = path.stat()
-    return stat.st_size, stat.st_mtime_ns
+def _stat(path: Path) -> FileStat:
+    stat = FileStat.of(path)
+    assert stat is not None
+    return stat
 
 
 def test_rows_handed_over_for_a_file_are_taken_instead_of_parsing_it(
         tmp_path: Path, inbox: Path) -> None:
     land(inbox, "a.jsonl", [watch(1_000, "on-disk", 1_050)])
-    follower = engine(tmp_path, None)
+    feed = IntakeFeed(wall_clock_ms)
+    follower = engine(tmp_path, None, feed=feed)
     # Rows that differ from the file's: which ones resolve tells which were read.
-    follower.offer_rows("a.jsonl", [compact_wire(watch(1_000, "handed", 1_050))],
-                        _stat(inbox / "a.jsonl"))
+    feed.offer("a.jsonl", [compact_wire(watch(1_000, "handed", 1_050))],
+               _stat(inbox / "a.jsonl"))
     land(inbox, "b.jsonl", [watch(2_000, "later", 10**9)])
     follower.step()
     assert [o[0] for o in outcomes(tmp_path / "out")] == ["handed"]
@@ -1282,44 +1293,45 @@ def test_rows_handed_over_for_a_file_are_taken_instead_of_parsing_it(
 def test_rows_handed_over_for_a_file_that_changed_since_are_not_taken(
         tmp_path: Path, inbox: Path) -> None:
     land(inbox, "a.jsonl", [watch(1_000, "on-disk", 1_050)])
-    follower = engine(tmp_path, None)
-    size, mtime = _stat(inbox / "a.jsonl")
-    follower.offer_rows("a.jsonl", [compact_wire(watch(1_000, "handed", 1_050))],
-                        (size + 1, mtime))
+    feed = IntakeFeed(wall_clock_ms)
+    follower = engine(tmp_path, None, feed=feed)
+    stat = _stat(inbox / "a.jsonl")
+    feed.offer("a.jsonl", [compact_wire(watch(1_000, "handed", 1_050))],
+               FileStat(stat.size + 1, stat.mtime_ns))
     land(inbox, "b.jsonl", [watch(2_000, "later", 10**9)])
     follower.step()
     assert [o[0] for o in outcomes(tmp_path / "out")] == ["on-disk"]
 
 
 def test_rows_handed_over_after_their_file_was_read_are_not_kept(
-        tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, inbox: Path) -> None:
     land(inbox, "a.jsonl", [watch(1_000, "a", 10**9)])
-    follower = engine(tmp_path, None)
+    feed = IntakeFeed(wall_clock_ms, max_offered_rows=1)
+    follower = engine(tmp_path, None, feed=feed)
     follower.step()
-    follower.offer_rows("a.jsonl", [compact_wire(watch(1_000, "a", 10**9))],
-                        _stat(inbox / "a.jsonl"))
-    assert follower._offered == {}  # late: it would never be taken
-    monkeypatch.setattr(follow, "MAX_OFFERED_ROWS", 1)
-    follower.offer_rows("b.jsonl", [compact_wire(watch(2_000, "b", 10**9))] * 2, (1, 1))
-    assert follower._offered == {}  # past the bound: parsed from disk when read
+    feed.offer("a.jsonl", [compact_wire(watch(1_000, "a", 10**9))], _stat(inbox / "a.jsonl"))
+    assert feed.offered_rows == 0  # late: it would never be taken
+    feed.offer("b.jsonl", [compact_wire(watch(2_000, "b", 10**9))] * 2, FileStat(1, 1))
+    assert feed.offered_rows == 0  # past the bound: parsed from disk when read
+    feed.offer("c.jsonl", [compact_wire(watch(3_000, "c", 10**9))], FileStat(1, 1))
+    assert feed.offered_rows == 1  # within it
 
 
 def test_a_burst_of_fires_gives_way_between_its_shares_and_fires_whole_in_one_batch(
         tmp_path: Path, inbox: Path) -> None:
     """A minute's fires of many schedules go in shares of FIRES_PER_PIECE, with the
-    engine's hook (a submit server's give_way) called between them: the batch still
-    fires every one of them."""
+    engine giving way to its feed between them: the batch still fires every one of
+    them."""
     clock = WallClock(1_000)
     land(inbox, "a.jsonl", [json.dumps({"ts_ms": 1_000, "type": "schedule",
                                         "schedule_id": f"s{n:04d}", "cron": "* * * * *"})
                             for n in range(1_000)])
-    follower = engine(tmp_path, clock)
-    calls: list[int] = []
-    follower.between_pieces = lambda: calls.append(1)
+    feed = CountingFeed(clock)
+    follower = engine(tmp_path, clock, feed=feed)
     follower.step()
-    calls.clear()
+    feed.calls = 0
     clock.ms = 60_150  # every schedule's first occurrence, at 60,000, is due
     batch = follower.step()
     assert batch is not None and batch.outcomes == 1_000
-    assert len(calls) >= 1_000 // partition.FIRES_PER_PIECE - 1
+    assert feed.calls >= 1_000 // partition.FIRES_PER_PIECE - 1
     follower.close()

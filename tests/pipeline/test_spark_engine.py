@@ -37,7 +37,7 @@ from tests.pipeline.test_sink import Flaky
 from tickwheel.pipeline.contract.events import Event, compact_wire
 from tickwheel.pipeline.contract.routing import partition_of
 from tickwheel.pipeline.delivery.sink import OutcomeSink
-from tickwheel.pipeline.engines.follow import wall_clock_ms
+from tickwheel.pipeline.engines.following import wall_clock_ms
 from tickwheel.pipeline.io.log_reader import read_events
 from tickwheel.pipeline.io.outputs import owner_epoch, read_parquet_rows
 from tickwheel.pipeline.spark import SparkEngine, _tasks, _wire

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from tests.service.conftest import service_url
 from tickwheel.cli import app
 from tickwheel.client import Client
-from tickwheel.pipeline.engines.follow import wall_clock_ms
+from tickwheel.pipeline.engines.following import wall_clock_ms
 
 
 def _serve(cwd: Path, *args: str) -> tuple[subprocess.Popen[str], str]:

@@ -20,7 +20,7 @@ from tests.conftest import eventually
 from tests.service.conftest import service_url
 from tests.service.receiver import receiving
 from tickwheel.client import Client, RowsRefused, SubmitError
-from tickwheel.pipeline.engines.follow import wall_clock_ms
+from tickwheel.pipeline.engines.following import wall_clock_ms
 
 pytestmark = pytest.mark.realtime
 

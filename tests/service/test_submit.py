@@ -19,7 +19,10 @@ pytest.importorskip("aiohttp")
 
 from tests.conftest import eventually
 from tests.service.conftest import landed_rows
-from tickwheel.pipeline.contract.events import compact_wire, parse_wire
+from tickwheel.pipeline.contract.events import Wire, compact_wire, parse_wire
+from tickwheel.pipeline.engines import feed as feed_module
+from tickwheel.pipeline.engines.feed import FileStat, IntakeFeed
+from tickwheel.pipeline.engines.following import wall_clock_ms
 from tickwheel.service import intake as intake_module
 from tickwheel.service import server as server_module
 from tickwheel.service.journal import Receipt, Submission, SubmitJournal
@@ -80,16 +83,21 @@ def test_json_lines_end_where_the_engines_end_them(server: SubmitServer) -> None
 
 def test_an_engine_alongside_is_handed_the_rows_as_it_would_parse_the_file(
         tmp_path: Path, clock: ManualClock) -> None:
-    handed: list[tuple[str, list[object], tuple[int, int]]] = []
-    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
-                      hand_over=lambda *args: handed.append(args)) as server:
+    handed: list[tuple[str, list[Wire], FileStat]] = []
+
+    class Recording(IntakeFeed):
+        def offer(self, name: str, rows: list[Wire], stat: FileStat) -> None:
+            handed.append((name, rows, stat))
+
+    with SubmitServer(tmp_path / "in", tmp_path / "state",
+                      feed=Recording(clock)) as server:
         post(server, "\n".join(json.dumps(r) for r in [watch("a"), watch("b", ts_ms=5)]))
         post(server, json.dumps([{"type": "cancel", "op_id": "a"}]))
     assert len(handed) == 2
-    for name, rows, (size, mtime_ns) in handed:
+    for name, rows, stat in handed:
         path = server.input_dir / name
         assert rows == [compact_wire(line) for line in path.read_text().splitlines()]
-        assert (size, mtime_ns) == (path.stat().st_size, path.stat().st_mtime_ns)
+        assert stat == FileStat.of(path)
 
 
 def test_an_answer_names_the_file_that_holds_the_rows_on_disk(server: SubmitServer) -> None:
@@ -147,7 +155,7 @@ class _HeldDisk(SubmitJournal):
 def test_a_request_being_written_holds_the_time_floor(tmp_path: Path,
                                                       clock: ManualClock) -> None:
     with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock) as server:
-        assert server.time_floor() == 1_000_000  # idle: the next stamp's least time
+        assert server.feed.time_floor() == 1_000_000  # idle: the next stamp's least time
         held = _HeldDisk(tmp_path / "in", tmp_path / "state2", clock=clock)
         held.entered, held.release = threading.Event(), threading.Event()
         server.journal = held
@@ -157,13 +165,13 @@ def test_a_request_being_written_holds_the_time_floor(tmp_path: Path,
         sender.start()
         assert held.entered.wait(30)
         clock.now += 60_000  # a minute passes while the commit is stuck
-        assert server.time_floor() == 1_000_000  # the row's stamp: time must wait for it
+        assert server.feed.time_floor() == 1_000_000  # the row's stamp: time must wait for it
         stats = server.stats()
         assert (stats.writing_requests, stats.floor_lag_ms) == (1, 60_000)
         held.release.set()
         sender.join()
         assert answers[0].json()["ts_ms"] == 1_000_000
-        assert server.time_floor() == 1_060_000  # landed: the engine lists it
+        assert server.feed.time_floor() == 1_060_000  # landed: the engine lists it
         stats = server.stats()
         assert (stats.writing_requests, stats.floor_lag_ms) == (0, 0)
 
@@ -207,30 +215,30 @@ def test_a_commit_lands_on_the_loops_thread(server: SubmitServer) -> None:
 
 def test_an_engine_gives_way_to_the_loop_only_while_requests_come(
         server: SubmitServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    # An engine catching up with no one asking runs on; a request makes the loop busy
-    # for _BUSY_FOR_S, set here so that no timing decides the answers.
-    monkeypatch.setattr(server_module, "_BUSY_FOR_S", 3_600.0)
-    assert server.give_way() is False
-    assert post(server, json.dumps(watch("a"))).status_code == 200
-    assert server.give_way() is True
-    server.give_way_s = 0.0
-    assert server.give_way() is False
-    server.give_way_s = server_module.GIVE_WAY_S
-    monkeypatch.setattr(server_module, "_BUSY_FOR_S", 0.0)
-    assert server.give_way() is False  # the request is older than that
+    # An engine catching up with no one asking runs on; any request, a read too, makes
+    # the loop busy for BUSY_FOR_S, set here so that no timing decides the answers.
+    monkeypatch.setattr(feed_module, "BUSY_FOR_S", 3_600.0)
+    feed = server.feed
+    assert feed.give_way() is False
+    assert httpx.get(f"{server.url}/v1/status").status_code == 200
+    assert feed.give_way() is True
+    feed.give_way_s = 0.0
+    assert feed.give_way() is False
+    feed.give_way_s = feed_module.GIVE_WAY_S
+    monkeypatch.setattr(feed_module, "BUSY_FOR_S", 0.0)
+    assert feed.give_way() is False  # the request is older than that
 
 
 @pytest.mark.parametrize("give_way_s", [-0.001, 1.5, float("nan")])
-def test_a_give_way_time_outside_0_to_1_s_is_refused(tmp_path: Path,
-                                                    give_way_s: float) -> None:
+def test_a_give_way_time_outside_0_to_1_s_is_refused(give_way_s: float) -> None:
     with pytest.raises(ValueError, match="give_way_s"):
-        SubmitServer(tmp_path / "in", tmp_path / "state", give_way_s=give_way_s)
+        IntakeFeed(wall_clock_ms, give_way_s=give_way_s)
 
 
 def test_a_refused_request_holds_no_floor(server: SubmitServer, clock: ManualClock) -> None:
     assert post(server, json.dumps({"type": "nope"})).status_code == 400
     clock.now += 5_000
-    assert server.time_floor() == 1_005_000
+    assert server.feed.time_floor() == 1_005_000
 
 
 def test_stamps_start_at_the_engines_time(tmp_path: Path, clock: ManualClock) -> None:
@@ -242,8 +250,8 @@ def test_stamps_start_at_the_engines_time(tmp_path: Path, clock: ManualClock) ->
 def test_the_floor_is_written_for_an_engine_in_another_process(tmp_path: Path,
                                                               clock: ManualClock) -> None:
     floor = tmp_path / "state" / "floor"
-    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
-                      floor_file=floor):
+    with SubmitServer(tmp_path / "in", tmp_path / "state",
+                      feed=IntakeFeed(clock, floor_file=floor)):
         assert floor.read_text() == "1000000\n"  # there before any request is taken
         clock.now += 1_000
         assert eventually(lambda: floor.read_text() == "1001000\n", 10)
@@ -341,7 +349,7 @@ def test_a_row_too_deep_to_write_is_refused_and_lets_go_of_its_stamp(
     assert answer.json()["refused"][0]["reason"] == "unparseable"
     clock.now += 1_000
     assert server.stats().writing_requests == 0
-    assert server.time_floor() == clock.now  # time goes on
+    assert server.feed.time_floor() == clock.now  # time goes on
     assert landed_rows(server.input_dir) == []
 
 
@@ -354,7 +362,7 @@ def test_any_fault_while_reading_a_request_lets_go_of_its_stamp(
     assert post(server, json.dumps(watch("a"))).status_code == 500
     clock.now += 1_000
     assert server.stats().writing_requests == 0
-    assert server.time_floor() == clock.now
+    assert server.feed.time_floor() == clock.now
     monkeypatch.undo()
     assert post(server, json.dumps(watch("a"))).status_code == 200
 
@@ -380,7 +388,7 @@ def test_a_commit_that_fails_answers_500_and_the_loop_goes_on(tmp_path: Path,
         answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
         assert answer.status_code == 500 and "nothing of them" in answer.json()["error"]
         clock.now += 1_000
-        assert server.time_floor() == clock.now  # its stamp let go
+        assert server.feed.time_floor() == clock.now  # its stamp let go
         server.journal = working
         answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
         assert answer.status_code == 200 and "Idempotent-Replayed" not in answer.headers
@@ -788,7 +796,7 @@ def test_a_full_disk_while_writing_gets_503_and_the_key_stays_free(
         answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
         assert answer.status_code == 503 and "full" in answer.json()["error"]
         clock.now += 1_000
-        assert server.time_floor() == 1_001_000  # its stamp let go: time need not wait
+        assert server.feed.time_floor() == 1_001_000  # its stamp let go: time need not wait
         server.journal = working
         answer = post(server, json.dumps(watch("a")), **{"Idempotency-Key": "k-1"})
         assert answer.status_code == 200 and "Idempotent-Replayed" not in answer.headers

@@ -19,7 +19,7 @@ from tests.conftest import eventually
 from tests.service.conftest import service_url
 from tests.service.receiver import Receiver, receiving
 from tickwheel.client import Client, RowsRefused
-from tickwheel.pipeline.engines.follow import wall_clock_ms
+from tickwheel.pipeline.engines.following import wall_clock_ms
 
 NAMES = ("coupons", "earnings", "orders")
 

@@ -120,7 +120,7 @@ def test_refused_options_exit_2_before_any_work(tmp_path: Path) -> None:
 
 
 def test_delivery_by_webhook_is_at_least_once_across_kill_9(tmp_path: Path) -> None:
-    from tickwheel.pipeline.engines.follow import wall_clock_ms
+    from tickwheel.pipeline.engines.following import wall_clock_ms
 
     inbox = tmp_path / "in"
     inbox.mkdir()

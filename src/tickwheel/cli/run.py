@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import enum
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -61,17 +59,19 @@ from tickwheel.pipeline.io.outputs import (
 )
 from tickwheel.pipeline.io.ownership import OwnershipError
 from tickwheel.service.connections import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
-from tickwheel.service.server import FLOOR_FILE, SUBMIT_STATE
+from tickwheel.service.server import SUBMIT_STATE
 
 if TYPE_CHECKING:
-    from tickwheel.dispatch import TaskProcessor
-    from tickwheel.metrics import TickwheelCollector
-    from tickwheel.pipeline.spark import SparkEngine
-    from tickwheel.service.journal import HandOver
-    from tickwheel.service.outbox import Outbox
-    from tickwheel.service.server import SubmitServer
-    from tickwheel.service.view import StateView
+    from pyspark.sql import SparkSession
 
+    from tickwheel.dispatch import TaskProcessor
+    from tickwheel.pipeline.delivery.sink import OutcomeSink
+    from tickwheel.pipeline.engines.feed import IntakeFeed
+    from tickwheel.pipeline.engines.following import FollowBatch, FollowingEngine
+    from tickwheel.pipeline.semantics.partition import CommittedChanges
+    from tickwheel.pipeline.spark import SparkEngine
+    from tickwheel.service.app import ListenOptions, Service, ServiceOptions
+    from tickwheel.service.outbox import Outbox
 
 
 class Engine(enum.Enum):
@@ -242,13 +242,14 @@ def run(
             print_error("--max-future-ms applies to --follow --clock wall")
             raise typer.Exit(2)
         future = DEFAULT_MAX_FUTURE_MS if max_future_ms is None else max_future_ms
+        options = _service_options(address, trigger_ms, stop_timeout_ms,
+                                   metrics=metrics_port is not None)
         if engine is Engine.spark:
             _start_metrics(metrics_port, metrics_host)
             _run_spark(input, output, lateness_ms, retention,
                        checkpoint or output / DEFAULT_CHECKPOINT, master or "local[2]",
                        partitions, max_files_per_trigger, final, overwrite,
-                       follow=(trigger_ms, clock, metrics_port, stop_timeout_ms),
-                       max_future_ms=future, listen=address,
+                       service=(options, clock), max_future_ms=future,
                        outbox=outbox, driver_memory=driver_memory,
                        settings=spark_settings, worker_cache=worker_cache)
             return
@@ -258,9 +259,8 @@ def run(
                    "and --conf apply to the Spark engine only")
             raise typer.Exit(2)
         _start_metrics(metrics_port, metrics_host)
-        _follow_local(input, output, checkpoint, lateness_ms, retention, trigger_ms, clock,
-                      overwrite, metrics_port, outbox, stop_timeout_ms,
-                      max_files_per_trigger, future, address)
+        _follow_local(input, output, checkpoint, lateness_ms, retention, clock, overwrite,
+                      options, outbox, max_files_per_trigger, future)
         return
     if engine is Engine.spark:
         _run_spark(input, output, lateness_ms, dedupe_retention_ms,
@@ -472,47 +472,15 @@ def _start_metrics(port: int | None, host: str) -> None:
     console.print(f"metrics on http://{shown}:{server.server_port}/metrics")
 
 
-def _serve_metrics(port: int | None, name: str, counts: object,
-                   listen: _Listen | None = None, outbox: Outbox | None = None,
-                   ) -> TickwheelCollector | None:
-    """The run's counts in the metrics export (with the webhook's, if it delivers to
-    one): on the metrics port, and on the submit API's port when there is one (and the
-    metrics extra is installed). The collector, to which the submit API adds its own."""
-    if port is None and listen is None:
-        return None
-    try:
-        from prometheus_client import REGISTRY
-    except ImportError:  # --listen without the metrics extra: /metrics answers 404
-        return None
-
-    from tickwheel.metrics import TickwheelCollector
-
-    collector = TickwheelCollector().add_pipeline_run(name, counts)  # type: ignore[arg-type]
-    if outbox is not None:
-        for target, webhook in outbox.webhooks.items():
-            collector.add_webhook(target, webhook)
-    REGISTRY.register(collector)
-    return collector
-
-
-@dataclass(frozen=True, slots=True)
-class _Listen:
-    """Where the submit API listens, and what its clients may hold."""
-
-    host: str
-    port: int
-    max_connections: int
-    header_timeout_s: float
-    token: str | None = None
-
-
 def listen_options(listen: str, follow: bool, max_connections: int, header_timeout_ms: int,
-                   token_file: Path | None, insecure: bool) -> _Listen:
+                   token_file: Path | None, insecure: bool) -> ListenOptions:
     """What --listen and its options say, refused (exit 2, naming the option) before
     any work."""
-    host, port = _check_listen(listen, follow)
-    return _Listen(host, port, max_connections, header_timeout_ms / 1000,
-                   _check_token(token_file, listen, host, insecure))
+    host, port = _check_listen(listen, follow)  # the service extra is there
+    from tickwheel.service.app import ListenOptions
+
+    return ListenOptions(host, port, max_connections, header_timeout_ms / 1000,
+                         _check_token(token_file, listen, host, insecure))
 
 
 def _check_token(token_file: Path | None, listen: str, host: str,
@@ -553,138 +521,68 @@ def _check_listen(value: str, follow: bool) -> tuple[str, int]:
         raise typer.Exit(2) from exc
 
 
-def _remember_outcomes(view: StateView, outcomes: Path, now_ms: int | None,
-                       retention_ms: int | None) -> None:
-    """The outcomes a restart would otherwise forget, read back for the read API: those
-    of the last dedupe retention (operations answer as resolved while their ids are
-    remembered)."""
-    from tickwheel.pipeline.io.outputs import recent_outcomes
-    from tickwheel.service.view import MAX_RESOLVED
+def _service_options(listen: ListenOptions | None, trigger_ms: int, stop_timeout_ms: int,
+                     *, metrics: bool) -> ServiceOptions:
+    from tickwheel.service.app import ServiceOptions
 
-    if now_ms is None or retention_ms is None:
-        return
-    try:
-        view.remember(recent_outcomes(outcomes, now_ms - retention_ms, MAX_RESOLVED))
-    except OutputDirError as exc:  # the view starts without them; the service runs
-        print_error(f"the read API starts without earlier outcomes: {exc}")
+    return ServiceOptions(listen=listen, trigger_ms=trigger_ms,
+                          stop_timeout_ms=stop_timeout_ms, metrics=metrics)
 
 
-def _metrics_text() -> Callable[[], tuple[bytes, str]] | None:
-    try:
-        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-    except ImportError:
-        return None
-    return lambda: (generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+def _service(options: ServiceOptions, checkpoint: Path, outbox: Outbox | None, *,
+             floor_file: bool = False) -> Service:
+    from tickwheel.service.app import Service
 
-
-def _start_submit(address: _Listen, input: Path, state_dir: Path,
-                  status: Callable[[], Mapping[str, object]], rows_read: Callable[[], int],
-                  committed_inputs: Callable[[Sequence[str]], Collection[str]],
-                  max_future_ms: int | None,
-                  collector: TickwheelCollector | None,
-                  release_ms: int | None, floor_file: Path | None = None,
-                  hand_over: HandOver | None = None,
-                  ready: Callable[[], bool] | None = None,
-                  view: StateView | None = None,
-                  outbox: Outbox | None = None) -> SubmitServer:
-    """The submit API, serving from now on (exit 2 if its address cannot be bound);
-    it stamps no row below ``release_ms``, the engine's time at start."""
-    from tickwheel.service.server import SubmitServer
-
-    try:
-        server = SubmitServer(input, state_dir, host=address.host, port=address.port,
-                              max_connections=address.max_connections,
-                              token=address.token,
-                              header_timeout_s=address.header_timeout_s,
-                              status=status, rows_read=rows_read,
-                              committed_inputs=committed_inputs, metrics=_metrics_text(),
-                              max_future_ms=max_future_ms, min_stamp_ms=release_ms or 0,
-                              floor_file=floor_file, hand_over=hand_over, ready=ready,
-                              view=view,
-                              delivery=None if outbox is None else outbox.status,
-                              # A row may name only a target that delivers it.
-                              targets=(None if outbox is None or outbox.takes_all
-                                       else outbox.targets))
-    except (OSError, ValueError) as exc:  # its keys or input files, as a start finds them
-        print_error(f"the submit API's state in {state_dir}: {exc}")
-        raise typer.Exit(2) from exc
-    try:
-        server.start()
-    except OSError as exc:
-        print_error(f"--listen {address.host}:{address.port}: cannot serve there: "
-               f"{exc.strerror or exc}")
-        raise typer.Exit(2) from exc
-    if collector is not None:
-        collector.add_intake("submit", server)
-    console.print(f"taking rows at {server.url}/v1/events")
-    return server
+    return Service(options, checkpoint / SUBMIT_STATE, outbox=outbox, floor_file=floor_file)
 
 
 def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_ms: int,
-                  dedupe_retention_ms: int, trigger_ms: int, clock: ClockKind,
-                  overwrite: bool, metrics_port: int | None,
-                  outbox: Outbox | None,
-                  stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS,
+                  dedupe_retention_ms: int, clock: ClockKind, overwrite: bool,
+                  options: ServiceOptions, outbox: Outbox | None,
                   max_files_per_batch: int | None = None,
-                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-                  listen: _Listen | None = None) -> None:
-    from tickwheel.pipeline.engines.follow import FollowBatch, LocalFollowEngine, wall_clock_ms
+                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
+    from tickwheel.pipeline.engines.following import wall_clock_ms
 
-    sink = None if outbox is None else outbox.sink
-    view = None
-    if listen is not None:  # what the read API answers from
-        from tickwheel.service.view import StateView
+    with _service(options, checkpoint or output / DEFAULT_CHECKPOINT, outbox) as service:
+        try:
+            follower = LocalFollowEngine(
+                input, output, checkpoint_dir=checkpoint, lateness_ms=lateness_ms,
+                dedupe_retention_ms=dedupe_retention_ms,
+                clock=wall_clock_ms if clock is ClockKind.wall else None,
+                overwrite=overwrite, sink=service.sink,
+                max_files_per_batch=max_files_per_batch, max_future_ms=max_future_ms,
+                feed=service.feed, on_commit=service.on_commit)
+        except (FileNotFoundError, InputError, OutputDirError, ValueError,
+                OwnershipError) as exc:
+            print_error(f"{exc}")
+            raise typer.Exit(2) from exc
+        _serve(service, follower, "batch",
+               f"following {input} (trigger {options.trigger_ms} ms, {clock.value} clock, "
+               f"checkpoint {follower.checkpoint_dir})")
 
-        view = StateView()
+
+def _serve(service: Service, engine: FollowingEngine, unit: str, following: str) -> None:
+    """Start ``service`` with ``engine``, run it until SIGINT or SIGTERM, and report."""
+    from tickwheel.service.app import ServiceError
+
     try:
-        follower = LocalFollowEngine(
-            input, output, checkpoint_dir=checkpoint, lateness_ms=lateness_ms,
-            dedupe_retention_ms=dedupe_retention_ms,
-            clock=wall_clock_ms if clock is ClockKind.wall else None, overwrite=overwrite,
-            sink=sink, max_files_per_batch=max_files_per_batch, max_future_ms=max_future_ms,
-            on_commit=None if view is None else view.apply)
-    except (FileNotFoundError, InputError, OutputDirError, ValueError,
-            OwnershipError) as exc:
+        service.start(engine)
+    except ServiceError as exc:
         print_error(f"{exc}")
         raise typer.Exit(2) from exc
-
-    if view is not None:
-        _remember_outcomes(view, output / "outcomes", follower.counts().release_ms,
-                           dedupe_retention_ms)
-
-    class _Live:  # what the metrics export reads: the latest counts, live
-        def __getattr__(self, name: str) -> object:
-            return getattr(follower.counts(), name)
-
-        @property
-        def lag_ms(self) -> int | None:  # now, not at the last batch: a backlog shows
-            release = follower.counts().release_ms
-            if follower.clock is None or release is None:
-                return None
-            return follower.clock() - release
-
-    collector = _serve_metrics(metrics_port, "follow", _Live(), listen, outbox)
-    ran = threading.Event()  # set once the engine has run a batch: it is running
-    server = None if listen is None else _start_submit(
-        listen, input, follower.checkpoint_dir / SUBMIT_STATE,
-        lambda: asdict(follower.counts()), lambda: follower.rows_read,
-        # One client's row may not move everyone's time: ahead by at most the lateness.
-        follower.committed_inputs, lateness_ms if clock is ClockKind.wall else None, collector,
-        follower.counts().release_ms, hand_over=follower.offer_rows, ready=ran.is_set,
-        view=view, outbox=outbox)
-    if server is not None:  # the rows it stamps are never late
-        follower.time_floor = server.time_floor
-        follower.between_pieces = server.give_way  # its requests wait no switch interval
+    if service.url is not None:
+        console.print(f"taking rows at {service.url}/v1/events")
     last_print = 0.0
 
     def progress(batch: FollowBatch) -> None:
         nonlocal last_print
-        ran.set()
         now = time.monotonic()
         if batch.outcomes or batch.quarantined or now - last_print >= 10:
-            counts = follower.counts()
+            counts = engine.counts()
             lag = "" if batch.lag_ms is None else f", time {batch.lag_ms:,} ms behind the clock"
-            console.print(f"batch {batch.batch_id}: {batch.files} files, {batch.rows:,} rows, "
+            files = "" if batch.files is None else f"{batch.files} files, "
+            console.print(f"{unit} {batch.batch_id}: {files}{batch.rows:,} rows, "
                           f"{batch.outcomes:,} outcomes, {batch.quarantined:,} quarantined; "
                           f"{counts.pending:,} pending, {counts.held:,} held{lag}"
                           f"{_skipped_note(counts.files_skipped)}"
@@ -692,27 +590,21 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
             last_print = now
 
     with stopping_on_signals() as stop:  # before saying so: a signal from then on stops it
-        console.print(f"following {input} (trigger {trigger_ms} ms, {clock.value} clock, "
-                      f"checkpoint {follower.checkpoint_dir}); SIGINT or SIGTERM stops")
+        console.print(f"{following}; SIGINT or SIGTERM stops")
         try:
-            result = follower.follow(stop, trigger_ms=trigger_ms, on_batch=progress,
-                                  stop_timeout_ms=stop_timeout_ms)
+            result = service.follow(stop, on_batch=progress)
         except (OSError, OwnershipError) as exc:  # a full disk, the checkpoint taken away
-            print_error(f"the service stopped in batch {follower.batch_id + 1}: "
-                   f"{exc}")
-            if outbox is not None:
-                _print_delivery(outbox, outbox.close(timeout_s=1.0))
+            print_error(f"the service stopped in {unit} {engine.counts().batches}: {exc}")
+            if service.outbox is not None:
+                _print_delivery(service.outbox, service.close())
             raise typer.Exit(1) from exc
-        finally:
-            if server is not None:  # what it acknowledged is on disk for the next start
-                server.stop()
-    counts = follower.counts()
-    console.print(f"stopped after {plural(result.batches, 'batch')}: {result.rows_in:,} rows, "
+    counts = engine.counts()
+    console.print(f"stopped after {plural(result.batches, unit)}: {result.rows_in:,} rows, "
                   f"{result.outcomes:,} outcomes, {result.quarantined:,} quarantined; "
                   f"{counts.pending:,} pending, {counts.held:,} held")
-    if outbox is not None:
+    if service.outbox is not None:
         # The stop waited for the processor already: what it holds now is abandoned.
-        _print_delivery(outbox, outbox.close(timeout_s=1.0))
+        _print_delivery(service.outbox, service.close())
         if result.undelivered:
             console.print(f"{result.undelivered:,} outcomes not delivered: the next start "
                           "delivers them")
@@ -721,15 +613,18 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
 def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms: int | None,
                checkpoint: Path, master: str, partitions: int | None,
                max_files_per_trigger: int | None, final: bool, overwrite: bool,
-               follow: tuple[int, ClockKind, int | None, int] | None = None,
+               service: tuple[ServiceOptions, ClockKind] | None = None,
                outbox: Outbox | None = None,
                driver_memory: str | None = None,
                settings: dict[str, str] | None = None,
                max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-               listen: _Listen | None = None, worker_cache: bool = True) -> None:
+               worker_cache: bool = True) -> None:
+    """The Spark engine over the log, in one run; or, with ``service`` (its options and
+    clock), as the service."""
+    follow = service is not None
     try:
-        from tickwheel.pipeline.engines.follow import wall_clock_ms
-        from tickwheel.pipeline.spark import SparkEngine, spark_session, stop_spark
+        from tickwheel.pipeline.engines.following import wall_clock_ms
+        from tickwheel.pipeline.spark import spark_session, stop_spark
     except ImportError as exc:  # pragma: no cover - depends on the install
         print_error("the Spark engine needs its extra: "
                "pip install 'tickwheel[spark]'")
@@ -745,7 +640,7 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
     except (InputError, OwnershipError, OutputDirError) as exc:
         print_error(f"{exc}")
         raise typer.Exit(2) from exc
-    if not files and follow is None:
+    if not files and not follow:
         warn_no_input(input)
     memory = driver_memory or DEFAULT_DRIVER_MEMORY
     console.print(f"starting Spark ({master}, driver memory {memory})")
@@ -758,40 +653,28 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
         print_error(f"could not start Spark: {exc}")
         raise typer.Exit(1) from exc
     try:
-        sink = None if outbox is None else outbox.sink
-        view = None
-        if follow is not None and listen is not None:  # what the read API answers from
-            from tickwheel.service.view import StateView
-
-            view = StateView()
-        try:
-            spark_engine = SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
-                                       partitions=partitions,
-                                       max_files_per_trigger=max_files_per_trigger,
-                                       dedupe_retention_ms=dedupe_retention_ms,
-                                       clock=(wall_clock_ms if follow is not None
-                                              and follow[1] is ClockKind.wall else None),
-                                       sink=sink, max_future_ms=max_future_ms,
-                                       worker_cache=worker_cache,
-                                       on_commit=None if view is None else view.apply)
-            if follow is None and spark_engine.wall_clock:
-                raise ValueError(f"the checkpoint {checkpoint} follows the wall clock: run it "
-                                 "with --follow --clock wall")
-        except ValueError as exc:
-            print_error(f"{exc}")
-            raise typer.Exit(2) from exc
-        if follow is not None:
-            if view is not None:
-                _remember_outcomes(view, output / "outcomes", spark_engine.result().release_ms,
-                                   dedupe_retention_ms)
-            undelivered = _follow_spark(spark_engine, *follow, listen=listen, view=view,
-                                        outbox=outbox)
-            if outbox is not None:
-                _print_delivery(outbox, outbox.close(timeout_s=1.0))
-                if undelivered:
-                    console.print(f"{undelivered:,} outcomes not delivered: the next start "
-                                  "delivers them")
+        if service is not None:
+            options, clock = service
+            with _service(options, checkpoint, outbox, floor_file=True) as running:
+                spark_engine = _spark_engine(
+                    spark, input, output, checkpoint, lateness_ms, partitions,
+                    max_files_per_trigger, dedupe_retention_ms,
+                    wall_clock_ms if clock is ClockKind.wall else None, running.sink,
+                    max_future_ms, worker_cache, feed=running.feed,
+                    on_commit=running.on_commit)
+                _serve(running, spark_engine, "micro-batch",
+                       f"following {input} on Spark ({spark_engine.partitions} partitions, "
+                       f"trigger {options.trigger_ms} ms, {clock.value} clock, checkpoint "
+                       f"{checkpoint})")
             return
+        spark_engine = _spark_engine(spark, input, output, checkpoint, lateness_ms,
+                                     partitions, max_files_per_trigger, dedupe_retention_ms,
+                                     None, None if outbox is None else outbox.sink,
+                                     max_future_ms, worker_cache)
+        if spark_engine.wall_clock:
+            print_error(f"the checkpoint {checkpoint} follows the wall clock: run it with "
+                        "--follow --clock wall")
+            raise typer.Exit(2)
         console.print(f"running the query ({spark_engine.partitions} partitions, checkpoint "
                       f"{checkpoint})")
         with console.status("first micro-batch") as status:
@@ -823,120 +706,30 @@ def _run_spark(input: Path, output: Path, lateness_ms: int, dedupe_retention_ms:
             stop_spark(spark)
 
 
-def _follow_spark(spark_engine: SparkEngine, trigger_ms: int, clock: ClockKind,
-                  metrics_port: int | None, stop_timeout_ms: int, *,
-                  listen: _Listen | None = None, view: StateView | None = None,
-                  outbox: Outbox | None = None) -> int:
-    """Run the service until a signal; how many outcomes were left undelivered."""
-    live = _SparkCounts(spark_engine)
-    collector = _serve_metrics(metrics_port, "follow", live, listen, outbox)
-    ran = threading.Event()  # set once a micro-batch has run: the query is running
-    server = None if listen is None else _start_submit(
-        listen, spark_engine.input_dir, spark_engine.checkpoint_dir / SUBMIT_STATE,
-        live.as_json, lambda: live.rows_in, spark_engine.committed_inputs,
-        spark_engine.lateness_ms if clock is ClockKind.wall else None, collector,
-        spark_engine.result().release_ms,
-        floor_file=spark_engine.checkpoint_dir / SUBMIT_STATE / FLOOR_FILE, ready=ran.is_set,
-        view=view, outbox=outbox)
-    if server is not None:  # the rows it stamps are never late
-        spark_engine.floor_file = server.floor_file
-    last_print = 0.0
+def _spark_engine(spark: SparkSession, input: Path, output: Path, checkpoint: Path,
+                  lateness_ms: int, partitions: int | None,
+                  max_files_per_trigger: int | None, dedupe_retention_ms: int | None,
+                  clock: Callable[[], int] | None,
+                  sink: OutcomeSink | Mapping[str, OutcomeSink] | None, max_future_ms: int,
+                  worker_cache: bool, *, feed: IntakeFeed | None = None,
+                  on_commit: Callable[[CommittedChanges], object] | None = None,
+                  ) -> SparkEngine:
+    """The engine, or exit 2 with what its options or its checkpoint refuse."""
+    from tickwheel.pipeline.spark import SparkEngine
 
-    def progress(batch_id: int, outcomes: int, quarantined: int) -> None:
-        nonlocal last_print
-        ran.set()
-        live.refresh()
-        now = time.monotonic()
-        if outcomes or quarantined or now - last_print >= 10:
-            lag = live.lag_ms
-            behind = "" if lag is None else f", time {lag:,} ms behind the clock"
-            console.print(f"batch {batch_id}: {outcomes:,} outcomes, {quarantined:,} "
-                          f"quarantined; {live.pending:,} pending, {live.held:,} held"
-                          f"{behind}{_skipped_note(live.files_skipped)}"
-                          f"{_changed_note(live.files_changed)}")
-            last_print = now
-
-    spark_engine.on_batch = progress
-    with stopping_on_signals() as stop:
-        console.print(f"following {spark_engine.input_dir} on Spark "
-                      f"({spark_engine.partitions} partitions, trigger {trigger_ms} ms, "
-                      f"{clock.value} clock, checkpoint {spark_engine.checkpoint_dir}); "
-                      "SIGINT or SIGTERM stops")
-        try:
-            result = spark_engine.follow(stop, trigger_ms=trigger_ms,
-                                         stop_timeout_ms=stop_timeout_ms)
-        finally:
-            if server is not None:
-                server.stop()
-    outcomes = sum(result.outcomes_by_outcome().values())
-    console.print(f"stopped after {plural(result.batches, 'micro-batch')}: "
-                  f"{result.rows_in:,} rows in all, {outcomes:,} outcomes, "
-                  f"{result.quarantined:,} quarantined; {result.pending:,} pending, "
-                  f"{result.held:,} held")
-    return result.undelivered
+    try:
+        return SparkEngine(spark, input, output, checkpoint, lateness_ms=lateness_ms,
+                           partitions=partitions, max_files_per_trigger=max_files_per_trigger,
+                           dedupe_retention_ms=dedupe_retention_ms, clock=clock, sink=sink,
+                           max_future_ms=max_future_ms, worker_cache=worker_cache, feed=feed,
+                           on_commit=on_commit)
+    except ValueError as exc:
+        print_error(f"{exc}")
+        raise typer.Exit(2) from exc
 
 
 def _skipped_note(files: int) -> str:
     return f"; {plural(files, 'input file')} skipped" if files else ""
-
-
-class _SparkCounts:
-    """The Spark engine's latest counters, for the metrics export and the console:
-    read from the partitions' statuses after each micro-batch."""
-
-    def __init__(self, spark_engine: SparkEngine) -> None:
-        self.engine = spark_engine
-        self.rows_in = self.rows_applied = self.ignored_cancels = 0
-        self.pending = self.held = self.batches = self.state_bytes = 0
-        self.files_skipped = self.files_changed = 0
-        self.release_ms: int | None = None
-        self._by_reason: dict[str, int] = {}
-        self._by_outcome: dict[str, int] = {}
-
-    def refresh(self) -> None:
-        result = self.engine.result()
-        self.rows_in, self.rows_applied = result.rows_in, result.rows_applied
-        self.ignored_cancels, self.pending, self.held = (
-            result.ignored_cancels, result.pending, result.held)
-        self.batches, self.release_ms = result.batches, result.release_ms
-        self.state_bytes = result.state_bytes
-        self.files_skipped = result.files_skipped
-        self.files_changed = result.files_changed
-        self._by_reason = result.quarantined_by_reason()
-        self._by_outcome = result.outcomes_by_outcome()
-
-    @property
-    def lag_ms(self) -> int | None:
-        if not self.engine.wall_clock or self.release_ms is None:
-            return None
-        return time.time_ns() // 1_000_000 - self.release_ms
-
-    @property
-    def delivery_behind_batches(self) -> int | None:
-        lag = self.engine.delivery_lag()
-        return None if lag is None else lag.batches
-
-    @property
-    def delivery_lag_ms(self) -> int | None:
-        lag = self.engine.delivery_lag()
-        return None if lag is None else lag.lag_ms
-
-    def quarantined_by_reason(self) -> dict[str, int]:
-        return dict(self._by_reason)
-
-    def outcomes_by_outcome(self) -> dict[str, int]:
-        return dict(self._by_outcome)
-
-    def as_json(self) -> dict[str, object]:
-        return {"rows_in": self.rows_in, "rows_applied": self.rows_applied,
-                "pending": self.pending, "held": self.held, "batches": self.batches,
-                "release_ms": self.release_ms, "lag_ms": self.lag_ms,
-                "ignored_cancels": self.ignored_cancels, "state_bytes": self.state_bytes,
-                "files_skipped": self.files_skipped, "files_changed": self.files_changed,
-                "delivery_behind_batches": self.delivery_behind_batches,
-                "delivery_lag_ms": self.delivery_lag_ms,
-                "by_reason": self.quarantined_by_reason(),
-                "by_outcome": self.outcomes_by_outcome()}
 
 
 def _print_run(title: str, elapsed: float, rows_in: int, applied: int,

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from tickwheel.pipeline.contract.events import OutcomeKind
     from tickwheel.pipeline.contract.outcomes import OutcomeRow
     from tickwheel.pipeline.delivery.sink import OutcomeSink, deliver_outcomes
-    from tickwheel.pipeline.engines.follow import LocalFollowEngine, wall_clock_ms
+    from tickwheel.pipeline.engines.follow import LocalFollowEngine
+    from tickwheel.pipeline.engines.following import wall_clock_ms
     from tickwheel.pipeline.engines.partitioned import run_partitioned
     from tickwheel.pipeline.engines.reference import ReferenceEngine
     from tickwheel.pipeline.semantics.partition import CommittedChanges
@@ -40,7 +41,7 @@ _HOMES = {
     "SparkEngine": "tickwheel.pipeline.spark",
     "deliver_outcomes": "tickwheel.pipeline.delivery.sink",
     "run_partitioned": "tickwheel.pipeline.engines.partitioned",
-    "wall_clock_ms": "tickwheel.pipeline.engines.follow",
+    "wall_clock_ms": "tickwheel.pipeline.engines.following",
 }
 
 

@@ -8,9 +8,6 @@ what to answer and the journal decides where the lines go.
 from __future__ import annotations
 
 import json
-import threading
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,7 +31,6 @@ __all__ = [
     "SCHEDULE_ACTIONS",
     "IntakeError",
     "ParsedRows",
-    "TimeStamper",
     "read_parsed_rows",
     "schedule_row",
 ]
@@ -56,54 +52,6 @@ class IntakeError(ValueError):
     def as_json(self) -> dict[str, Any]:
         return {"error": str(self), "refused": [
             {"index": r.index, "reason": r.reason, "row": r.row} for r in self.refused]}
-
-
-class TimeStamper:
-    """The server's time for rows that carry none: the wall clock, but never below a
-    time already handed out, so that a stamped row is never behind an earlier one.
-
-    It also keeps the *floor*: the earliest time a row not yet in the input directory
-    can carry. An engine that holds its time within the lateness bound of the floor
-    never counts a stamped row late, however long the row's commit or the engine's
-    batch takes (a stamp is held from :meth:`stamp` until :meth:`settle`)."""
-
-    def __init__(self, clock: Callable[[], int], last_ms: int = 0) -> None:
-        self._clock = clock
-        self._last = last_ms  # a time handed out before a restart, if known
-        self._held: Counter[int] = Counter()  # stamps of rows not yet landed or refused
-        self._lock = threading.Lock()
-
-    def stamp(self) -> int:
-        """A time for a request's rows, held in the floor until :meth:`settle`."""
-        with self._lock:
-            self._last = max(self._last, self._clock())
-            self._held[self._last] += 1
-            return self._last
-
-    def settle(self, stamp: int) -> None:
-        """Let go of ``stamp``: its rows are in the input directory, or refused."""
-        with self._lock:
-            left = self._held[stamp] - 1
-            assert left >= 0, f"stamp {stamp} settled more often than handed out"
-            if left:
-                self._held[stamp] = left
-            else:
-                del self._held[stamp]
-
-    def held(self) -> int:
-        """How many requests' stamps are held: stamped, and not yet landed or refused."""
-        with self._lock:
-            return self._held.total()
-
-    def floor(self) -> int:
-        """No row that is not in the input directory yet carries a stamp below this:
-        the oldest stamp held, or else the least time the next stamp can be."""
-        with self._lock:
-            if self._held:
-                return min(self._held)
-            # Kept as handed out: a stamp after a clock stepped back is not below it.
-            self._last = max(self._last, self._clock())
-            return self._last
 
 
 class _Repeated(dict[str, Any]):

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tickwheel.pipeline.contract.events import Wire
+from tickwheel.pipeline.engines.feed import FileStat
 from tickwheel.pipeline.io.files import fsync_directory, write_bytes_atomically
 from tickwheel.service.key_log import SEGMENT_BYTES, KeyedRequest, KeyLog, KeyRecord
 
@@ -63,9 +64,9 @@ _SEGMENT_AT: Final = 5
 
 #: Which of the named input files the engine has committed.
 CommittedInputs = Callable[[Sequence[str]], Collection[str]]
-#: An engine in the same process given a file's rows as landed: (name, rows, (size,
-#: mtime_ns)), so that it need not parse again what the intake parsed.
-HandOver = Callable[[str, list[Wire], tuple[int, int]], None]
+#: An engine in the same process given a file's rows as landed (name, rows, the file's
+#: stat), so that it need not parse again what the intake parsed.
+HandOver = Callable[[str, list[Wire], FileStat], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +251,7 @@ class SubmitJournal:
         try:
             stat = os.stat(self.input_dir / name, follow_symlinks=False)
             self.hand_over(name, [row for s in batch for row in s.rows or ()],
-                           (stat.st_size, stat.st_mtime_ns))
+                           FileStat(stat.st_size, stat.st_mtime_ns))
         except Exception:  # landed all the same: the engine reads the file instead
             log.exception("handing %s over to the engine", name)
 

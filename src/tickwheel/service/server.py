@@ -8,11 +8,12 @@
 - ``Idempotency-Key`` header: a request sent again with the same key is answered again
   (``Idempotent-Replayed: true``) and not written again; with another body, 422.
 - A row without ``ts_ms`` gets the server's wall clock, never below a time it gave.
-  :meth:`SubmitServer.time_floor` bounds the engine's time so that such a row is
-  never late, however long its commit or the engine's batch takes; with
-  ``floor_file``, the floor is also written there for an engine in another process.
-- ``hand_over``: an engine in this process given each landed file's rows as parsed, so
-  that it need not parse them again (it reads the file if it changed since).
+  ``feed`` (:class:`~tickwheel.pipeline.engines.feed.IntakeFeed`, shared with the
+  engine in this process) keeps the time floor that bounds the engine's time, so that
+  such a row is never late, however long its commit or the engine's batch takes (with
+  its ``floor_file``, the floor is also written there for an engine in another
+  process); it also hands the engine each landed file's rows as parsed, and tells it
+  when requests come, so that its batches give way to them.
 - 503 with ``Retry-After`` when the engine is behind by more than ``max_backlog_rows``
   or the disk is (nearly) full; 413 for a body over ``max_body_bytes``.
 - ``GET /v1/schedules`` (paged by id: ``prefix``, ``state``, ``limit``, ``cursor``),
@@ -35,7 +36,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import shutil
 import threading
 import time
@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel._histogram import Histogram, HistogramSnapshot
+from tickwheel.pipeline.engines.feed import IntakeFeed
 from tickwheel.pipeline.io.files import write_bytes_atomically
 from tickwheel.service.api import IDEMPOTENCY_KEY, REPLAYED, RETRY_AFTER
 from tickwheel.service.auth import authorized
@@ -70,14 +71,12 @@ from tickwheel.service.intake import (
     MAX_BODY_BYTES,
     SCHEDULE_ACTIONS,
     IntakeError,
-    TimeStamper,
     read_parsed_rows,
     schedule_row,
 )
 from tickwheel.service.journal import (
     DEFAULT_KEY_TTL_MS,
     CommittedInputs,
-    HandOver,
     Receipt,
     Submission,
     SubmitJournal,
@@ -95,7 +94,6 @@ __all__ = [
     "DEFAULT_MIN_FREE_BYTES",
     "FLOOR_FILE",
     "FLOOR_INTERVAL_MS",
-    "GIVE_WAY_S",
     "RETIRE_INTERVAL_S",
     "SUBMIT_STATE",
     "IntakeStats",
@@ -128,10 +126,6 @@ FLOOR_FILE: Final = "floor"
 _LOGIN: Final = ("POST", "/console/login")
 #: The pending operations due first that ``/v1/status`` names.
 _NEXT_DEADLINES: Final = 5
-#: How long an engine's thread sleeps in :meth:`SubmitServer.give_way`.
-GIVE_WAY_S: Final = 0.0005
-#: The loop counts as busy for this long after a request arrives.
-_BUSY_FOR_S: Final = 1.0
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -221,8 +215,7 @@ class SubmitServer:
                  key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
                  retire_interval_s: float = RETIRE_INTERVAL_S,
                  free_bytes: Callable[[Path], int] | None = None,
-                 min_stamp_ms: int = 0, floor_file: Path | None = None,
-                 hand_over: HandOver | None = None, give_way_s: float = GIVE_WAY_S,
+                 min_stamp_ms: int = 0, feed: IntakeFeed | None = None,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
                  token: str | None = None,
@@ -230,8 +223,9 @@ class SubmitServer:
                  view: StateView | None = None,
                  delivery: Callable[[], Mapping[str, Any]] | None = None,
                  targets: frozenset[str] | None = None) -> None:
-        if not 0 <= give_way_s <= 1:  # also refuses NaN
-            raise ValueError(f"give_way_s must be from 0 to 1 (seconds), not {give_way_s!r}")
+        # Without an engine's feed, one of its own: it stamps rows all the same.
+        self.feed = feed = IntakeFeed(clock) if feed is None else feed
+        clock = feed.clock
         ConnectionGuard(_unset_factory, max_connections=max_connections,
                         header_timeout_s=header_timeout_s)  # refuses bad bounds now
         self.max_connections = max_connections
@@ -243,7 +237,7 @@ class SubmitServer:
         self.host, self.port = host, port
         self.input_dir = input_dir
         self.journal = SubmitJournal(input_dir, state_dir, clock=clock, key_ttl_ms=key_ttl_ms,
-                                     hand_over=hand_over)
+                                     hand_over=feed.offer)
         self._status = status
         self._ready = ready  # whether the engine runs yet; None: it runs from the start
         self.view = view  # what the engine holds, for the read API
@@ -260,14 +254,13 @@ class SubmitServer:
         # Never below a time stamped before a restart either (the newest file's name),
         # nor below the engine's time at start (``min_stamp_ms``): a wall clock behind
         # a checkpoint's time would make every stamped row late.
-        self._stamper = TimeStamper(clock, max(self.journal.last_commit_ms, min_stamp_ms))
-        self.floor_file = floor_file
+        self._stamper = feed.stamper
+        self._stamper.keep_above(max(self.journal.last_commit_ms, min_stamp_ms))
+        self.floor_file = feed.floor_file
         self.max_future_ms = max_future_ms
         self.max_backlog_rows = max_backlog_rows
         self.max_body_bytes = max_body_bytes
         self.commit_interval_ms = commit_interval_ms
-        self.give_way_s = give_way_s
-        self._last_request = -math.inf  # time.perf_counter() of the latest request
         self.min_free_bytes = min_free_bytes
         self._free_bytes = free_bytes or (lambda path: shutil.disk_usage(path).free)
         self._free, self._free_checked = 0, -_FREE_CHECK_S
@@ -343,6 +336,7 @@ class SubmitServer:
                     return self._page(401, login_page(), headers)
                 return self._json(401, {"error": "this service needs Authorization: "
                                                  "Bearer <token>"}, headers)
+            self.feed.arrived()  # the engine's batches give way to what comes
             response: web.StreamResponse = await guard.middleware(request, handler)
             return response
 
@@ -423,12 +417,6 @@ class SubmitServer:
         read = self._rows_read() - self._read_at_start
         return max(0, self._counts["accepted_rows"] - read)
 
-    def time_floor(self) -> int:
-        """The earliest ``ts_ms`` that a row acknowledged from now on, or being
-        written, can carry where the server stamped it. An engine whose clock reads at
-        most ``time_floor() + lateness_ms`` never counts such a row late."""
-        return self._stamper.floor()
-
     def stats(self) -> IntakeStats:
         journal = self.journal.stats()
         floor = self._stamper.floor()
@@ -489,17 +477,6 @@ class SubmitServer:
         return self._json(413, {"error": f"the body is over {self.max_body_bytes:,} "
                                          "bytes: split it"})
 
-    def give_way(self) -> bool:
-        """For an engine's thread in the same process, between two pieces of a batch:
-        while requests come (one within the last second), sleep ``give_way_s``, so that
-        the loop's thread takes the interpreter's lock and answers what waits. Else the
-        loop would win the lock back one switch interval (5 ms) after each of its
-        syscalls while the batch runs. Returns whether it slept."""
-        if not self.give_way_s or time.perf_counter() - self._last_request > _BUSY_FOR_S:
-            return False
-        time.sleep(self.give_way_s)
-        return True
-
     async def _post_events(self, request: web.Request) -> web.Response:
         return await self._take(request, None)
 
@@ -530,7 +507,7 @@ class SubmitServer:
     async def _take(self, request: web.Request, schedule_kind: str | None) -> web.Response:
         """Rows of the request (its body's, or a management request's one row) through
         the group commit."""
-        arrived = self._last_request = time.perf_counter()
+        arrived = time.perf_counter()
         self._counts["requests"] += 1
         key = request.headers.get(IDEMPOTENCY_KEY)
         body = await self._body(request, key, schedule_kind)

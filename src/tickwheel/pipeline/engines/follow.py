@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -63,6 +63,8 @@ from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.contract.routing import route
 from tickwheel.pipeline.delivery.batch_delivery import BatchDelivery, Deliveries, deliveries
 from tickwheel.pipeline.delivery.sink import OutcomeSink
+from tickwheel.pipeline.engines.feed import FileStat, IntakeFeed
+from tickwheel.pipeline.engines.following import FollowBatch, FollowCounts, FollowResult
 from tickwheel.pipeline.io.compaction import compact, settled_batch
 from tickwheel.pipeline.io.files import write_bytes_atomically
 from tickwheel.pipeline.io.input_dir import (
@@ -97,7 +99,7 @@ from tickwheel.pipeline.state.local_checkpoint import (
     LocalCheckpoint,
 )
 
-__all__ = ["FollowBatch", "FollowCounts", "FollowResult", "LocalFollowEngine", "wall_clock_ms"]
+__all__ = ["LocalFollowEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -111,105 +113,6 @@ FOLLOW_THAW_EVERY_S = 600.0
 _CHECKS_PER_LISTING = 256
 #: Batches that deadlines call for come no closer together than this.
 MIN_STEP_MS = 100
-#: Rows an intake in this process may hold handed over (:meth:`LocalFollowEngine.offer_rows`)
-#: and not yet read, at most: past that, files are parsed from disk as they are read.
-MAX_OFFERED_ROWS = 200_000
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch, as ``ts_ms`` counts them (it may step back)."""
-    return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class FollowBatch:
-    """What one batch did."""
-
-    batch_id: int
-    files: int
-    rows: int
-    outcomes: int
-    quarantined: int
-    pending: int  # operations not yet resolved
-    held: int  # rows read that time has not reached
-    release_ms: int | None  # rows below it are applied
-    clock_ms: int | None  # the wall clock's reading, if time follows one
-    seconds: float
-
-    @property
-    def lag_ms(self) -> int | None:
-        """How far time stands behind the wall clock's reading (the lateness bound,
-        when the engine keeps up)."""
-        if self.clock_ms is None or self.release_ms is None:
-            return None
-        return self.clock_ms - self.release_ms
-
-
-@dataclass(frozen=True, slots=True)
-class FollowCounts:
-    """Counters and gauges of both stages after a batch; a
-    :class:`~tickwheel.metrics.PipelineCounts` for the metrics export."""
-
-    batches: int = 0
-    rows_in: int = 0
-    rows_applied: int = 0
-    quarantined: int = 0
-    held: int = 0  # rows read that time has not reached
-    pending: int = 0  # operations
-    registrations: int = 0  # of operations on keys (stage 1)
-    ignored_cancels: int = 0
-    schedules: int = 0  # recurring schedules held
-    skipped: int = 0  # their occurrences passed over by misfire policies
-    release_ms: int | None = None
-    clock_ms: int | None = None
-    state_bytes: int = 0  # the state file and its logs, as last saved
-    files_skipped: int = 0  # input files the last listing skipped (see input_files)
-    # Input files that changed after they were read (appended to, rewritten): rows
-    # written after the read are not read. Files must land whole, then be renamed.
-    files_changed: int = 0
-    by_reason: dict[str, int] = field(default_factory=dict)
-    by_outcome: dict[str, int] = field(default_factory=dict)
-    # With a sink: batches whose outcomes are written and not yet settled by it, and
-    # how long ago the oldest of them was handed over (delivery never holds the engine).
-    delivery_behind_batches: int | None = None
-    delivery_lag_ms: int | None = None
-
-    @property
-    def lag_ms(self) -> int | None:
-        """How far time stands behind the wall clock's last reading."""
-        if self.clock_ms is None or self.release_ms is None:
-            return None
-        return self.clock_ms - self.release_ms
-
-    def quarantined_by_reason(self) -> dict[str, int]:
-        return dict(self.by_reason)
-
-    def outcomes_by_outcome(self) -> dict[str, int]:
-        return dict(self.by_outcome)
-
-
-@dataclass(slots=True)
-class FollowResult:
-    """Totals of one :meth:`LocalFollowEngine.run`."""
-
-    batches: int = 0
-    rows_in: int = 0
-    outcomes: int = 0
-    quarantined: int = 0
-    pending: int = 0
-    release_ms: int | None = None
-    outcomes_by_outcome: dict[str, int] = field(default_factory=dict)
-    quarantined_by_reason: dict[str, int] = field(default_factory=dict)
-    #: Outcomes a processor has not settled at the stop: the next start delivers them.
-    undelivered: int = 0
-
-
-def _stat_of(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_size, stat.st_mtime_ns
 
 
 def _future_as_malformed(rows: list[Wire], limit: int) -> list[Wire]:
@@ -234,8 +137,8 @@ def _rows_of(path: Path) -> list[Wire]:
 
 
 class LocalFollowEngine:
-    """Follows ``input_dir``: :meth:`step` runs one batch, :meth:`run` runs batches
-    until told to stop.
+    """Follows ``input_dir``: :meth:`step` runs one batch, :meth:`follow` runs batches
+    until told to stop (a :class:`~tickwheel.pipeline.engines.following.FollowingEngine`).
 
     ``clock`` is the wall clock (``ts_ms`` milliseconds, such as
     :func:`wall_clock_ms`); without one, time moves only as rows arrive. ``output_dir``
@@ -243,12 +146,12 @@ class LocalFollowEngine:
     ``checkpoint_dir`` (default ``OUTPUT/_checkpoint``) holds the state, so that a run
     on the same directories carries on where the last one stopped. ``sink`` gets every
     outcome at least once (see :class:`~tickwheel.pipeline.delivery.batch_delivery.BatchDelivery`).
-    ``time_floor`` is an intake's floor (such as
-    :meth:`~tickwheel.service.server.SubmitServer.time_floor`): the clock's reading
-    is held at most the lateness bound above it, so that the rows the intake stamps are
-    never late, however long their commit or a batch takes. :attr:`between_pieces` is
-    called between the pieces of a batch's rows (such as
-    :meth:`~tickwheel.service.server.SubmitServer.give_way`). ``on_commit`` gets what
+    ``feed`` is what an intake in this process shares with the engine
+    (:class:`~tickwheel.pipeline.engines.feed.IntakeFeed`): the clock's reading is held
+    at most the lateness bound above its time floor, so that the rows the intake stamps
+    are never late; a batch takes the rows it offers rather than parse their files
+    again; and between two pieces of a batch's rows the engine gives way to it while it
+    is busy. ``on_commit`` gets what
     each committed batch changed (and, at the start, every entry held), from the
     engine's thread: a reader's view (such as :class:`~tickwheel.service.view.StateView`)
     follows the state without touching it.
@@ -264,7 +167,7 @@ class LocalFollowEngine:
                  max_files_per_batch: int | None = None,
                  max_bytes_per_batch: int = DEFAULT_FOLLOW_BYTES_PER_BATCH,
                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-                 time_floor: Callable[[], int] | None = None,
+                 feed: IntakeFeed | None = None,
                  on_commit: Callable[[CommittedChanges], object] | None = None) -> None:
         check_positive_int("lateness_ms", lateness_ms, minimum=0, maximum=MAX_LATENESS_MS)
         if max_files_per_batch is not None:
@@ -288,7 +191,7 @@ class LocalFollowEngine:
         self.lateness_ms = lateness_ms
         self.dedupe_retention_ms = dedupe_retention_ms
         self.clock = clock
-        self.time_floor = time_floor
+        self.feed = feed
         self.on_commit = on_commit
         self.sink = sink
         self.max_future_ms = max_future_ms
@@ -298,16 +201,12 @@ class LocalFollowEngine:
         self._deferred = False  # the last batch left files for the next ones
         # Each file read in this run: its (size, mtime) when read, to tell one that
         # changed afterwards; and how many did.
-        self._read_stats: dict[str, tuple[int, int]] = {}
+        self._read_stats: dict[str, FileStat] = {}
         self._files_changed = 0
         self._skipped: dict[str, str] = {}  # input files skipped (see input_files)
         self._input_gone = False  # the input directory was gone at the last listing
         # Rows handed over by an intake in this process, by input file, with the
         # (size, mtime) the file had then; taken when the file is read.
-        self._offered: dict[str, tuple[tuple[int, int], list[Wire]]] = {}
-        self._offered_rows = 0
-        self._read_upto = ""  # the last input file name read: an offer of it is late
-        self._offer_lock = threading.Lock()
         self._checkpoint = LocalCheckpoint(
             checkpoint, input_dir,
             CheckpointSettings(lateness_ms, dedupe_retention_ms,
@@ -325,6 +224,8 @@ class LocalFollowEngine:
         self.ops.stage.track_seen_changes()
         self.keys.track_changes()
         self.ops.track_changes()
+        if feed is not None:  # between two pieces of a batch, the intake's turn
+            self.keys.between_pieces = self.ops.between_pieces = feed.give_way
         self._follow_clock()
         self._delivery: BatchDelivery | Deliveries | None = None
         self._compact()
@@ -348,15 +249,6 @@ class LocalFollowEngine:
         if self.clock is not None:
             self.ops.stage.schedules.clock_notices = True
         self.ops.fire_limit = OCCURRENCES_PER_BATCH
-
-    @property
-    def between_pieces(self) -> Callable[[], object] | None:
-        """Called between two pieces of the rows a batch applies, in either stage."""
-        return self.ops.between_pieces
-
-    @between_pieces.setter
-    def between_pieces(self, call: Callable[[], object] | None) -> None:
-        self.keys.between_pieces = self.ops.between_pieces = call
 
     @property
     def catching_up(self) -> bool:
@@ -402,8 +294,8 @@ class LocalFollowEngine:
         if self.clock is None:
             return None
         now = self.clock()
-        if self.time_floor is not None:
-            now = min(now, self.time_floor() + self.lateness_ms)
+        if self.feed is not None:
+            now = min(now, self.feed.time_floor() + self.lateness_ms)
         return now
 
     def _within_budget(self, names: list[str]) -> list[str]:
@@ -446,7 +338,7 @@ class LocalFollowEngine:
             before = stats.pop(name)
             if name not in listed:
                 continue  # gone: nothing more to watch
-            now = _stat_of(self.input_dir / name)
+            now = FileStat.of(self.input_dir / name)
             if now is not None and now != before:
                 self._changed(name, "after it was read")
             stats[name] = before if now is None else now  # to the back: warned once per change
@@ -482,11 +374,11 @@ class LocalFollowEngine:
         rows: list[Wire] = []
         for name in names:
             path = self.input_dir / name
-            before = _stat_of(path)
+            before = FileStat.of(path)
             rows += self._offered_or_read(name, path, before)
             if before is not None:
                 self._read_stats[name] = before
-                if _stat_of(path) != before:
+                if FileStat.of(path) != before:
                     self._changed(name, "while it was read")
         quarantine: list[Quarantined] = []
         if clock_ms is not None:
@@ -521,30 +413,11 @@ class LocalFollowEngine:
                  batch.pending)
         return batch
 
-    def offer_rows(self, name: str, rows: list[Wire], stat: tuple[int, int]) -> None:
-        """The rows of input file ``name`` as an intake in this process wrote and parsed
-        them (its size and mtime_ns then in ``stat``): a batch takes them rather than
-        parse the file again, unless the file has changed since. Any thread may call
-        it; rows past :data:`MAX_OFFERED_ROWS` not yet read are not kept."""
-        with self._offer_lock:
-            # Batches read files in name order, and an intake lands them in name order:
-            # rows of a file at or before the last one read would never be taken.
-            if (name <= self._read_upto or name in self._offered
-                    or self._offered_rows + len(rows) > MAX_OFFERED_ROWS):
-                return
-            self._offered[name] = (stat, rows)
-            self._offered_rows += len(rows)
-
-    def _offered_or_read(self, name: str, path: Path, stat: tuple[int, int] | None,
-                         ) -> list[Wire]:
-        with self._offer_lock:
-            self._read_upto = max(self._read_upto, name)
-            offered = self._offered.pop(name, None)
-            if offered is not None:
-                self._offered_rows -= len(offered[1])
-        if offered is not None and offered[0] == stat:
-            return offered[1]
-        return _rows_of(path)
+    def _offered_or_read(self, name: str, path: Path, stat: FileStat | None) -> list[Wire]:
+        """The file's rows: as the feed's intake offered them, if the file has not
+        changed since, else as read from it."""
+        offered = None if self.feed is None else self.feed.take(name, stat)
+        return _rows_of(path) if offered is None else offered
 
     def _write_outputs(self, batch_id: int, outcomes: list[OutcomeRow],
                        quarantine: list[Quarantined]) -> None:

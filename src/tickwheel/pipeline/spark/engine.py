@@ -70,7 +70,13 @@ from tickwheel.pipeline.delivery.batch_delivery import (
     deliveries,
 )
 from tickwheel.pipeline.delivery.sink import OutcomeSink
-from tickwheel.pipeline.engines.follow import wall_clock_ms
+from tickwheel.pipeline.engines.feed import IntakeFeed
+from tickwheel.pipeline.engines.following import (
+    FollowBatch,
+    FollowCounts,
+    FollowResult,
+    wall_clock_ms,
+)
 from tickwheel.pipeline.io.compaction import batch_files, compact, settled_batch
 from tickwheel.pipeline.io.files import read_bytes_nofollow, write_bytes_atomically
 from tickwheel.pipeline.io.input_dir import (
@@ -236,7 +242,7 @@ class SparkEngine:
                  clock: Callable[[], int] | None = None,
                  max_bytes_per_trigger: int | None = DEFAULT_BYTES_PER_TRIGGER,
                  max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-                 worker_cache: bool = True, floor_file: Path | None = None,
+                 worker_cache: bool = True, feed: IntakeFeed | None = None,
                  on_commit: Callable[[CommittedChanges], object] | None = None) -> None:
         """``on_batch(batch_id, outcomes, quarantined)`` is called after each
         micro-batch's outputs are written (progress). ``on_commit`` gets what each
@@ -256,15 +262,16 @@ class SparkEngine:
         ``output_dir``.
 
         ``clock`` means what it means to the local engine: None, time moves with the rows
-        alone; :func:`~tickwheel.pipeline.engines.follow.wall_clock_ms`, time also follows
+        alone; :func:`~tickwheel.pipeline.engines.following.wall_clock_ms`, time also follows
         the wall clock (``ts_ms`` are epoch milliseconds) in :meth:`follow`, which the
         input source reads into its offsets (so no other clock can be given): deadlines
         fire without new rows, and a row whose
         ``ts_ms`` is more than ``max_future_ms`` ahead of the clock is quarantined as
-        ``future``. A checkpoint keeps the clock of its first run. ``floor_file`` is a
-        submit server's time floor (:attr:`~tickwheel.service.server.SubmitServer.floor_file`):
-        the clock then reads at most the floor plus the lateness bound, so that the rows
-        the server stamps are never late.
+        ``future``. A checkpoint keeps the clock of its first run. ``feed`` is an intake's
+        in this process (:class:`~tickwheel.pipeline.engines.feed.IntakeFeed`), with its
+        ``floor_file``, which the input source reads: the clock then reads at most the
+        floor plus the lateness bound, so that the rows the intake stamps are never
+        late.
 
         Unless ``max_files_per_trigger`` is given, a micro-batch reads about
         ``max_bytes_per_trigger`` of input at most (None: all there is), since its
@@ -308,7 +315,10 @@ class SparkEngine:
         self.wall_clock = clock is not None
         self.max_future_ms = max_future_ms
         self.worker_cache = worker_cache
-        self.floor_file = floor_file
+        if feed is not None and feed.floor_file is None:
+            raise ValueError("the Spark engine's input source reads the time floor from a "
+                             "file: give the feed a floor_file")
+        self.feed = feed
         self.partitions, self.labels = self._settle_partitions(partitions)
         self.checkpoint_id = str(checkpoint_id(checkpoint_dir))
         # The outputs beside the checkpoint are its own from now on.
@@ -330,6 +340,10 @@ class SparkEngine:
         self._continued: tuple[tuple[int, int], ...] = ()
         self._changed: dict[str, int] = {}  # input files seen to change, as last reported
         self._input_gone: str | None = None  # why the input cannot be listed, as reported
+        # What follow() reports each micro-batch to, and the run's totals so far.
+        self._on_follow_batch: Callable[[FollowBatch], None] | None = None
+        self._totals = FollowResult()
+        self._counts = self._counts_now()
 
     def _settle_partitions(self, partitions: int | None) -> tuple[int, list[int]]:
         meta = self.checkpoint_dir / "tickwheel.json"
@@ -407,7 +421,8 @@ class SparkEngine:
                                          self.max_files_per_trigger, self.partitions,
                                          follow=follow, max_bytes=max_bytes,
                                          wall_clock=self.wall_clock,
-                                         floor_file=self.floor_file,
+                                         floor_file=(None if self.feed is None
+                                                     else self.feed.floor_file),
                                          lateness_ms=self.lateness_ms))
                 .load().select(no_path, "file", "clock"))
         control = (self.spark.readStream.format("binaryFile").schema(FILE_SCHEMA)
@@ -430,6 +445,7 @@ class SparkEngine:
     def _write_batch(self, frame: DataFrame, batch_id: int) -> None:
         import pyarrow as pa
 
+        began = time.perf_counter()
         self._owner.check()  # a run that lost its checkpoint writes nothing more
         name = f"batch-{batch_id:09d}"
         for sub in ("outcomes", "quarantine"):
@@ -469,8 +485,20 @@ class SparkEngine:
         self._report_skipped()
         self._report_changed()
         self.batches += 1
+        rows_before = self._counts.rows_in
+        self._counts = counts = self._counts_now()
         if self.on_batch is not None:
             self.on_batch(batch_id, outcomes, quarantined)
+        totals = self._totals
+        totals.batches += 1
+        totals.rows_in += counts.rows_in - rows_before
+        totals.outcomes += outcomes
+        totals.quarantined += quarantined
+        if self._on_follow_batch is not None:
+            self._on_follow_batch(FollowBatch(
+                batch_id, None, counts.rows_in - rows_before, outcomes, quarantined,
+                counts.pending, counts.held, counts.release_ms, counts.clock_ms,
+                time.perf_counter() - began))
         log.info("batch %d: %d outcomes, %d quarantined", batch_id, outcomes, quarantined)
 
     def _report_changed(self) -> None:
@@ -557,18 +585,21 @@ class SparkEngine:
         return "wall" if self.wall_clock else "event"
 
     def follow(self, stop: threading.Event, trigger_ms: int = DEFAULT_TRIGGER_MS,
-               stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> SparkRunResult:
+               on_batch: Callable[[FollowBatch], None] | None = None,
+               stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> FollowResult:
         """Run as a service until ``stop`` is set: a micro-batch every ``trigger_ms``
         with the files that landed since the last (the source lists the input
         directory at each trigger), and, with the wall clock, time moving with it.
-        Stops between micro-batches where it can; a batch cut short runs again on the
+        ``on_batch`` gets each micro-batch's report (``files`` is None: the source
+        reads them). Stops between micro-batches where it can; a batch cut short runs again on the
         next start, so its outcomes are written once either way. Delivery gets
         ``stop_timeout_ms`` after that; what it has not settled then, the next start
         delivers (``undelivered``)."""
         check_positive_int("trigger_ms", trigger_ms, maximum=MAX_TRIGGER_MS)
         check_positive_int("stop_timeout_ms", stop_timeout_ms, minimum=0,
                            maximum=MAX_TRIGGER_MS)
-        started = time.perf_counter()
+        self._on_follow_batch = on_batch
+        self._totals = FollowResult()
         if self.sink is not None:
             self._delivery = deliveries(self.sink, self.output_dir / "outcomes",
                                         self.checkpoint_dir)
@@ -599,8 +630,14 @@ class SparkEngine:
         except BaseException:
             self._close_delivery(raise_failure=False, timeout_s=stop_timeout_ms / 1000)
             raise
+        finally:
+            self._on_follow_batch = None
         undelivered = self._close_delivery(timeout_s=stop_timeout_ms / 1000)
-        return replace(self.result(started), undelivered=undelivered)
+        counts = self._counts = self._counts_now()
+        return replace(self._totals, pending=counts.pending, release_ms=counts.release_ms,
+                       outcomes_by_outcome=counts.outcomes_by_outcome(),
+                       quarantined_by_reason=counts.quarantined_by_reason(),
+                       undelivered=undelivered)
 
     def _warm_workers(self) -> None:
         """Start the Python workers a service's first micro-batches need, before it
@@ -778,6 +815,35 @@ class SparkEngine:
             raise
         self._close_delivery()
         return self.result(started)
+
+    def _counts_now(self) -> FollowCounts:
+        """The counters the partitions' latest statuses give (a read of their files)."""
+        result = self.result()
+        key_pending = sum(s.pending for s in result.partitions if s.stage == "key")
+        return FollowCounts(
+            batches=result.batches, rows_in=result.rows_in,
+            rows_applied=result.rows_applied, quarantined=result.quarantined,
+            held=result.held, pending=result.pending, registrations=key_pending,
+            ignored_cancels=result.ignored_cancels, schedules=result.schedules,
+            skipped=result.skipped, release_ms=result.release_ms,
+            clock_ms=wall_clock_ms() if self.wall_clock else None,
+            state_bytes=result.state_bytes, files_skipped=result.files_skipped,
+            files_changed=result.files_changed,
+            by_reason=result.quarantined_by_reason(),
+            by_outcome=result.outcomes_by_outcome())
+
+    def counts(self) -> FollowCounts:
+        """The counters after the last micro-batch: a snapshot, safe to read from any
+        thread, with delivery's lag now."""
+        lag = self.delivery_lag()
+        return replace(self._counts,
+                       delivery_behind_batches=None if lag is None else lag.batches,
+                       delivery_lag_ms=None if lag is None else lag.lag_ms)
+
+    @property
+    def rows_read(self) -> int:
+        """The rows read by the micro-batches committed so far."""
+        return self._counts.rows_in
 
     def result(self, started: float | None = None) -> SparkRunResult:
         """What the outputs and the state say now (``seconds`` since ``started``, a

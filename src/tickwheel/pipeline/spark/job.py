@@ -24,6 +24,7 @@ import argparse
 import io
 import os
 import sys
+import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -124,15 +125,18 @@ def _count(n: int, one: str, many: str) -> str:
 
 
 def _follow(engine: SparkEngine, trigger_ms: int) -> SparkRunResult:
-    """Until SIGINT or SIGTERM, which stop it between micro-batches."""
-    engine.on_batch = lambda batch_id, outcomes, quarantined: print(
-        f"batch {batch_id}: {outcomes:,} outcomes, {quarantined:,} quarantined", flush=True)
+    """Until SIGINT or SIGTERM, which stop it between micro-batches; what the state
+    holds then."""
+    started = time.perf_counter()
 
     def announce(name: str) -> None:
         print(f"{name}: stopping after this micro-batch", flush=True)
 
     with stop_on_signals(announce) as stop:
-        return engine.follow(stop, trigger_ms=trigger_ms)
+        engine.follow(stop, trigger_ms=trigger_ms, on_batch=lambda batch: print(
+            f"batch {batch.batch_id}: {batch.outcomes:,} outcomes, {batch.quarantined:,} "
+            "quarantined", flush=True))
+    return engine.result(started)
 
 
 def _write_sources_zip(path: Path) -> Path:
@@ -195,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         parser.error("start it with spark-submit (see --help), or run "
                      "`tickwheel run --engine spark`, which starts a local Spark itself")
-    from tickwheel.pipeline.engines.follow import wall_clock_ms
+    from tickwheel.pipeline.engines.following import wall_clock_ms
     from tickwheel.pipeline.spark import SparkEngine, spark_session
 
     spark = spark_session(master=None)
