@@ -82,12 +82,14 @@ class WebhookStats:
 
 
 class _Answer:
-    __slots__ = ("body", "status", "url")
+    __slots__ = ("body", "status", "timed_out", "url")
 
-    def __init__(self, url: str, status: int | None, body: str) -> None:
+    def __init__(self, url: str, status: int | None, body: str, *,
+                 timed_out: bool = False) -> None:
         self.url = url
         self.status = status  # None: no answer (a timeout, or no connection)
         self.body = body
+        self.timed_out = timed_out  # no answer in time: the receiver is slow, not gone
 
 
 class WebhookProcessor:
@@ -142,7 +144,7 @@ class WebhookProcessor:
                 self._lag_ms = time.time_ns() // 1_000_000 - min(r.resolved_ms for r in tasks)
             return self._count("delivered", ProcessingResult.SUCCESS, len(tasks))
         if answer.status is None or answer.status in _CONGESTED:
-            kind = "congested" if answer.status is not None or answer.body == "timeout" \
+            kind = "congested" if answer.status is not None or answer.timed_out \
                 else "transient"
             result = (ProcessingResult.CONGESTION if kind == "congested"
                       else ProcessingResult.TRANSIENT_ERROR)
@@ -187,7 +189,7 @@ class WebhookProcessor:
             try:
                 status, text = self._post(url, msg_id, body)
             except httpx.TimeoutException:
-                answer = _Answer(url, None, "timeout")
+                answer = _Answer(url, None, "timeout", timed_out=True)
             except httpx.TransportError as exc:
                 log.info("webhook %s: %s; retried", url, exc)
                 answer = _Answer(url, None, f"no connection: {exc}")

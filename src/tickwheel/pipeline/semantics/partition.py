@@ -63,19 +63,25 @@ FIRES_PER_PIECE = 128
 PIECE_ROWS = 128
 
 
+def _piece_end(rows: list[Any], start: int, n: int) -> int:
+    """Where the piece of ``rows`` (sorted by ``ts_ms`` first) that begins at ``start``
+    ends: about :data:`PIECE_ROWS` on, cut only where ``ts_ms`` changes, as a stage
+    applies a time's rows together."""
+    end = min(start + PIECE_ROWS, n)
+    while end < n and rows[end][0] == rows[end - 1][0]:
+        end += 1
+    return end
+
+
 def _pieces(rows: list[Any]) -> Iterator[list[Any]]:
-    """``rows``, sorted by ``ts_ms`` first, in slices of about :data:`PIECE_ROWS`, cut
-    only where ``ts_ms`` changes: a stage applies a time's rows together."""
-    size = PIECE_ROWS
+    """``rows`` in the pieces :func:`_piece_end` cuts."""
     n = len(rows)
-    if n <= size:
+    if n <= PIECE_ROWS:
         yield rows
         return
     start = 0
     while start < n:
-        end = min(start + size, n)
-        while end < n and rows[end][0] == rows[end - 1][0]:
-            end += 1
+        end = _piece_end(rows, start, n)
         yield rows[start:end]
         start = end
 
@@ -496,9 +502,7 @@ class OpPartition(_Partition):
                 if book.behind(ts):
                     self.held.extend(rows[pos:])  # they wait for the next call
                     return self._released(applied, stage)
-            end = min(pos + PIECE_ROWS, n)  # a piece: whole times, about PIECE_ROWS
-            while end < n and rows[end][0] == rows[end - 1][0]:
-                end += 1
+            end = _piece_end(rows, pos, n)
             if limit is not None:
                 end = _through_schedule_rows(rows, pos, end)
             due_ms = book.next_fire_ms() if limit is not None else None
