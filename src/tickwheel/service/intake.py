@@ -14,6 +14,10 @@ from typing import Any, Final
 from tickwheel.pipeline.contract.events import (
     MAX_ROW_CHARS,
     Q_REASON,
+    T_PAUSE,
+    T_RESUME,
+    T_SCHEDULE,
+    T_UNSCHEDULE,
     W_TARGET,
     W_TS,
     Reason,
@@ -144,7 +148,7 @@ def _stamped(line: str, now_ms: int) -> tuple[str, Wire]:
 
 
 #: The management requests on one schedule, by the row each writes.
-SCHEDULE_ACTIONS: Final = ("schedule", "pause", "resume", "unschedule")
+SCHEDULE_ACTIONS: Final = (T_SCHEDULE, T_PAUSE, T_RESUME, T_UNSCHEDULE)
 
 
 def schedule_row(kind: str, schedule_id: str, body: bytes) -> bytes:
@@ -155,7 +159,7 @@ def schedule_row(kind: str, schedule_id: str, body: bytes) -> bytes:
     if kind not in SCHEDULE_ACTIONS:
         raise ValueError(f"kind must be one of {SCHEDULE_ACTIONS}, not {kind!r}")
     text = body.decode("utf-8", "replace").strip() if body else ""
-    if kind != "schedule":
+    if kind != T_SCHEDULE:
         if text not in ("", "{}"):
             raise IntakeError(f"a {kind} request takes no body")
         fields: dict[str, Any] = {}

@@ -41,6 +41,14 @@ __all__ = [
     "SCHEDULE_FIELDS",
     "TARGET_NAME",
     "TOO_LONG_KEPT_CHARS",
+    "T_CANCEL",
+    "T_PAUSE",
+    "T_RESUME",
+    "T_SCHEDULE",
+    "T_TICK",
+    "T_UNSCHEDULE",
+    "T_UPDATE",
+    "T_WATCH",
     "W_CONDITION",
     "W_DEADLINE",
     "W_ERROR",
@@ -90,6 +98,18 @@ class EventType(enum.Enum):
     UNSCHEDULE = "unschedule"
     PAUSE = "pause"
     RESUME = "resume"
+
+
+#: Each row type as the wire form holds it (``fields[W_TYPE]``), each its
+#: :class:`EventType`'s value: the kind tests name these, which mypyc inlines.
+T_WATCH: Final = "watch"
+T_UPDATE: Final = "update"
+T_CANCEL: Final = "cancel"
+T_TICK: Final = "tick"
+T_SCHEDULE: Final = "schedule"
+T_UNSCHEDULE: Final = "unschedule"
+T_PAUSE: Final = "pause"
+T_RESUME: Final = "resume"
 
 
 class Condition(enum.Enum):
@@ -143,7 +163,7 @@ class Reason(enum.Enum):
 SCHEDULE_FIELDS: Final = ("every_ms", "anchor_ms", "cron", "tz", "start_ms", "end_ms",
                           "max_runs", "jitter_ms", "misfire", "grace_ms", "catchup_ms")
 #: The row types that name a schedule by its ``schedule_id``.
-_SCHEDULE_TYPES: Final = frozenset({"schedule", "unschedule", "pause", "resume"})
+_SCHEDULE_TYPES: Final = frozenset({T_SCHEDULE, T_UNSCHEDULE, T_PAUSE, T_RESUME})
 
 #: The longest row read, in characters. A longer one is quarantined as ``too_long``
 #: unparsed, keeping its first TOO_LONG_KEPT_CHARS: one huge row would otherwise be
@@ -462,12 +482,12 @@ def canonical_line(fields: Wire) -> str:
     exact only for the rows :func:`compact_wire` checked."""
     ts = fields[W_TS]
     kind = fields[W_TYPE]
-    if kind == "update":
+    if kind == T_UPDATE:
         key = fields[W_KEY]
         if fields[W_ERROR] is None:
             return f'{{"ts_ms":{ts},"type":"update","key":"{key}","value":{fields[W_VALUE]}}}'
         return f'{{"ts_ms":{ts},"type":"update","key":"{key}","error":"{fields[W_ERROR]}"}}'
-    if kind == "watch":
+    if kind == T_WATCH:
         condition: str = fields[W_CONDITION]
         keys = ",".join([f'"{key}"' for key in fields[W_KEYS]])
         line = (f'{{"ts_ms":{ts},"type":"watch","op_id":"{fields[W_OP_ID]}","keys":[{keys}],'
@@ -478,7 +498,7 @@ def canonical_line(fields: Wire) -> str:
             if condition == "sum_at_least":
                 line += f',"min_total":{fields[W_MIN_TOTAL]}'
         return line + _carried(fields) + "}"
-    if kind == "cancel":
+    if kind == T_CANCEL:
         return f'{{"ts_ms":{ts},"type":"cancel","op_id":"{fields[W_OP_ID]}"}}'
     if kind in _SCHEDULE_TYPES:
         line = f'{{"ts_ms":{ts},"type":"{kind}","schedule_id":"{fields[W_OP_ID]}"'
@@ -560,19 +580,19 @@ def _wire(row: dict[str, Any], raw: str | None) -> Wire:
     try:
         ts = _long(row, "ts_ms", None)
         kind = _string(row, "type", ts)
-        if kind == "watch":
+        if kind == T_WATCH:
             return _watch(row, raw, ts)
-        if kind == "update":
+        if kind == T_UPDATE:
             key = _string(row, "key", ts)
             has_value = row.get("value") is not None
             has_error = row.get("error") is not None
             if has_value and has_error:
                 raise _Bad(Reason.VALUE_AND_ERROR, ts)
             if has_value:
-                return (ts, "update", raw, None, (), 0, None, _EMPTY, 0, key,
+                return (ts, T_UPDATE, raw, None, (), 0, None, _EMPTY, 0, key,
                         _long(row, "value", ts), None, None, None)
             if has_error:
-                return (ts, "update", raw, None, (), 0, None, _EMPTY, 0, key, None,
+                return (ts, T_UPDATE, raw, None, (), 0, None, _EMPTY, 0, key, None,
                         _string(row, "error", ts), None, None)
             raise _Bad(Reason.MISSING_FIELD, ts)
         return _unkeyed(row, raw, ts, kind)
@@ -582,20 +602,20 @@ def _wire(row: dict[str, Any], raw: str | None) -> Wire:
 
 def _unkeyed(row: dict[str, Any], raw: str | None, ts: int, kind: str) -> Wire:
     """A row of a type that names no key: a cancel, a tick or a schedule row."""
-    if kind == "cancel":
-        return (ts, "cancel", raw, _string(row, "op_id", ts), (), 0, None, _EMPTY, 0, None,
+    if kind == T_CANCEL:
+        return (ts, T_CANCEL, raw, _string(row, "op_id", ts), (), 0, None, _EMPTY, 0, None,
                 None, None, None, None)
-    if kind == "tick":
-        return (ts, "tick", raw, None, (), 0, None, _EMPTY, 0, None, None, None, None, None)
+    if kind == T_TICK:
+        return (ts, T_TICK, raw, None, (), 0, None, _EMPTY, 0, None, None, None, None, None)
     if kind in _SCHEDULE_TYPES:
         schedule_id = _string(row, "schedule_id", ts)
         if not schedule_id or "@" in schedule_id:
             raise _Bad(Reason.BAD_ID, ts)
-        if kind != "schedule":
+        if kind != T_SCHEDULE:
             return (ts, _SCHEDULE_NAMES[kind], raw, schedule_id, (), 0, None, _EMPTY, 0,
                     None, None, None, None, None)
         spec = _schedule_spec(row, ts)
-        return (ts, "schedule", raw, schedule_id, (), 0, None, spec, 0, None, None, None,
+        return (ts, T_SCHEDULE, raw, schedule_id, (), 0, None, spec, 0, None, None, None,
                 _target(row, ts), _payload(row, ts))
     raise _Bad(Reason.UNKNOWN_TYPE, ts)
 
@@ -650,7 +670,7 @@ def _watch(row: dict[str, Any], raw: str | None, ts: int) -> Wire:
     if name == "none":
         if keys:
             raise _Bad(Reason.BAD_KEYS, ts)  # `none` takes no keys
-        return (ts, "watch", raw, op_id, (), deadline, name, _EMPTY, 0, None, None, None,
+        return (ts, T_WATCH, raw, op_id, (), deadline, name, _EMPTY, 0, None, None, None,
                 _target(row, ts), _payload(row, ts))
     if not keys:
         raise _Bad(Reason.BAD_KEYS, ts)
@@ -671,7 +691,7 @@ def _watch(row: dict[str, Any], raw: str | None, ts: int) -> Wire:
         min_total = _long(row, "min_total", ts)
         if min_total < 1:
             raise _Bad(Reason.BAD_TARGETS, ts)
-    return (ts, "watch", raw, op_id, tuple(keys), deadline, name, targets, min_total, None,
+    return (ts, T_WATCH, raw, op_id, tuple(keys), deadline, name, targets, min_total, None,
             None, None, _target(row, ts), _payload(row, ts))
 
 

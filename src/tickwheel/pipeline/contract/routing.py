@@ -24,6 +24,9 @@ from collections.abc import Iterable
 
 from tickwheel.pipeline.contract.events import (
     Q_RAW,
+    T_TICK,
+    T_UPDATE,
+    T_WATCH,
     W_KEY,
     W_KEYS,
     W_OP_ID,
@@ -51,9 +54,9 @@ def route(rows: Iterable[Wire], partitions: int) -> tuple[list[list[Wire]], list
             by_op[partition_of(fields[Q_RAW], partitions)].append(fields)
             continue
         kind = fields[W_TYPE]
-        if kind == "update":
+        if kind == T_UPDATE:
             by_key[partition_of(fields[W_KEY], partitions)].append(fields)
-        elif kind == "watch":
+        elif kind == T_WATCH:
             by_op[partition_of(fields[W_OP_ID], partitions)].append(fields)
             # Only the operation's partition delivers it: its keys' need no payload.
             keyed = fields if fields[W_PAYLOAD] is None else (*fields[:W_PAYLOAD], None)
@@ -63,7 +66,7 @@ def route(rows: Iterable[Wire], partitions: int) -> tuple[list[list[Wire]], list
             else:
                 for where in {partition_of(key, partitions) for key in keys}:
                     by_key[where].append(keyed)
-        elif kind == "tick":
+        elif kind == T_TICK:
             by_op[0].append(fields)
         else:  # a cancel or a schedule row: op_id holds its id
             by_op[partition_of(fields[W_OP_ID], partitions)].append(fields)

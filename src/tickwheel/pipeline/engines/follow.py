@@ -36,6 +36,7 @@ from typing import TypeVar
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import (
+    T_WATCH,
     W_DEADLINE,
     W_TS,
     W_TYPE,
@@ -451,7 +452,7 @@ class LocalFollowEngine:
             return None
         due = self.ops.stage.next_deadline()
         for fields in self.ops.held:
-            if not is_progress(fields) and fields[W_TYPE] == "watch":
+            if not is_progress(fields) and fields[W_TYPE] == T_WATCH:
                 deadline = max(fields[W_TS], fields[W_DEADLINE])
                 due = deadline if due is None else min(due, deadline)
         return None if due is None else due + self.lateness_ms + 1

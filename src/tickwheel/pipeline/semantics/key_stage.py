@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tickwheel.pipeline.contract.events import (
+    T_WATCH,
     W_CONDITION,
     W_DEADLINE,
     W_ERROR,
@@ -72,7 +73,7 @@ def key_order(fields: Wire) -> int:
     """Sort key of a key stage's rows (watches and updates), as one int: ``ts_ms``
     times 8 plus watch 0, value 1, error 2, as the resolver applies them."""
     ts: int = fields[W_TS]
-    if fields[W_TYPE] == "watch":
+    if fields[W_TYPE] == T_WATCH:
         return ts * 8
     return ts * 8 + (1 if fields[W_ERROR] is None else 2)
 
@@ -141,7 +142,7 @@ class KeyStage:
                     errors = {}
                 self.advance_to(t)
                 ts = t
-            if fields[W_TYPE] == "watch":
+            if fields[W_TYPE] == T_WATCH:
                 self._register(fields)
             elif fields[W_ERROR] is None:
                 self._value(fields[W_KEY], fields[W_VALUE], t)

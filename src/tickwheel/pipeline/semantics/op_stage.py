@@ -14,7 +14,17 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from tickwheel.pipeline.contract.events import W_TS, W_TYPE, Condition, Event, Wire, event_from_wire
+from tickwheel.pipeline.contract.events import (
+    T_CANCEL,
+    T_TICK,
+    T_WATCH,
+    W_TS,
+    W_TYPE,
+    Condition,
+    Event,
+    Wire,
+    event_from_wire,
+)
 from tickwheel.pipeline.semantics.key_stage import ERROR_PROGRESS, INIT, Progress, is_progress
 from tickwheel.pipeline.semantics.resolver import CANCEL, SCHEDULE, TICK, Resolver, _LogOperation
 
@@ -27,11 +37,11 @@ def op_order(fields: Wire | Progress) -> int:
     kind = fields[W_TYPE]
     if is_progress(fields):
         return ts * 8 + (0 if kind == INIT else 1 if kind != ERROR_PROGRESS else 2)
-    if kind == "watch":
+    if kind == T_WATCH:
         return ts * 8
-    if kind == "cancel":
+    if kind == T_CANCEL:
         return ts * 8 + CANCEL
-    return ts * 8 + (TICK if kind == "tick" else SCHEDULE)
+    return ts * 8 + (TICK if kind == T_TICK else SCHEDULE)
 
 
 class _StagedOperation(_LogOperation):
@@ -132,11 +142,11 @@ class OpStage(Resolver):
         schedule_rows: list[Event] | None = None
         while i < n:
             ev = event_from_wire(rows[i])
-            kind = rows[i][1]
+            kind = rows[i][W_TYPE]
             i += 1
-            if kind == "cancel":
+            if kind == T_CANCEL:
                 self._apply_other(ev, CANCEL, ts)
-            elif kind == "tick":
+            elif kind == T_TICK:
                 self._apply_other(ev, TICK, ts)
             elif schedule_rows is None:
                 schedule_rows = [ev]

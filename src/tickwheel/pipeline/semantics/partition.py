@@ -35,6 +35,7 @@ from tickwheel.pipeline.contract.events import (
     Q_RAW,
     Q_REASON,
     Q_TS,
+    T_UPDATE,
     W_TS,
     W_TYPE,
     EventType,
@@ -309,7 +310,7 @@ class KeyPartition(_Partition):
         late: list[Quarantined] = []
         held = self.held
         for fields in rows:
-            is_update = fields[W_TYPE] == "update"
+            is_update = fields[W_TYPE] == T_UPDATE
             if is_update:
                 self.rows_in += 1
             if self._late(fields[W_TS]):
@@ -342,7 +343,7 @@ class KeyPartition(_Partition):
             if index and between is not None:
                 between()
             stage.apply(piece)
-        self.rows_applied += sum(1 for fields in due if fields[W_TYPE] == "update")
+        self.rows_applied += sum(1 for fields in due if fields[W_TYPE] == T_UPDATE)
         if stage.now is None or point - 1 > stage.now:
             stage.advance_to(point - 1)
         held_times = self.held_times
@@ -357,7 +358,7 @@ class KeyPartition(_Partition):
         return None if self.top_ms is None else min(self.top_ms + 1, _LONG_MAX)
 
     def status(self) -> PartitionStatus:
-        held = sum(1 for fields in self.held if fields[W_TYPE] == "update")
+        held = sum(1 for fields in self.held if fields[W_TYPE] == T_UPDATE)
         return self._status(self.stage.registered, 0, held)
 
     def track_changes(self) -> None:

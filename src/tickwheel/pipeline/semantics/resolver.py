@@ -39,6 +39,10 @@ from typing import Any, NamedTuple
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import (
+    T_PAUSE,
+    T_RESUME,
+    T_SCHEDULE,
+    T_UNSCHEDULE,
     W_ERROR,
     W_KEY,
     W_TS,
@@ -77,7 +81,7 @@ _SCHEDULE_TYPES = frozenset({EventType.SCHEDULE, EventType.UNSCHEDULE, EventType
                              EventType.RESUME})
 _SCHEDULE_NAMES = frozenset(t.value for t in _SCHEDULE_TYPES)
 # At one ts_ms, one schedule's rows apply in this order.
-_SCHEDULE_RANK = {"schedule": 0, "pause": 1, "resume": 2, "unschedule": 3}
+_SCHEDULE_RANK = {T_SCHEDULE: 0, T_PAUSE: 1, T_RESUME: 2, T_UNSCHEDULE: 3}
 
 
 def kind_of(ev: Event) -> int:

@@ -32,6 +32,7 @@ import heapq
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
+from tickwheel.pipeline.contract.events import T_PAUSE, T_SCHEDULE, T_UNSCHEDULE
 from tickwheel.pipeline.semantics.row_times import RowTimes
 from tickwheel.schedules import Schedule
 
@@ -198,7 +199,7 @@ class ScheduleBook:
         """A schedule row at ``ts`` (time already advanced to it); a ``schedule`` row's
         ``target`` and ``payload`` replace the series' from then on."""
         series = self._series.get(schedule_id)
-        if kind == "schedule":
+        if kind == T_SCHEDULE:
             # The series replaced leaves its pending occurrence stale.
             fresh = _Series(spec, ts, self._shared, True, target, payload)
             self._series[schedule_id] = fresh
@@ -206,9 +207,9 @@ class ScheduleBook:
         elif series is None:
             self.ignored += 1
             return
-        elif kind == "unschedule":
+        elif kind == T_UNSCHEDULE:
             del self._series[schedule_id]
-        elif kind == "pause":
+        elif kind == T_PAUSE:
             if series.paused:
                 self.ignored += 1
                 return
