@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,3 +44,28 @@ def server(tmp_path: Path) -> Iterator[SubmitServer]:
 
     with SubmitServer(tmp_path / "in", tmp_path / "state", clock=lambda: 5_000) as running:
         yield running
+
+
+class FakeEngine:
+    """What a submit server asks of its engine, set by a test: the rows read, the
+    input files committed, and the counts (a ``FollowingEngine`` with no batches)."""
+
+    def __init__(self, input_dir: Path, *, pending: int = 0) -> None:
+        from tickwheel.pipeline.engines.following import FollowCounts
+
+        self.input_dir = self.output_dir = self.checkpoint_dir = input_dir
+        self.lateness_ms = 0
+        self.dedupe_retention_ms: int | None = None
+        self.clock = None
+        self.rows_read = 0
+        self.committed: set[str] = set()
+        self._counts = FollowCounts(pending=pending)
+
+    def counts(self) -> object:
+        return self._counts
+
+    def committed_inputs(self, names: Iterable[str]) -> list[str]:
+        return [name for name in names if name in self.committed]
+
+    def follow(self, *args: object, **kwargs: object) -> object:
+        raise NotImplementedError("a fake engine runs no batch")

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("aiohttp")
 
 from tests.conftest import eventually
-from tests.service.conftest import landed_rows
+from tests.service.conftest import FakeEngine, landed_rows
 from tickwheel.pipeline.contract.events import Wire, compact_wire, parse_wire
 from tickwheel.pipeline.engines import feed as feed_module
 from tickwheel.pipeline.engines.feed import FileStat, IntakeFeed
@@ -701,9 +701,9 @@ def test_the_server_deletes_retired_files_off_its_loops_thread(
         tmp_path: Path, clock: ManualClock) -> None:
     # Each unlink gives up the interpreter's lock; on the loop, winning it back from a
     # busy engine would hold up the requests (docs/service.md).
-    committed: set[str] = set()
-    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
-                      committed_inputs=lambda names: [n for n in names if n in committed],
+    engine = FakeEngine(tmp_path / "in")
+    committed = engine.committed
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock, engine=engine,
                       retire_interval_s=0.01) as server:
         threads: list[str] = []
         delete = server.journal.delete_retired
@@ -745,9 +745,9 @@ def test_a_key_whose_file_was_retired_is_answered_after_a_restart(
 
 def test_the_server_retires_what_the_engine_committed(tmp_path: Path,
                                                       clock: ManualClock) -> None:
-    committed: set[str] = set()
-    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
-                      committed_inputs=lambda names: [n for n in names if n in committed],
+    engine = FakeEngine(tmp_path / "in")
+    committed = engine.committed
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock, engine=engine,
                       retire_interval_s=0.01) as server:
         files = [post(server, json.dumps(watch(f"a{i}"))).json()["file"] for i in range(3)]
         assert server.stats().unretired_files == 3
@@ -763,13 +763,13 @@ def test_the_server_retires_what_the_engine_committed(tmp_path: Path,
 
 def test_an_engine_behind_gets_503_with_retry_after(tmp_path: Path,
                                                     clock: ManualClock) -> None:
-    read = [0]
-    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
-                      rows_read=lambda: read[0], max_backlog_rows=3) as server:
+    engine = FakeEngine(tmp_path / "in")
+    with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock, engine=engine,
+                      max_backlog_rows=3) as server:
         assert post(server, json.dumps([watch(f"op{i}") for i in range(4)])).status_code == 200
         busy = post(server, json.dumps(watch("late")))
         assert busy.status_code == 503 and busy.headers["Retry-After"] == "1"
-        read[0] = 4  # the engine catches up
+        engine.rows_read = 4  # the engine catches up
         assert post(server, json.dumps(watch("late"))).status_code == 200
         assert server.stats().refused_busy == 1
 
@@ -821,10 +821,10 @@ def test_a_journal_write_that_fails_takes_its_keys_back(tmp_path: Path,
 def test_status_has_the_engine_and_intake_counters(tmp_path: Path,
                                                    clock: ManualClock) -> None:
     with SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
-                      status=lambda: {"pending": 7}) as server:
+                      engine=FakeEngine(tmp_path / "in", pending=7)) as server:
         post(server, json.dumps(watch("a")))
         status = httpx.get(f"{server.url}/v1/status").json()
-        assert status["engine"] == {"pending": 7}
+        assert status["engine"]["pending"] == 7 and status["engine"]["lag_ms"] is None
         assert status["intake"]["accepted_rows"] == 1 and status["intake"]["commits"] == 1
         assert httpx.get(f"{server.url}/metrics").status_code == 404  # none given
 

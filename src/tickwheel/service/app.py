@@ -24,18 +24,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tickwheel.pipeline.contract.limits import DEFAULT_STOP_TIMEOUT_MS, DEFAULT_TRIGGER_MS
 from tickwheel.pipeline.delivery.sink import Delivery, OutcomeSink
 from tickwheel.pipeline.engines.feed import IntakeFeed
 from tickwheel.pipeline.engines.following import (
     FollowBatch,
-    FollowCounts,
     FollowingEngine,
     FollowResult,
+    live_counts,
     wall_clock_ms,
 )
 from tickwheel.pipeline.io.outputs import OutputDirError, recent_outcomes
@@ -153,8 +153,7 @@ class Service:
                 engine.input_dir, self.state_dir, host=listen.host, port=listen.port,
                 max_connections=listen.max_connections, token=listen.token,
                 header_timeout_s=listen.header_timeout_s, feed=self.feed,
-                status=lambda: _status(engine), rows_read=lambda: engine.rows_read,
-                committed_inputs=engine.committed_inputs, metrics=_metrics_text(),
+                engine=engine, metrics=_metrics_text(),
                 # One client's row may not move everyone's time: ahead by at most the
                 # lateness.
                 max_future_ms=None if engine.clock is None else engine.lateness_ms,
@@ -248,24 +247,13 @@ class Service:
             return None
         from tickwheel.metrics import TickwheelCollector
 
-        collector = TickwheelCollector().add_pipeline_run("follow", lambda: _live(engine))
+        collector = TickwheelCollector().add_pipeline_run("follow",
+                                                          lambda: live_counts(engine))
         if self.outbox is not None:
             for target, webhook in self.outbox.webhooks.items():
                 collector.add_webhook(target, webhook)
         REGISTRY.register(collector)
         return collector
-
-
-def _live(engine: FollowingEngine) -> FollowCounts:
-    """The engine's counts with its lag now, not at its last batch: a backlog shows."""
-    counts = engine.counts()
-    clock = engine.clock
-    return counts if clock is None else replace(counts, clock_ms=clock())
-
-
-def _status(engine: FollowingEngine) -> dict[str, Any]:
-    counts = _live(engine)
-    return {**asdict(counts), "lag_ms": counts.lag_ms}
 
 
 def _metrics_text() -> Callable[[], tuple[bytes, str]] | None:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tickwheel._histogram import Histogram, HistogramSnapshot
 from tickwheel.pipeline.engines.feed import IntakeFeed
+from tickwheel.pipeline.engines.following import FollowingEngine, engine_status
 from tickwheel.pipeline.io.files import write_bytes_atomically
 from tickwheel.service.api import IDEMPOTENCY_KEY, REPLAYED, RETRY_AFTER
 from tickwheel.service.auth import authorized
@@ -76,7 +77,6 @@ from tickwheel.service.intake import (
 )
 from tickwheel.service.journal import (
     DEFAULT_KEY_TTL_MS,
-    CommittedInputs,
     Receipt,
     Submission,
     SubmitJournal,
@@ -203,9 +203,7 @@ def _valid_key(key: str) -> bool:
 
 class SubmitServer:
     def __init__(self, input_dir: Path, state_dir: Path, *, host: str = "127.0.0.1",
-                 port: int = 0, status: Callable[[], Mapping[str, Any]] | None = None,
-                 rows_read: Callable[[], int] | None = None,
-                 committed_inputs: CommittedInputs | None = None,
+                 port: int = 0, engine: FollowingEngine | None = None,
                  metrics: Callable[[], tuple[bytes, str]] | None = None,
                  clock: Callable[[], int] = wall_ms, max_future_ms: int | None = None,
                  max_backlog_rows: int = DEFAULT_MAX_BACKLOG_ROWS,
@@ -238,16 +236,16 @@ class SubmitServer:
         self.input_dir = input_dir
         self.journal = SubmitJournal(input_dir, state_dir, clock=clock, key_ttl_ms=key_ttl_ms,
                                      hand_over=feed.offer)
-        self._status = status
+        # The engine that reads what the server lands: its counts for /v1/status, the
+        # rows it read for the backlog, the files it committed for their retirement.
+        self.engine = engine
         self._ready = ready  # whether the engine runs yet; None: it runs from the start
         self.view = view  # what the engine holds, for the read API
         self.history = History()  # the console's charts
         self._delivery = delivery
         # The targets a row may name (None: any); a row naming another is refused.
         self.targets = targets
-        self._rows_read = rows_read
-        self._read_at_start = 0 if rows_read is None else rows_read()
-        self._committed_inputs = committed_inputs
+        self._read_at_start = 0 if engine is None else engine.rows_read
         self.retire_interval_s = retire_interval_s
         self._metrics = metrics
         self._clock = clock
@@ -412,9 +410,9 @@ class SubmitServer:
     def backlog_rows(self) -> int:
         """Rows acknowledged that the engine has not read yet: rows written since the
         start less rows read since (other writers' rows make it an underestimate)."""
-        if self._rows_read is None:
+        if self.engine is None:
             return 0
-        read = self._rows_read() - self._read_at_start
+        read = self.engine.rows_read - self._read_at_start
         return max(0, self._counts["accepted_rows"] - read)
 
     def stats(self) -> IntakeStats:
@@ -629,9 +627,9 @@ class SubmitServer:
     async def _retire_loop(self) -> None:
         """Input files the engine has committed deleted, every ``retire_interval_s``:
         a service's input directory holds what is still to be read, not its history."""
-        committed = self._committed_inputs
-        if committed is None:
+        if self.engine is None:
             return
+        committed = self.engine.committed_inputs
         while True:
             await asyncio.sleep(self.retire_interval_s)
             try:
@@ -665,7 +663,7 @@ class SubmitServer:
         write_bytes_atomically(b"%d\n" % self._stamper.floor(), path, sync=False)
 
     async def _get_status(self, request: web.Request) -> web.Response:
-        status = {} if self._status is None else dict(self._status())
+        status = {} if self.engine is None else engine_status(self.engine)
         ready = self._ready is None or self._ready()
         body = {"ready": ready, "engine": status, "intake": self.stats().as_json()}
         if self.view is not None:

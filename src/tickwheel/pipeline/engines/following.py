@@ -14,11 +14,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-__all__ = ["FollowBatch", "FollowCounts", "FollowResult", "FollowingEngine", "wall_clock_ms"]
+__all__ = ["FollowBatch", "FollowCounts", "FollowResult", "FollowingEngine", "engine_status",
+           "live_counts", "wall_clock_ms"]
 
 
 def wall_clock_ms() -> int:
@@ -146,3 +147,16 @@ class FollowingEngine(Protocol):
         """Those of ``names`` (input file names) that a committed batch read: no batch
         reads them again, and they may be deleted. Safe from another thread."""
         ...
+
+
+def live_counts(engine: FollowingEngine) -> FollowCounts:
+    """The engine's counts with its lag now, not at its last batch: a backlog shows."""
+    counts = engine.counts()
+    clock = engine.clock
+    return counts if clock is None else replace(counts, clock_ms=clock())
+
+
+def engine_status(engine: FollowingEngine) -> dict[str, Any]:
+    """The engine's counts as JSON, with its lag now (``lag_ms``)."""
+    counts = live_counts(engine)
+    return {**asdict(counts), "lag_ms": counts.lag_ms}
