@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any
+from collections.abc import Generator
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -34,6 +35,8 @@ from tickwheel.pipeline.state.entry_log import EntryLog
 from tickwheel.pipeline.state.heads import decode_key_head, decode_op_head, encode_head
 from tickwheel.pipeline.state.seen_log import SeenLog
 from tickwheel.pipeline.tools.generator import GeneratorConfig, generate
+
+T = TypeVar("T")
 
 
 def reference(lines: list[str], retention: int | None = None) -> RunResult:
@@ -507,26 +510,43 @@ def test_a_batch_saves_what_it_changed_but_not_what_came_and_went_within_it() ->
     assert key_changes == {"a": 2, "z": 1, ("a", "kept", 1): None}
 
 
-def test_a_release_calls_between_pieces_only_between_two_pieces(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each stage calls ``between_pieces`` once between two pieces it applies (ten rows
-    at ten times, in pieces of four: twice), not before the first or after the last,
-    and not at all for a release of one piece."""
+def _yields(steps: Generator[None, None, T]) -> tuple[int, T]:
+    """How many times a release's steps yield, and their value."""
+    count = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return count, done.value
+        count += 1
+
+
+def test_a_release_yields_only_between_two_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each stage's steps yield once between two pieces they apply (ten rows at ten
+    times, in pieces of four: twice), not before the first or after the last, and not
+    at all for a release of one piece; the value is what release() gives."""
     monkeypatch.setattr(partition, "PIECE_ROWS", 4)
     keys, ops = KeyPartition(0, 1, 0), OpPartition(0, 0)
-    calls: list[str] = []
-    keys.between_pieces = lambda: calls.append("key")
-    ops.between_pieces = lambda: calls.append("op")
     keys.take([compact_wire(update(ts, f"k{ts}", value=ts)) for ts in range(10)], 9)
-    keys.release(end_ms=10)
-    assert calls == ["key", "key"]
+    yields, (point, _, _) = _yields(keys.release_steps(end_ms=10))
+    assert (yields, point) == (2, 10)
     ops.take([compact_wire(watch(ts, f"w{ts}", [], 20, "none")) for ts in range(10)], [])
-    ops.release(10)
-    assert calls == ["key", "key", "op", "op"]
+    assert _yields(ops.release_steps(10))[0] == 2
     ops.take([compact_wire(watch(11, "one", [], 30, "none"))], [])
-    done, _ = ops.release(25)
-    assert calls == ["key", "key", "op", "op"]
+    yields, (done, _) = _yields(ops.release_steps(25))
+    assert yields == 0
     assert sorted(o.op_id for o in done) == [f"w{ts}" for ts in range(10)]  # at 20
+
+
+def test_a_release_in_one_go_applies_what_its_steps_apply() -> None:
+    rows = [compact_wire(watch(i // 15, f"w{i}", [], 22, "none")) for i in range(300)]
+    stepped, whole = OpPartition(0, 0), OpPartition(0, 0)
+    stepped.take(list(rows), [])
+    whole.take(list(rows), [])
+    _, (by_steps, _) = _yields(stepped.release_steps(25))
+    at_once, _ = whole.release(25)
+    assert sorted(o.op_id for o in by_steps) == sorted(o.op_id for o in at_once)
+    assert len(at_once) == 300
 
 
 def test_a_row_below_the_point_time_has_reached_is_late_in_the_stage_that_owns_it() -> None:

@@ -29,10 +29,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import (
@@ -225,8 +225,6 @@ class LocalFollowEngine:
         self.ops.stage.track_seen_changes()
         self.keys.track_changes()
         self.ops.track_changes()
-        if feed is not None:  # between two pieces of a batch, the intake's turn
-            self.keys.between_pieces = self.ops.between_pieces = feed.give_way
         self._follow_clock()
         self._delivery: BatchDelivery | Deliveries | None = None
         self._compact()
@@ -388,9 +386,9 @@ class LocalFollowEngine:
         top = max((fields[W_TS] for fields in rows if not is_quarantined(fields)), default=None)
         quarantine += self.keys.take(by_key[0], top, times_of(by_op[0]))
         end = None if clock_ms is None or holds_time else clock_ms - self.lateness_ms
-        point, progress, runs = self.keys.release(end)
+        point, progress, runs = self._in_pieces(self.keys.release_steps(end))
         quarantine += self.ops.take(by_op[0], progress)
-        outcomes, duplicates = self.ops.release(point, [runs])
+        outcomes, duplicates = self._in_pieces(self.ops.release_steps(point, [runs]))
         quarantine += duplicates
         # Both stages are in this process: stage 1 can learn what stage 2 resolved,
         # and keeps registrations only of operations still pending.
@@ -413,6 +411,18 @@ class LocalFollowEngine:
                  batch_id, batch.files, batch.rows, batch.outcomes, batch.quarantined,
                  batch.pending)
         return batch
+
+    def _in_pieces(self, steps: Generator[None, None, T]) -> T:
+        """A release's steps, run to their end; between two of them an intake in this
+        process that is busy gets its turn (:meth:`IntakeFeed.give_way`)."""
+        feed = self.feed
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return cast(T, done.value)
+            if feed is not None:
+                feed.give_way()
 
     def _offered_or_read(self, name: str, path: Path, stat: FileStat | None) -> list[Wire]:
         """The file's rows: as the feed's intake offered them, if the file has not

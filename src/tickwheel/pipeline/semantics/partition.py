@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from tickwheel.pipeline.contract.events import (
     Q_RAW,
@@ -52,10 +52,12 @@ from tickwheel.pipeline.semantics.row_times import merge_runs, runs_of
 from tickwheel.pipeline.semantics.schedule_book import SCHEDULE_ENTRY
 
 __all__ = ["FIRES_PER_PIECE", "CommittedChanges", "KeyHead", "KeyPartition", "OpHead",
-           "OpPartition", "PartitionChanges", "PartitionStatus", "Released"]
+           "OpPartition", "PartitionChanges", "PartitionStatus", "Released", "run_steps"]
+
+T = TypeVar("T")
 
 _LONG_MAX = 2**63 - 1
-#: Occurrences of schedules decided between two calls of ``between_pieces``.
+#: Occurrences of schedules decided between two yields of a release's steps.
 FIRES_PER_PIECE = 128
 #: Rows handed to a stage in one call, at most (more only within one ``ts_ms``): the
 #: compiled stages never let another thread take the interpreter, so a service's server
@@ -85,6 +87,16 @@ def _pieces(rows: list[Any]) -> Iterator[list[Any]]:
         end = _piece_end(rows, start, n)
         yield rows[start:end]
         start = end
+
+
+def run_steps(steps: Generator[None, None, T]) -> T:
+    """Drive a release's ``steps`` to their end with no pause between them; their
+    value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return cast(T, done.value)
 
 
 class Released(NamedTuple):
@@ -204,10 +216,6 @@ class _Partition:
         self.quarantined_by_reason: dict[str, int] = {}
         self.outcomes_by_outcome: dict[str, int] = {}
         self.seq = 0
-        #: Called between two pieces of a release (never before the first): an engine
-        #: that shares the interpreter with a thread that answers requests gives that
-        #: thread its turn there, rather than after the switch interval.
-        self.between_pieces: Callable[[], object] | None = None
 
     def _late(self, ts: int) -> bool:
         return self.release_ms is not None and ts < self.release_ms
@@ -326,7 +334,14 @@ class KeyPartition(_Partition):
         the lateness bound, or ``end_ms`` if that is later: the end of input); return
         that point, the progress rows made, and the runs of the times released (this
         partition's rows and those of stage 2's partition of its number), which every
-        stage 2 partition takes: together, every row's time."""
+        stage 2 partition takes: together, every row's time. In one go:
+        :meth:`release_steps` is the same in pieces."""
+        return run_steps(self.release_steps(end_ms))
+
+    def release_steps(self, end_ms: int | None = None) -> Generator[None, None, Released]:
+        """:meth:`release`, yielding between two pieces of the rows it applies (never
+        before the first), its value when done: an engine whose thread shares the
+        interpreter with one that answers requests gives that one its turn there."""
         point = self.release_ms
         if self.top_ms is not None:
             reached = self.top_ms - self.lateness_ms
@@ -338,10 +353,9 @@ class KeyPartition(_Partition):
         self.release_ms = point
         due = self._due(point, key_order)
         stage = self.stage
-        between = self.between_pieces
         for index, piece in enumerate(_pieces(due)):
-            if index and between is not None:
-                between()
+            if index:
+                yield
             stage.apply(piece)
         self.rows_applied += sum(1 for fields in due if fields[W_TYPE] == T_UPDATE)
         if stage.now is None or point - 1 > stage.now:
@@ -470,6 +484,13 @@ class OpPartition(_Partition):
 
     def release(self, point: int | None, runs: Iterable[list[int]] = (),
                 ) -> tuple[list[OutcomeRow], list[Quarantined]]:
+        """:meth:`release_steps` in one go (a catch-up's occurrences decided in one
+        share)."""
+        return run_steps(self.release_steps(point, runs, shares=False))
+
+    def release_steps(self, point: int | None, runs: Iterable[list[int]] = (), *,
+                      shares: bool = True,
+                      ) -> Generator[None, None, tuple[list[OutcomeRow], list[Quarantined]]]:
         """Apply the held rows below ``point``, stage 1's release point (which it
         reached with every progress row below it sent); time then stands just before
         it. ``runs`` are the runs of row times every stage 1 partition released with
@@ -478,7 +499,12 @@ class OpPartition(_Partition):
         With a :attr:`fire_limit`, a catch-up of schedules decides about that many
         occurrences a call, fired or passed over one by one: rows after the
         occurrences still to decide wait, held, for the next call (see
-        :attr:`catching_up`), as does time."""
+        :attr:`catching_up`), as does time.
+
+        Yields between two pieces of the rows it applies and, with ``shares``, between
+        shares of :data:`FIRES_PER_PIECE` occurrences (a minute's fires of a million
+        daily schedules are hundreds at once); returns the outcomes and the duplicates
+        quarantined."""
         stage = self.stage
         book = stage.schedules
         times = merge_runs(runs)
@@ -490,7 +516,6 @@ class OpPartition(_Partition):
         if point is None:
             return [], []
         limit = self.fire_limit
-        between = self.between_pieces
         looked_before = book.looked
         rows = self._due(point, op_order)
         applied: list[Any] = []
@@ -517,26 +542,25 @@ class OpPartition(_Partition):
             stage.apply_staged(piece)
             applied += piece
             pos = end
-            if pos < n and between is not None:
-                between()
+            if pos < n:
+                yield
         target = None
         if stage.now is None or point - 1 > stage.now:
             target = point - 1
         elif book.behind(stage.now):
             target = stage.now  # a catch-up goes on
         if target is not None:
-            self._advance(target, looked_before)
+            yield from self._advance(target, looked_before, shares)
         return self._released(applied, stage)
 
-    def _advance(self, target: int, looked_before: int) -> None:
+    def _advance(self, target: int, looked_before: int, shares: bool,
+                 ) -> Generator[None, None, None]:
         """Time to ``target``, deciding at most :attr:`fire_limit` occurrences in all
-        since ``looked_before``; with :attr:`between_pieces`, in shares of
-        :data:`FIRES_PER_PIECE` with a call of it after each, as rows go in pieces: a
-        minute's fires of a million daily schedules are hundreds at once."""
+        since ``looked_before``; with ``shares``, in shares of :data:`FIRES_PER_PIECE`
+        with a yield after each, as rows go in pieces."""
         stage, book = self.stage, self.stage.schedules
         limit = self.fire_limit
-        between = self.between_pieces
-        if limit is None or between is None:
+        if limit is None or not shares:
             left = None if limit is None else max(0, limit - (book.looked - looked_before))
             stage.advance_to(target, left)
             return
@@ -547,7 +571,7 @@ class OpPartition(_Partition):
             if (not book.behind(target) or book.looked - looked_before >= limit
                     or book.looked == looked):
                 return
-            between()
+            yield
 
     @property
     def catching_up(self) -> bool:
