@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,19 @@ def test_serve_keeps_everything_in_its_data_directory(tmp_path: Path) -> None:
     assert sorted(os.listdir(data)) == ["input", "outputs"]
     assert (data / "outputs" / "_checkpoint" / "submit").is_dir()
     assert list((data / "input").glob("submit-*.jsonl"))
+
+
+def test_serve_on_an_address_in_use_exits_2_naming_listen_before_any_batch(
+        tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--data", str(tmp_path / "d"),
+                                          "--listen", f"127.0.0.1:{port}"])
+    assert result.exit_code == 2, result.output
+    assert f"--listen 127.0.0.1:{port}: cannot serve there" in result.output
+    assert not list((tmp_path / "d" / "outputs").glob("outcomes/batch-*"))
 
 
 def test_serve_refuses_what_it_cannot_use_before_any_work(tmp_path: Path) -> None:

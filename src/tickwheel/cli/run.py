@@ -564,10 +564,15 @@ def _follow_local(input: Path, output: Path, checkpoint: Path | None, lateness_m
 
 def _serve(service: Service, engine: FollowingEngine, unit: str, following: str) -> None:
     """Start ``service`` with ``engine``, run it until SIGINT or SIGTERM, and report."""
-    from tickwheel.service.app import ServiceError
+    from tickwheel.service.app import ListenError, ServiceError
 
     try:
         service.start(engine)
+    except ListenError as exc:
+        listen = service.options.listen
+        where = "" if listen is None else f" {listen.host}:{listen.port}"
+        print_error(f"--listen{where}: {exc}")
+        raise typer.Exit(2) from exc
     except ServiceError as exc:
         print_error(f"{exc}")
         raise typer.Exit(2) from exc

@@ -48,14 +48,18 @@ if TYPE_CHECKING:
     from tickwheel.metrics import TickwheelCollector
     from tickwheel.service.outbox import Outbox
 
-__all__ = ["ListenOptions", "Service", "ServiceError", "ServiceOptions"]
+__all__ = ["ListenError", "ListenOptions", "Service", "ServiceError", "ServiceOptions"]
 
 log = logging.getLogger(__name__)
 
 
 class ServiceError(Exception):
     """The service cannot start: its intake's state cannot be read, or its address
-    cannot be served. Nothing has run."""
+    cannot be served (:class:`ListenError`). No batch has run."""
+
+
+class ListenError(ServiceError):
+    """The API's address cannot be served: in use, or not this machine's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +172,7 @@ class Service:
         try:
             server.start()
         except OSError as exc:
-            raise ServiceError(f"cannot serve at {listen.host}:{listen.port}: "
-                               f"{exc.strerror or exc}") from exc
+            raise ListenError(f"cannot serve there: {exc.strerror or exc}") from exc
         self.server = server
         if self._collector is not None:
             self._collector.add_intake("submit", server)
