@@ -229,6 +229,13 @@ def test_an_engine_gives_way_to_the_loop_only_while_requests_come(
     assert feed.give_way() is False  # the request is older than that
 
 
+def test_a_clock_beside_a_feed_is_refused(tmp_path: Path, clock: ManualClock) -> None:
+    # The feed stamps with its own clock: a second one would be silently ignored.
+    with pytest.raises(ValueError, match="clock or feed"):
+        SubmitServer(tmp_path / "in", tmp_path / "state", clock=clock,
+                     feed=IntakeFeed(clock))
+
+
 @pytest.mark.parametrize("give_way_s", [-0.001, 1.5, float("nan")])
 def test_a_give_way_time_outside_0_to_1_s_is_refused(give_way_s: float) -> None:
     with pytest.raises(ValueError, match="give_way_s"):

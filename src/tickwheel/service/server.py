@@ -205,7 +205,7 @@ class SubmitServer:
     def __init__(self, input_dir: Path, state_dir: Path, *, host: str = "127.0.0.1",
                  port: int = 0, engine: FollowingEngine | None = None,
                  metrics: Callable[[], tuple[bytes, str]] | None = None,
-                 clock: Callable[[], int] = wall_ms, max_future_ms: int | None = None,
+                 clock: Callable[[], int] | None = None, max_future_ms: int | None = None,
                  max_backlog_rows: int = DEFAULT_MAX_BACKLOG_ROWS,
                  max_body_bytes: int = MAX_BODY_BYTES,
                  commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS,
@@ -221,8 +221,11 @@ class SubmitServer:
                  view: StateView | None = None,
                  delivery: Callable[[], Mapping[str, Any]] | None = None,
                  targets: frozenset[str] | None = None) -> None:
-        # Without an engine's feed, one of its own: it stamps rows all the same.
-        self.feed = feed = IntakeFeed(clock) if feed is None else feed
+        # Without an engine's feed, one of its own: it stamps rows all the same. A feed
+        # brings the clock it stamps with.
+        if feed is not None and clock is not None:
+            raise ValueError("give clock or feed (which has its clock), not both")
+        self.feed = feed = IntakeFeed(clock or wall_ms) if feed is None else feed
         clock = feed.clock
         ConnectionGuard(_unset_factory, max_connections=max_connections,
                         header_timeout_s=header_timeout_s)  # refuses bad bounds now

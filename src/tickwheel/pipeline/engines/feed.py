@@ -52,8 +52,8 @@ MAX_OFFERED_ROWS: Final = 200_000
 
 @dataclass(frozen=True, slots=True)
 class FileStat:
-    """An input file's size and modification time (ns) when it was read or written:
-    rows offered for it are taken only if the file still has both."""
+    """An input file's size and modification time (ns), as its writer or reader saw
+    them: rows offered for it are taken only while the file has both."""
 
     size: int
     mtime_ns: int

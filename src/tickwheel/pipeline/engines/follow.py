@@ -29,10 +29,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from tickwheel._validate import check_positive_int
 from tickwheel.pipeline.contract.events import (
@@ -91,7 +91,12 @@ from tickwheel.pipeline.io.outputs import (
     write_atomically,
 )
 from tickwheel.pipeline.semantics.key_stage import is_progress
-from tickwheel.pipeline.semantics.partition import CommittedChanges, KeyPartition, OpPartition
+from tickwheel.pipeline.semantics.partition import (
+    CommittedChanges,
+    KeyPartition,
+    OpPartition,
+    run_steps,
+)
 from tickwheel.pipeline.semantics.row_times import times_of
 from tickwheel.pipeline.state.collector import CollectorFreezer, collector_paused
 from tickwheel.pipeline.state.local_checkpoint import (
@@ -386,9 +391,11 @@ class LocalFollowEngine:
         top = max((fields[W_TS] for fields in rows if not is_quarantined(fields)), default=None)
         quarantine += self.keys.take(by_key[0], top, times_of(by_op[0]))
         end = None if clock_ms is None or holds_time else clock_ms - self.lateness_ms
-        point, progress, runs = self._in_pieces(self.keys.release_steps(end))
+        # Between two pieces of the release, a busy intake in this process gets its turn.
+        give_way = None if self.feed is None else self.feed.give_way
+        point, progress, runs = run_steps(self.keys.release_steps(end), give_way)
         quarantine += self.ops.take(by_op[0], progress)
-        outcomes, duplicates = self._in_pieces(self.ops.release_steps(point, [runs]))
+        outcomes, duplicates = run_steps(self.ops.release_steps(point, [runs]), give_way)
         quarantine += duplicates
         # Both stages are in this process: stage 1 can learn what stage 2 resolved,
         # and keeps registrations only of operations still pending.
@@ -411,18 +418,6 @@ class LocalFollowEngine:
                  batch_id, batch.files, batch.rows, batch.outcomes, batch.quarantined,
                  batch.pending)
         return batch
-
-    def _in_pieces(self, steps: Generator[None, None, T]) -> T:
-        """A release's steps, run to their end; between two of them an intake in this
-        process that is busy gets its turn (:meth:`IntakeFeed.give_way`)."""
-        feed = self.feed
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return cast(T, done.value)
-            if feed is not None:
-                feed.give_way()
 
     def _offered_or_read(self, name: str, path: Path, stat: FileStat | None) -> list[Wire]:
         """The file's rows: as the feed's intake offered them, if the file has not

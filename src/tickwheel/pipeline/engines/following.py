@@ -70,13 +70,13 @@ class FollowCounts:
     clock_ms: int | None = None
     state_bytes: int = 0  # the state file and its logs, as last saved
     files_skipped: int = 0  # input files the last listing skipped (see input_files)
-    # Input files that changed after they were read (appended to, rewritten): rows
-    # written after the read are not read. Files must land whole, then be renamed.
+    # Input files whose size or mtime differ from their read (appended to, rewritten):
+    # rows written since their read are not read. Files must land whole, then be renamed.
     files_changed: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
     by_outcome: dict[str, int] = field(default_factory=dict)
     # With a sink: batches whose outcomes are written and not yet settled by it, and
-    # how long ago the oldest of them was handed over (delivery never holds the engine).
+    # the age of the oldest of them (delivery never holds the engine).
     delivery_behind_batches: int | None = None
     delivery_lag_ms: int | None = None
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -89,14 +89,17 @@ def _pieces(rows: list[Any]) -> Iterator[list[Any]]:
         start = end
 
 
-def run_steps(steps: Generator[None, None, T]) -> T:
-    """Drive a release's ``steps`` to their end with no pause between them; their
-    value."""
+def run_steps(steps: Generator[None, None, T],
+              between: Callable[[], object] | None = None) -> T:
+    """Drive a release's ``steps`` to their end, calling ``between`` (if given) where
+    they yield; their value."""
     while True:
         try:
             next(steps)
         except StopIteration as done:
             return cast(T, done.value)
+        if between is not None:
+            between()
 
 
 class Released(NamedTuple):
