@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import Progress, ProgressColumn
 
 from tickwheel._signals import stop_on_signals
+from tickwheel.pipeline.contract.options import OptionSpec
 from tickwheel.pipeline.io.input_dir import INPUT_NAMES
 
 if TYPE_CHECKING:
@@ -43,6 +44,17 @@ def _options(version: Annotated[bool, typer.Option(
         help="print the version, and whether the core is compiled, and exit")] = False,
              ) -> None:
     pass
+
+
+def option(spec: OptionSpec[Any], *, help: str | None = None, **settings: Any) -> Any:
+    """``spec`` as a typer option: its flag (a flag with its ``--no-`` form), range and
+    help, the help led by the engine it applies to; ``help`` in place of the spec's for
+    a command that says it shorter. The default is the parameter's own."""
+    if help is None:
+        help = spec.help if spec.engine is None else f"{spec.engine}: {spec.help}"
+    flag = (f"{spec.flag}/--no-{spec.flag.removeprefix('--')}" if spec.kind == "flag"
+            else spec.flag)
+    return typer.Option(flag, min=spec.minimum, max=spec.maximum, help=help, **settings)
 
 
 def progress_bar(*columns: ProgressColumn) -> Progress:

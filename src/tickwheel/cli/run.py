@@ -16,6 +16,7 @@ from rich.table import Table
 from tickwheel.cli._app import (
     app,
     console,
+    option,
     plural,
     print_error,
     progress_bar,
@@ -25,18 +26,28 @@ from tickwheel.cli._app import (
 from tickwheel.pipeline.contract.events import Quarantined, Reason
 from tickwheel.pipeline.contract.limits import (
     DEFAULT_DRIVER_MEMORY,
-    DEFAULT_LATENESS_MS,
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_STOP_TIMEOUT_MS,
-    DEFAULT_TRIGGER_MS,
     FOLLOW_DEDUPE_RETENTION_MS,
-    MAX_FILES_PER_TRIGGER,
-    MAX_LATENESS_MS,
-    MAX_PARTITIONS,
     MAX_RETENTION_MS,
     MAX_TRIGGER_MS,
     check_driver_memory,
     check_spark_settings,
+)
+from tickwheel.pipeline.contract.options import (
+    CHECKPOINT,
+    CLOCK,
+    DEDUPE_RETENTION_MS,
+    FILES_PER_TRIGGER,
+    FINAL,
+    FOLLOW,
+    INPUT,
+    LATENESS_MS,
+    OUTPUT,
+    OVERWRITE,
+    PARTITIONS,
+    TRIGGER_MS,
+    follow_only_problem,
 )
 from tickwheel.pipeline.contract.outcomes import OutcomeRow
 from tickwheel.pipeline.delivery.sink import Delivery
@@ -80,6 +91,8 @@ class Engine(enum.Enum):
 
 
 class ClockKind(enum.Enum):
+    """``--clock``'s words, those of :data:`~tickwheel.pipeline.contract.options.CLOCKS`."""
+
     event = "event"
     wall = "wall"
 
@@ -95,30 +108,18 @@ def check_driver_memory_option(value: str | None) -> str | None:
 
 @app.command()
 def run(
-    input: Annotated[Path, typer.Option("--input", help="event log directory")],
-    output: Annotated[Path, typer.Option(help="writes outcomes/ and quarantine/ here")],
+    input: Annotated[Path, option(INPUT)],
+    output: Annotated[Path, option(OUTPUT)],
     engine: Annotated[Engine, typer.Option(help="which engine resolves the log")] = Engine.local,
-    lateness_ms: Annotated[int, typer.Option(
-        min=0, max=MAX_LATENESS_MS,
-        help="rows this far behind the largest ts_ms read so far are late")
-    ] = DEFAULT_LATENESS_MS,
-    dedupe_retention_ms: Annotated[int | None, typer.Option(
-        min=0, max=MAX_RETENTION_MS,
-        help="remember an op_id this long after its first watch (and while it is pending) "
-             "to quarantine duplicates; later, a watch of it starts a new operation "
-             "(default: forever)")] = None,
-    checkpoint: Annotated[Path | None, typer.Option(
-        help="Spark checkpoint directory (default: OUTPUT/_checkpoint)")] = None,
+    lateness_ms: Annotated[int, option(LATENESS_MS)] = LATENESS_MS.default,
+    dedupe_retention_ms: Annotated[int | None, option(DEDUPE_RETENTION_MS)
+                                   ] = DEDUPE_RETENTION_MS.default,
+    checkpoint: Annotated[Path | None, option(CHECKPOINT)] = None,
     master: Annotated[str | None, typer.Option(
         help="Spark master URL (default: local[2])")] = None,
-    partitions: Annotated[int | None, typer.Option(
-        min=1, max=MAX_PARTITIONS,
-        help="Spark: partitions of the key space and of the op-id space, fixed by a "
-             "checkpoint's first run (default: the master's parallelism)")] = None,
-    max_files_per_trigger: Annotated[int | None, typer.Option(
-        min=1, max=MAX_FILES_PER_TRIGGER,
-        help="input files per micro-batch (Spark) or per batch (local --follow; default: "
-             "all new files, within the engine's bytes per batch)")] = None,
+    partitions: Annotated[int | None, option(PARTITIONS)] = PARTITIONS.default,
+    max_files_per_trigger: Annotated[int | None, option(FILES_PER_TRIGGER)
+                                     ] = FILES_PER_TRIGGER.default,
     driver_memory: Annotated[str | None, typer.Option(
         callback=check_driver_memory_option,
         help="Spark: the memory of the driver's JVM that this command starts, as Spark "
@@ -128,21 +129,10 @@ def run(
         "--conf", metavar="KEY=VALUE",
         help="Spark: a Spark setting, as spark-submit's --conf (spark.executor.memory=2g); "
              "repeat for more")] = None,
-    overwrite: Annotated[bool, typer.Option(
-        help="clear earlier outputs in OUTPUT first (and OUTPUT/_checkpoint); without it "
-             "OUTPUT must be empty or new, or, for Spark, hold its checkpoint's own "
-             "outputs")] = False,
-    final: Annotated[bool, typer.Option(
-        help="Spark: end the input when done, so every row is applied (as the local "
-             "engine does); --no-final leaves the last lateness-ms of rows held for "
-             "more input")] = True,
-    follow: Annotated[bool, typer.Option(
-        help="run as a service: read files as they land, until SIGINT or SIGTERM; a "
-             "restart on the same output carries on (dedupe retention defaults to "
-             f"{FOLLOW_DEDUPE_RETENTION_MS // 1000} s)")] = False,
-    trigger_ms: Annotated[int, typer.Option(
-        min=1, max=MAX_TRIGGER_MS, help="--follow: look for new files this often")
-    ] = DEFAULT_TRIGGER_MS,
+    overwrite: Annotated[bool, option(OVERWRITE)] = OVERWRITE.default,
+    final: Annotated[bool, option(FINAL)] = FINAL.default,
+    follow: Annotated[bool, option(FOLLOW)] = FOLLOW.default,
+    trigger_ms: Annotated[int, option(TRIGGER_MS)] = TRIGGER_MS.default,
     max_future_ms: Annotated[int | None, typer.Option(
         min=0, max=MAX_RETENTION_MS,
         help="--follow --clock wall: rows whose ts_ms is further ahead of "
@@ -153,9 +143,7 @@ def run(
         help="--follow with --processor: how long a stop waits for the processor; what it "
              "has not settled by then is delivered at the next start")
     ] = DEFAULT_STOP_TIMEOUT_MS,
-    clock: Annotated[ClockKind, typer.Option(
-        help="--follow: time moves with the rows' ts_ms only (event), or also with the "
-             "wall clock (epoch ms), so deadlines fire without new rows")] = ClockKind.event,
+    clock: Annotated[ClockKind, option(CLOCK)] = ClockKind.event,
     metrics_port: Annotated[int | None, typer.Option(
         min=0, max=65535, help="--follow: serve Prometheus metrics on this port")] = None,
     metrics_host: Annotated[str, typer.Option(
@@ -226,16 +214,14 @@ def run(
     outbox = _outbox(processor, deliver_to, targets, output)
     if deliver_to is not None or targets is not None:
         processor = "its targets" if targets is not None else deliver_to
-    if not follow and (trigger_ms != DEFAULT_TRIGGER_MS or clock is not ClockKind.event
-                       or metrics_port is not None):
-        print_error("--trigger-ms, --clock and --metrics-port apply to --follow "
-               "only")
+    problem = follow_only_problem(follow=follow, final=final, trigger_ms=trigger_ms,
+                                  clock=clock.value)
+    if problem is None and not follow and metrics_port is not None:
+        problem = "--metrics-port applies to --follow only"
+    if problem is not None:
+        print_error(problem)
         raise typer.Exit(2)
     if follow:
-        if not final:
-            print_error("--no-final does not apply to --follow: a service never "
-                   "ends its input")
-            raise typer.Exit(2)
         retention = (FOLLOW_DEDUPE_RETENTION_MS if dedupe_retention_ms is None
                      else dedupe_retention_ms)
         if max_future_ms is not None and clock is not ClockKind.wall:

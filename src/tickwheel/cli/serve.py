@@ -7,7 +7,7 @@ from typing import Annotated, Final
 
 import typer
 
-from tickwheel.cli._app import app, print_error
+from tickwheel.cli._app import app, option, print_error
 from tickwheel.cli.run import (
     ClockKind,
     Engine,
@@ -15,12 +15,8 @@ from tickwheel.cli.run import (
     listen_options,
     run,
 )
-from tickwheel.pipeline.contract.limits import (
-    DEFAULT_STOP_TIMEOUT_MS,
-    MAX_LATENESS_MS,
-    MAX_PARTITIONS,
-    MAX_TRIGGER_MS,
-)
+from tickwheel.pipeline.contract.limits import DEFAULT_STOP_TIMEOUT_MS, MAX_TRIGGER_MS
+from tickwheel.pipeline.contract.options import LATENESS_MS, PARTITIONS
 from tickwheel.service.connections import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
 
 __all__ = ["DEFAULT_DATA", "DEFAULT_LISTEN", "SERVE_LATENESS_MS", "serve"]
@@ -45,9 +41,8 @@ def serve(
                                     "--token-file)")] = DEFAULT_LISTEN,
     engine: Annotated[Engine, typer.Option(help="which engine resolves the rows")
                       ] = Engine.local,
-    lateness_ms: Annotated[int, typer.Option(
-        min=0, max=MAX_LATENESS_MS, help="rows this far behind the newest are late")
-    ] = SERVE_LATENESS_MS,
+    lateness_ms: Annotated[int, option(
+        LATENESS_MS, help="rows this far behind the newest are late")] = SERVE_LATENESS_MS,
     deliver_to: Annotated[str | None, typer.Option(
         help="POST outcomes to this http(s) URL, at least once, each with a stable id")
     ] = None,
@@ -76,9 +71,8 @@ def serve(
                                "the API's /metrics already)")] = None,
     master: Annotated[str | None, typer.Option(
         help="--engine spark: the master URL (default: local[2])")] = None,
-    partitions: Annotated[int | None, typer.Option(
-        min=1, max=MAX_PARTITIONS,
-        help="--engine spark: partitions, fixed by the first start")] = None,
+    partitions: Annotated[int | None, option(
+        PARTITIONS, help="--engine spark: partitions, fixed by the first start")] = None,
     driver_memory: Annotated[str | None, typer.Option(
         callback=check_driver_memory_option,
         help="--engine spark: the driver JVM's memory (default: 4g)")] = None,

@@ -2,8 +2,9 @@
 
 ``spark-submit`` runs a Python file and brings the JVM, the master and every other
 setting; this job adds only what the engine needs (see ``spark_session(master=None)``).
-Its options are those of ``tickwheel run --engine spark`` but ``--master`` and
-``--driver-memory``, which are spark-submit's own::
+It takes a run's options as ``tickwheel run`` does, from the same declarations
+(:data:`~tickwheel.pipeline.contract.options.RUN_OPTIONS`); the master, the driver's
+memory and other Spark settings are spark-submit's own::
 
     PYSPARK_PYTHON="$(command -v python)" spark-submit --master 'local[2]' \\
         "$(python -m tickwheel.pipeline.spark.job --path)" --input events/ --output out/
@@ -38,16 +39,8 @@ if __name__ == "__main__" and sys.path and sys.path[0] and (
     del sys.path[0]
 
 from tickwheel._signals import stop_on_signals
-from tickwheel.pipeline.contract.limits import (
-    DEFAULT_LATENESS_MS,
-    DEFAULT_TRIGGER_MS,
-    FOLLOW_DEDUPE_RETENTION_MS,
-    MAX_FILES_PER_TRIGGER,
-    MAX_LATENESS_MS,
-    MAX_PARTITIONS,
-    MAX_RETENTION_MS,
-    MAX_TRIGGER_MS,
-)
+from tickwheel.pipeline.contract.limits import FOLLOW_DEDUPE_RETENTION_MS
+from tickwheel.pipeline.contract.options import RUN_OPTIONS, OptionSpec, follow_only_problem
 
 if TYPE_CHECKING:
     from tickwheel.pipeline.spark import SparkEngine, SparkRunResult
@@ -57,20 +50,35 @@ __all__ = ["main"]
 _PROG = "tickwheel.pipeline.spark.job"
 
 
-def _in_range(minimum: int, maximum: int) -> Callable[[str], int]:
-    """An argparse type: an integer from ``minimum`` to ``maximum``, checked before
-    Spark starts (which takes seconds)."""
+def _in_range(spec: OptionSpec[object]) -> Callable[[str], int]:
+    """An argparse type: an integer in ``spec``'s range, checked before Spark starts
+    (which takes seconds)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        if value > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
-        return value
+        try:
+            return spec.check(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
     return parse
+
+
+def _add_option(parser: argparse.ArgumentParser, spec: OptionSpec[object]) -> None:
+    """``spec`` as this parser's option: the same flag, range, default and help as
+    ``tickwheel run`` gives it."""
+    if spec.kind == "flag":
+        parser.add_argument(spec.flag, action=argparse.BooleanOptionalAction,
+                            default=spec.default, help=spec.help)
+    elif spec.kind == "int":
+        parser.add_argument(spec.flag, type=_in_range(spec), default=spec.default,
+                            help=spec.help)
+    elif spec.kind == "choice":
+        parser.add_argument(spec.flag, choices=spec.choices, default=spec.default,
+                            help=spec.help)
+    else:
+        parser.add_argument(spec.flag, type=Path, default=spec.default, help=spec.help)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,39 +92,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="write this tickwheel's Python sources to PATH, a zip for "
                              "spark-submit's --py-files (executors without tickwheel "
                              "then run its pure-Python build), print PATH and exit")
-    parser.add_argument("--input", type=Path, help="event log directory")
-    parser.add_argument("--output", type=Path,
-                        help="writes outcomes/ and quarantine/ here")
-    parser.add_argument("--checkpoint", type=Path,
-                        help="checkpoint directory (default: OUTPUT/_checkpoint)")
-    parser.add_argument("--lateness-ms", type=_in_range(0, MAX_LATENESS_MS),
-                        default=DEFAULT_LATENESS_MS,
-                        help="rows this far behind the largest ts_ms read so far are late")
-    parser.add_argument("--dedupe-retention-ms", type=_in_range(0, MAX_RETENTION_MS), default=None,
-                        help="remember an op_id this long after its first watch (and "
-                             "while it is pending); default: forever")
-    parser.add_argument("--partitions", type=_in_range(1, MAX_PARTITIONS), default=None,
-                        help="partitions of the key space and of the op-id space, fixed "
-                             "by a checkpoint's first run (default: the master's "
-                             "parallelism)")
-    parser.add_argument("--max-files-per-trigger", type=_in_range(1, MAX_FILES_PER_TRIGGER),
-                        default=None,
-                        help="input files per micro-batch (default: all new files)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="clear earlier outputs in OUTPUT first (and OUTPUT/_checkpoint)")
-    parser.add_argument("--final", action=argparse.BooleanOptionalAction, default=True,
-                        help="end the input when done, so every row is applied; "
-                             "--no-final leaves the last lateness-ms of rows held")
-    parser.add_argument("--follow", action="store_true",
-                        help="run as a service: read files as they land, until SIGINT or "
-                             "SIGTERM (dedupe retention defaults to "
-                             f"{FOLLOW_DEDUPE_RETENTION_MS // 1000} s)")
-    parser.add_argument("--trigger-ms", type=_in_range(1, MAX_TRIGGER_MS),
-                        default=DEFAULT_TRIGGER_MS,
-                        help="--follow: a micro-batch this often")
-    parser.add_argument("--clock", choices=("event", "wall"), default="event",
-                        help="--follow: time moves with the rows' ts_ms only, or also "
-                             "with the wall clock (epoch ms)")
+    for spec in RUN_OPTIONS:
+        _add_option(parser, spec)
     return parser
 
 
@@ -184,10 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     problem = input_dir_problem(args.input)
     if problem is not None:
         parser.error(f"--input: {problem}")
-    if not args.follow and (args.trigger_ms != DEFAULT_TRIGGER_MS or args.clock != "event"):
-        parser.error("--trigger-ms and --clock apply to --follow only")
-    if args.follow and not args.final:
-        parser.error("--no-final does not apply to --follow: a service never ends its input")
+    problem = follow_only_problem(follow=args.follow, final=args.final,
+                                  trigger_ms=args.trigger_ms, clock=args.clock)
+    if problem is not None:
+        parser.error(problem)
     if args.follow and args.dedupe_retention_ms is None:
         args.dedupe_retention_ms = FOLLOW_DEDUPE_RETENTION_MS
     checkpoint = args.checkpoint or args.output / DEFAULT_CHECKPOINT
