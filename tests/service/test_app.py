@@ -168,3 +168,24 @@ def test_a_service_without_an_address_has_no_feed_and_follows_alone(data: Path) 
         assert eventually(lambda: recorder.ids() == ["a"], 60)
         assert follow.stop().outcomes == 1
     engine.close()
+
+
+def test_a_service_follows_once_and_refuses_a_second_follow_during_or_after_it(
+        running: tuple[Service, Recorder, LocalFollowEngine]) -> None:
+    service = running[0]
+    first = Running(service)
+    assert eventually(lambda: service.ready, 60)
+    with pytest.raises(RuntimeError, match="follows once"):
+        service.follow(threading.Event())
+    first.stop()
+    with pytest.raises(RuntimeError, match="follows once"):
+        service.follow(threading.Event())
+
+
+def test_a_closed_service_takes_no_engine(data: Path) -> None:
+    service = Service(_options(), data / "state")
+    service.close()
+    engine = _engine(data, service)
+    with pytest.raises(RuntimeError, match="closed"):
+        service.start(engine)
+    engine.close()

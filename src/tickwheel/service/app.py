@@ -112,6 +112,8 @@ class Service:
         self._ran = threading.Event()  # set once the engine has run a batch
         self._collector: TickwheelCollector | None = None
         self._closed = False
+        self._followed = False
+        self._lifecycle = threading.Lock()  # follow() once, and not after close()
 
     # -- the engine's parts -----------------------------------------------------------
 
@@ -142,9 +144,12 @@ class Service:
         """Take ``engine`` (made from this service's parts), read back the outcomes a
         restart would otherwise forget, join the metrics, and start the API; returns
         once it listens (:class:`ServiceError` if it cannot)."""
-        if self.engine is not None:
-            raise RuntimeError("the service has an engine already")
-        self.engine = engine
+        with self._lifecycle:
+            if self._closed:
+                raise RuntimeError("the service is closed")
+            if self.engine is not None:
+                raise RuntimeError("the service has an engine already")
+            self.engine = engine
         counts = engine.counts()
         if self.view is not None:
             self._remember_outcomes(engine, counts.release_ms)
@@ -182,10 +187,15 @@ class Service:
                on_batch: Callable[[FollowBatch], None] | None = None) -> FollowResult:
         """Run the engine's batches until ``stop`` is set, each reported to
         ``on_batch``; the API stops with them (what it acknowledged is on disk for the
-        next start)."""
-        engine = self.engine
-        if engine is None:
-            raise RuntimeError("start(engine) first")
+        next start). A service follows once: its API stops with the engine."""
+        with self._lifecycle:
+            engine = self.engine
+            if engine is None:
+                raise RuntimeError("start(engine) first")
+            if self._followed or self._closed:
+                raise RuntimeError("the service has followed already; a service "
+                                   "follows once")
+            self._followed = True
         ran = self._ran
 
         def batch_done(batch: FollowBatch) -> None:
@@ -205,9 +215,10 @@ class Service:
         """Stop delivering (the engine's stop waited for it already: what it holds now
         is delivered at the next start), stop the API if it still runs, and leave the
         metrics registry. Returns what each route settled."""
-        if self._closed:
-            return self.deliveries
-        self._closed = True
+        with self._lifecycle:
+            if self._closed:
+                return self.deliveries
+            self._closed = True
         if self.server is not None:
             self.server.stop()
         if self.outbox is not None:
