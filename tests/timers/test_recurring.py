@@ -64,7 +64,7 @@ def test_cancel_ends_the_series_even_from_inside_a_run(timer: TimerBase,
 
     task = timer.schedule_recurring(Schedule(every_ms=100), run)
     drive(timer, clock, 3_000, 10)
-    assert len(fired) == 3 and task.cancelled and len(timer) == 0
+    assert len(fired) == 3 and task.cancelled() and len(timer) == 0
     assert task.next_occurrence_ms is None
 
 
@@ -120,7 +120,7 @@ def test_max_runs_and_the_end_finish_the_series(timer: TimerBase, clock: ManualC
     counted = timer.schedule_recurring(Schedule(every_ms=100, max_runs=3), lambda: None)
     bounded = timer.schedule_recurring(Schedule(every_ms=100, end_ms=1_500), lambda: None)
     drive(timer, clock, 5_000, 50)
-    assert counted.runs == 3 and counted.finished and not counted.cancelled
+    assert counted.runs == 3 and counted.finished and not counted.cancelled()
     assert bounded.runs == 6 and bounded.finished  # 1000 (now) .. 1500
     assert len(timer) == 0
 

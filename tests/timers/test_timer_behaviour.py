@@ -77,14 +77,14 @@ def test_cancel_removes_a_pending_task(timer: TimerBase, clock: ManualClock) -> 
     b = timer.schedule(100, out.append, "b")
     assert len(timer) == 2
     assert a.cancel() is True
-    assert a.cancelled and not a.pending
+    assert a.cancelled() and not a.pending
     assert a.cancel() is False
     assert len(timer) == 1
     clock.advance(1_000)
     timer.advance_clock(0)
     assert out == ["b"]
     assert b.cancel() is False  # already ran
-    assert not b.cancelled
+    assert not b.cancelled()
     s = timer.stats()
     assert (s.pending, s.scheduled, s.expired, s.cancelled) == (0, 2, 1, 1)
 
@@ -112,7 +112,7 @@ def test_a_cancelled_task_can_be_added_again(timer: TimerBase, clock: ManualCloc
     timer.add(task)
     task.cancel()
     timer.add(task)
-    assert not task.cancelled
+    assert not task.cancelled()
     clock.advance(1_000)
     timer.advance_clock(0)
     assert out == ["t"]
@@ -219,7 +219,7 @@ def test_close_cancels_what_is_pending_as_netty_stop_does(timer: TimerBase,
     timer.add(moved)  # added twice: one pending task, cancelled once
     assert timer.close() == 6
     for task in [*pending, moved]:
-        assert task.cancelled and not task.pending
+        assert task.cancelled() and not task.pending
         assert task.cancel() is False
     assert "cancelled" in repr(pending[0])
     s = timer.stats()
@@ -459,13 +459,13 @@ def test_callbacks_with_and_without_arguments_run_and_cancel_alike(
     with_args = timer.schedule(10, lambda *a: calls.append(a), 1, "two")
     at = timer.schedule_at(clock.now_ms() + 10, lambda: calls.append(("at",)))
     gone = timer.schedule(10, lambda: calls.append(("never",)))
-    assert gone.cancel() and gone.cancelled
-    assert not (plain.cancelled or with_args.cancelled or at.cancelled)
+    assert gone.cancel() and gone.cancelled()
+    assert not (plain.cancelled() or with_args.cancelled() or at.cancelled())
     clock.advance(1_000)
     timer.advance_clock(0)
     assert sorted(calls, key=repr) == sorted([(), (1, "two"), ("at",)], key=repr)
-    assert not (plain.cancelled or with_args.cancelled or at.cancelled)
-    assert gone.cancelled and not gone.pending
+    assert not (plain.cancelled() or with_args.cancelled() or at.cancelled())
+    assert gone.cancelled() and not gone.pending
 
 
 @pytest.mark.parametrize("cls", ["TimingWheelTimer", "HashedWheelTimer", "HeapTimer"])

@@ -325,7 +325,7 @@ class TimerBase(TaskOwner):
 
     def close(self) -> int:
         """Stop the timer; cancel what is pending and return how many (Netty's
-        ``stop()``): each of those tasks reports ``cancelled`` and never runs, and a
+        ``stop()``): each of those tasks reports ``cancelled()`` and never runs, and a
         delayed operation among them is resolved as cancelled, so nothing waits on it.
 
         Tasks already due and handed to the executor still run; the timer's own

@@ -80,7 +80,6 @@ class RecurringTask(TimerTask):
         """True once the series ran out (its end, or ``max_runs``)."""
         return self._series.finished
 
-    @property
     def cancelled(self) -> bool:
         return self._cancelled_series
 

@@ -96,8 +96,9 @@ class TimerTask(TimerEntry):
         """The clock time at which the task is due, once added to a timer."""
         return self._expiration
 
-    @property
     def cancelled(self) -> bool:
+        """True once ``cancel()`` removed the task (a method, as asyncio's handles and
+        futures have it)."""
         return self._index == CANCELLED
 
     @property
@@ -127,7 +128,7 @@ class TimerTask(TimerEntry):
 
     def __repr__(self) -> str:
         state = "pending" if self._owner is not None else (
-            "cancelled" if self.cancelled else "idle"
+            "cancelled" if self.cancelled() else "idle"
         )
         return f"<{type(self).__name__} delay_ms={self._delay_ms} {state}>"
 
@@ -205,7 +206,6 @@ class PeriodicTask(TimerTask):
     def period_ms(self) -> int:
         return self._period_ms
 
-    @property
     def cancelled(self) -> bool:
         """True once ``cancel()`` stopped the series (even between two runs, when no
         run was pending)."""
