@@ -188,4 +188,6 @@ def test_a_closed_service_takes_no_engine(data: Path) -> None:
     engine = _engine(data, service)
     with pytest.raises(RuntimeError, match="closed"):
         service.start(engine)
+    with pytest.raises(RuntimeError, match="start"):
+        service.follow(threading.Event())
     engine.close()

@@ -192,7 +192,9 @@ class Service:
             engine = self.engine
             if engine is None:
                 raise RuntimeError("start(engine) first")
-            if self._followed or self._closed:
+            if self._closed:
+                raise RuntimeError("the service is closed")
+            if self._followed:
                 raise RuntimeError("the service has followed already; a service "
                                    "follows once")
             self._followed = True
