@@ -402,6 +402,11 @@ def test_a_delivery_that_fails_fails_the_run_instead_of_hanging(spark: Any,
     assert written and min(written) > settled
 
 
+def _java_options(option: str) -> str:
+    """``option`` added to the JVM options the run's JVMs take already (make test's)."""
+    return f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {option}".strip()
+
+
 KILLABLE_RUN = """
 import sys
 from pathlib import Path
@@ -426,7 +431,7 @@ def test_a_hard_killed_run_restarted_on_its_checkpoint_loses_and_repeats_nothing
     (tmp_path / "java-tmp").mkdir()
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                SPARK_LOCAL_DIRS=str(tmp_path / "spark-local"),
-               JAVA_TOOL_OPTIONS=f"-Djava.io.tmpdir={tmp_path / 'java-tmp'}")
+               JAVA_TOOL_OPTIONS=_java_options(f"-Djava.io.tmpdir={tmp_path / 'java-tmp'}"))
     proc = subprocess.Popen([sys.executable, "-c", script, str(killed), "final"],
                             start_new_session=True, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -987,7 +992,7 @@ sys.stdin.readline()
 @pytest.mark.spark
 def test_a_local_masters_ui_asked_for_listens_on_loopback_only(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}
-    env["JAVA_TOOL_OPTIONS"] = f"-Djava.io.tmpdir={tmp_path}"
+    env["JAVA_TOOL_OPTIONS"] = _java_options(f"-Djava.io.tmpdir={tmp_path}")
     child = subprocess.Popen([sys.executable, "-c", UI_SESSION], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
