@@ -49,9 +49,9 @@ typecheck: $(STAMP)
 
 # Two test processes or more (one per core, at most four): most of the slow tests wait on
 # a JVM or a child process, and each process starts its own Spark session.
-# The tests' JVMs live seconds to minutes: compiled by the JIT's first tier only, with the
-# serial collector, they spend less CPU than they save (the Spark tests take about a fifth
-# less time; docs/benchmarks.md). Every JVM a test starts inherits this.
+# The tests' JVMs live seconds to minutes, too short for the JIT's optimising tier to pay
+# back its compiling: the first tier only and the serial collector take about a fifth off
+# the Spark tests (docs/benchmarks.md). Every JVM a test starts inherits this.
 TEST_JVM := -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 unit: $(STAMP) browser
 	JAVA_TOOL_OPTIONS="$(TEST_JVM)" $(BIN)/pytest -q -n auto --maxprocesses 4 --durations=40
