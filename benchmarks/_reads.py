@@ -9,7 +9,9 @@ memory, and how fast a page of them answers while rows are submitted.
   view holds them all, single-row requests are submitted at ``--submit-rate`` by the load
   generator in another process, while this process reads
   a page of 100 schedules from a random place (``GET /v1/schedules?limit=100&cursor=``)
-  and, as the anchor, ``GET /v1/status``, each ``--read-rate`` times a second.
+  and, as the anchor, ``GET /v1/status``, each ``--read-rate`` times a second;
+- the machine: the CPU a hypervisor took meanwhile (:mod:`benchmarks._steal`), over the
+  run and while each read ran, so that a run on a busy host says so.
 """
 
 from __future__ import annotations
@@ -28,11 +30,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks import child_env
+from benchmarks._steal import StealSampler
 
 __all__ = ["ReadResult", "read_table", "run_reads", "view_bytes"]
 
 _ZONES: Final = ("UTC", "Europe/London", "America/New_York", "Asia/Shanghai")
 _ROWS_PER_REQUEST: Final = 5_000
+#: A read during which the hypervisor took more than this share of the CPU ran on a
+#: busy host (measured over the 0.1 s samples around it).
+STOLEN_OVER: Final = 0.10
 
 
 def _spec(n: int) -> dict[str, Any]:
@@ -85,6 +91,12 @@ class ReadResult:
     page_ms: list[float] = field(default_factory=list)
     page_at: list[float] = field(default_factory=list)  # wall time each page was read
     status_ms: list[float] = field(default_factory=list)
+    status_at: list[float] = field(default_factory=list)
+    #: The share of the CPU stolen during the reads, and while each read ran (None:
+    #: not measured, not Linux).
+    stolen: float | None = None
+    page_stolen: list[float | None] = field(default_factory=list)
+    status_stolen: list[float | None] = field(default_factory=list)
     errors: int = 0
     rows_acked: int = 0
     load_seconds: float = 0.0
@@ -134,8 +146,8 @@ def _reader(url: str, n: int, rate: int, stop: threading.Event, result: ReadResu
                     ok = False
                 # From when it was due: a reader held up is charged for the wait.
                 into.append((time.perf_counter() - min(started, start)) * 1000)
-                if into is result.page_ms:
-                    result.page_at.append(time.time())
+                (result.page_at if into is result.page_ms else result.status_at).append(
+                    time.time())
                 result.errors += not ok
 
 
@@ -164,6 +176,7 @@ def run_reads(n: int, seconds: float, submit_rate: int, read_rate: int) -> ReadR
             result.ingest_s = time.monotonic() - started
             print(f"the view holds {n:,} schedules after {result.ingest_s:.0f} s", flush=True)
             stop = threading.Event()
+            steal = StealSampler().start()
             reader = threading.Thread(target=_reader, args=(url, n, read_rate, stop, result))
             reader.start()
             out = work / "load.json"
@@ -174,6 +187,8 @@ def run_reads(n: int, seconds: float, submit_rate: int, read_rate: int) -> ReadR
             finally:
                 stop.set()
                 reader.join()
+                steal.stop()
+            _charge_steal(result, steal)
             loaded = json.loads(out.read_text())
             result.rows_acked, result.load_seconds = loaded["rows_acked"], loaded["seconds"]
             result.errors += loaded["errors"]
@@ -184,14 +199,45 @@ def run_reads(n: int, seconds: float, submit_rate: int, read_rate: int) -> ReadR
     return result
 
 
+def _charge_steal(result: ReadResult, steal: StealSampler) -> None:
+    result.stolen = steal.share()
+    for ms_list, at_list, into in ((result.page_ms, result.page_at, result.page_stolen),
+                                   (result.status_ms, result.status_at,
+                                    result.status_stolen)):
+        into[:] = [steal.share(at - ms / 1000, at) for ms, at in
+                   zip(ms_list, at_list, strict=True)]
+
+
+def _calm(values: list[float], stolen: list[float | None]) -> list[float]:
+    """The reads during which the hypervisor took at most :data:`STOLEN_OVER`."""
+    return [ms for ms, share in zip(values, stolen, strict=True)
+            if share is None or share <= STOLEN_OVER]
+
+
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def _slowest(result: ReadResult) -> str:
-    worst = sorted(zip(result.page_ms, result.page_at, strict=False), reverse=True)[:12]
-    return ", ".join(f"{ms:.0f} ms at :{at % 60:04.1f}" for ms, at in worst)
+    stolen = result.page_stolen or [None] * len(result.page_ms)
+    worst = sorted(zip(result.page_ms, result.page_at, stolen, strict=True),
+                   key=lambda read: read[0], reverse=True)[:12]
+    return ", ".join(f"{ms:.0f} ms at :{at % 60:04.1f}"
+                     + ("" if share is None else f" ({share:.0%} stolen)")
+                     for ms, at, share in worst)
+
+
+def _steal_lines(result: ReadResult) -> list[str]:
+    if result.stolen is None:
+        return ["the CPU the hypervisor took was not measured (no /proc/stat)."]
+    pages = _calm(result.page_ms, result.page_stolen)
+    statuses = _calm(result.status_ms, result.status_stolen)
+    page99, status99 = _quantile(pages, 0.99), _quantile(statuses, 0.99)
+    return [f"the hypervisor took {result.stolen:.1%} of the machine's CPU during the reads "
+            f"(steal); {len(result.page_ms) - len(pages):,} pages ran while it took over "
+            f"{STOLEN_OVER:.0%}. Without those reads: page p99 {page99:.1f} ms, status p99 "
+            f"{status99:.1f} ms ({page99 / status99:.2f}x)."]
 
 
 def _by_minute(result: ReadResult) -> str:
@@ -220,6 +266,7 @@ def read_table(result: ReadResult) -> str:
         "",
         f"the slowest pages at seconds past the minute: {_slowest(result)}",
         f"page p99 ms in each minute of the run: {_by_minute(result) or '-'}",
+        *_steal_lines(result),
         "",
         f"{len(result.page_ms):,} pages read, {result.errors} errors; the view took "
         f"{result.ingest_s:.0f} s to hold every schedule from the start.",

@@ -1,0 +1,56 @@
+"""The read benchmark's account of the machine: the CPU a hypervisor took while each
+read ran, and the tail of the reads it left alone."""
+
+from __future__ import annotations
+
+from benchmarks._reads import ReadResult, read_table
+from benchmarks._steal import StealSample, StealSampler
+
+
+def _sampler(*samples: tuple[float, int, int]) -> StealSampler:
+    sampler = StealSampler()
+    sampler.samples.extend(StealSample(*sample) for sample in samples)
+    return sampler
+
+
+def test_the_share_stolen_is_taken_between_the_samples_around_a_span() -> None:
+    sampler = _sampler((10.0, 0, 0), (10.1, 0, 20), (10.2, 15, 40), (10.3, 15, 60))
+    assert sampler.share() == 15 / 60
+    assert sampler.share(10.12, 10.18) == 15 / 20  # from 10.1 to 10.2
+    assert sampler.share(10.0, 10.1) == 0.0
+    assert sampler.share(10.25, 11.0) == 0.0  # from 10.2 to the last sample
+
+
+def test_nothing_is_measured_without_two_samples() -> None:
+    assert _sampler().share() is None
+    assert _sampler((1.0, 0, 10)).share() is None
+    assert not _sampler((1.0, 0, 10)).available
+
+
+def _result(stolen: float | None) -> ReadResult:
+    result = ReadResult(1_000, 2_000, 60.0, rows_acked=120_000, load_seconds=60.0,
+                        view_bytes=240.0, dict_bytes=256.0)
+    result.page_ms = [5.0] * 98 + [6.0, 400.0]
+    result.page_at = [100.0 + i for i in range(100)]
+    result.status_ms = [9.0] * 99 + [700.0]
+    result.status_at = [100.5 + i for i in range(100)]
+    if stolen is not None:
+        result.stolen = stolen
+        calm: list[float | None] = [0.0] * 99
+        result.page_stolen = [*calm, 0.4]
+        result.status_stolen = [*calm, 0.5]
+    return result
+
+
+def test_the_table_gives_the_tail_without_the_reads_a_busy_host_held_up() -> None:
+    table = read_table(_result(0.012))
+    assert "| `GET /v1/schedules?limit=100&cursor=...` | 5.0 | 400.0 | 0.57x |" in table
+    assert "took 1.2% of the machine's CPU" in table
+    assert "1 pages ran while it took over 10%" in table
+    assert "Without those reads: page p99 6.0 ms, status p99 9.0 ms" in table
+    assert "400 ms at :19.0 (40% stolen)" in table
+
+
+def test_the_table_says_when_the_machine_was_not_measured() -> None:
+    table = read_table(_result(None))
+    assert "was not measured" in table and "Without those reads" not in table
