@@ -97,6 +97,7 @@ class ReadResult:
     stolen: float | None = None
     page_stolen: list[float | None] = field(default_factory=list)
     status_stolen: list[float | None] = field(default_factory=list)
+    minute_stolen: list[float | None] = field(default_factory=list)  # each whole minute's
     errors: int = 0
     rows_acked: int = 0
     load_seconds: float = 0.0
@@ -206,6 +207,10 @@ def _charge_steal(result: ReadResult, steal: StealSampler) -> None:
                                     result.status_stolen)):
         into[:] = [steal.share(at - ms / 1000, at) for ms, at in
                    zip(ms_list, at_list, strict=True)]
+    if result.page_at:
+        first = result.page_at[0]
+        result.minute_stolen = [steal.share(first + 60 * k, first + 60 * (k + 1))
+                                for k in range(int(result.seconds // 60))]
 
 
 def _calm(values: list[float], stolen: list[float | None]) -> list[float]:
@@ -241,7 +246,8 @@ def _steal_lines(result: ReadResult) -> list[str]:
 
 
 def _by_minute(result: ReadResult) -> str:
-    """Each whole minute's page p99: how much a window's p99 depends on where it falls."""
+    """Each whole minute's page p99, and the CPU stolen in it: how much a window's p99
+    depends on where it falls."""
     if not result.page_at:
         return ""
     first = result.page_at[0]
@@ -249,7 +255,11 @@ def _by_minute(result: ReadResult) -> str:
     for ms, at in zip(result.page_ms, result.page_at, strict=False):
         minutes.setdefault(int((at - first) // 60), []).append(ms)
     whole = [values for _, values in sorted(minutes.items())][: int(result.seconds // 60)]
-    return ", ".join(f"{_quantile(values, 0.99):.0f}" for values in whole)
+    stolen = result.minute_stolen
+    return ", ".join(f"{_quantile(values, 0.99):.0f}"
+                     + ("" if k >= len(stolen) or stolen[k] is None
+                        else f" ({stolen[k]:.1%} stolen)")
+                     for k, values in enumerate(whole))
 
 
 def read_table(result: ReadResult) -> str:

@@ -52,6 +52,7 @@ from typing import Any
 
 from benchmarks import child_env
 from benchmarks._load import FIRE_IN_MS, TARGETS
+from benchmarks._steal import StealSampler
 
 __all__ = ["PHASES", "PhaseResult", "ack_table", "run_service", "service_table",
            "signing_table", "start_service", "targets_table"]
@@ -98,6 +99,9 @@ class PhaseResult:
     fire_delay_ms: list[float] = field(default_factory=list)
     intake: dict[str, Any] = field(default_factory=dict)  # /v1/status's, after the load
     load_cpu_s: float = 0.0  # the load generator's CPU time, user and system
+    #: The share of the machine's CPU its hypervisor took during the load (None: not
+    #: measured, not Linux).
+    stolen: float | None = None
 
     @property
     def rows_s(self) -> float:
@@ -304,7 +308,12 @@ def _phase(engine: str, phase: str, rows_per_request: int, rows_s: int, seconds:
             child, url = _start_anchor(anchor, work)
         try:
             mode: bool | str = "targets" if targets is not None else phase == "fire"
-            _load_elsewhere(url, result, seconds, fire=mode, scratch=work, client=client)
+            steal = StealSampler().start()
+            try:
+                _load_elsewhere(url, result, seconds, fire=mode, scratch=work, client=client)
+            finally:
+                steal.stop()
+            result.stolen = steal.share()
             if anchor != "bare":
                 result.intake = _intake_status(url)
             if phase == "fire" or targets is not None:  # the last deadlines and delivery
@@ -400,8 +409,8 @@ def service_table(results: list[PhaseResult]) -> str:
     anchors = {runs[0].phase: runs for runs in groups if runs[0].engine == "bare aiohttp"}
     lines = ["| engine | phase | target rows/s | acked rows/s | ack p50 ms | ack p99 ms | "
              "p99 of each round | errors | load generator CPU | fire delay p50 ms | "
-             "fire delay p99 ms |",
-             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+             "fire delay p99 ms | CPU stolen in each round |",
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for runs in groups:
         r = runs[0]
         p99s = [_percentile(run.latency_ms, 0.99) for run in runs]
@@ -424,8 +433,14 @@ def service_table(results: list[PhaseResult]) -> str:
             f"{_median_of(runs, lambda run: _percentile(run.latency_ms, 0.5)):,.1f} | "
             f"{p99:,.1f}{ratio} | {', '.join(f'{v:,.1f}' for v in p99s)} | "
             f"{sum(run.errors + run.overloaded for run in runs):,} | {cpu:.0%} of a core | "
-            f"{fire} |")
+            f"{fire} | {_stolen_cell(runs)} |")
     return "\n".join(lines)
+
+
+def _stolen_cell(runs: list[PhaseResult]) -> str:
+    """Each round's share of the CPU the hypervisor took: a round on a busy host has a
+    tail of its own."""
+    return ", ".join("-" if run.stolen is None else f"{run.stolen:.1%}" for run in runs)
 
 
 def _histogram_cell(runs: list[PhaseResult], name: str) -> str:

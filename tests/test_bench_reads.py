@@ -3,7 +3,7 @@ read ran, and the tail of the reads it left alone."""
 
 from __future__ import annotations
 
-from benchmarks._reads import ReadResult, read_table
+from benchmarks._reads import ReadResult, _charge_steal, read_table
 from benchmarks._steal import StealSample, StealSampler
 
 
@@ -28,7 +28,7 @@ def test_nothing_is_measured_without_two_samples() -> None:
 
 
 def _result(stolen: float | None) -> ReadResult:
-    result = ReadResult(1_000, 2_000, 60.0, rows_acked=120_000, load_seconds=60.0,
+    result = ReadResult(1_000, 2_000, 120.0, rows_acked=120_000, load_seconds=60.0,
                         view_bytes=240.0, dict_bytes=256.0)
     result.page_ms = [5.0] * 98 + [6.0, 400.0]
     result.page_at = [100.0 + i for i in range(100)]
@@ -39,6 +39,7 @@ def _result(stolen: float | None) -> ReadResult:
         calm: list[float | None] = [0.0] * 99
         result.page_stolen = [*calm, 0.4]
         result.status_stolen = [*calm, 0.5]
+        result.minute_stolen = [0.0, 0.025]
     return result
 
 
@@ -49,8 +50,21 @@ def test_the_table_gives_the_tail_without_the_reads_a_busy_host_held_up() -> Non
     assert "1 pages ran while it took over 10%" in table
     assert "Without those reads: page p99 6.0 ms, status p99 9.0 ms" in table
     assert "400 ms at :19.0 (40% stolen)" in table
+    assert "each minute of the run: 5 (0.0% stolen), 400 (2.5% stolen)" in table
 
 
 def test_the_table_says_when_the_machine_was_not_measured() -> None:
     table = read_table(_result(None))
     assert "was not measured" in table and "Without those reads" not in table
+
+
+def test_each_read_and_each_minute_is_charged_the_steal_around_it() -> None:
+    # Steal only between 130 s and 131 s: the read then, and the first minute.
+    sampler = _sampler((100.0, 0, 0), (130.0, 0, 3_000), (131.0, 50, 3_100),
+                       (230.0, 50, 13_000))
+    result = ReadResult(1_000, 2_000, 120.0)
+    result.page_ms, result.page_at = [5.0, 500.0, 5.0], [101.0, 130.9, 200.0]
+    result.status_ms, result.status_at = [5.0, 5.0, 5.0], [101.0, 131.0, 200.0]
+    _charge_steal(result, sampler)
+    assert result.page_stolen == [0.0, 0.5, 0.0]
+    assert result.minute_stolen == [50 / 13_000, 0.0]  # the samples around each minute

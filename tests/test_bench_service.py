@@ -1,5 +1,6 @@
 """The service benchmark's tables: a row per engine and phase, the median over its
-rounds, each round's p99 beside it, and the ratio to the bare server's median p99."""
+rounds, each round's p99 beside it, the ratio to the bare server's median p99, and the
+CPU the hypervisor took in each round."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from benchmarks._service import PhaseResult, ack_table, service_table
 
 
-def _round(engine: str, p99_ms: float, *, land_mean: float = 2.0) -> PhaseResult:
+def _round(engine: str, p99_ms: float, *, land_mean: float = 2.0,
+           stolen: float | None = 0.0) -> PhaseResult:
     # 100 requests: 98 at 1 ms, then the two slowest set the p99 (index 99 of 100).
     latencies = [1.0] * 98 + [p99_ms, p99_ms]
     intake = {} if engine == "bare aiohttp" else {
@@ -16,12 +18,12 @@ def _round(engine: str, p99_ms: float, *, land_mean: float = 2.0) -> PhaseResult
         "commit_wait_ms": {"count": 100, "mean": 1.0, "p99": 5},
         "land_ms": {"count": 10, "mean": land_mean, "p99": 5}}
     return PhaseResult(engine, "single", 1, 100, rows_acked=100, seconds=1.0,
-                       latency_ms=latencies, intake=intake, load_cpu_s=0.5)
+                       latency_ms=latencies, intake=intake, load_cpu_s=0.5, stolen=stolen)
 
 
 def test_a_row_gives_the_median_of_its_rounds_and_each_rounds_p99() -> None:
     results = [_round("bare aiohttp", 2.0), _round("local", 10.0),
-               _round("bare aiohttp", 200.0), _round("local", 90.0),
+               _round("bare aiohttp", 200.0), _round("local", 90.0, stolen=0.125),
                _round("bare aiohttp", 4.0), _round("local", 30.0)]
     rows = service_table(results).splitlines()[2:]
     assert len(rows) == 2  # one row per engine and phase, not per round
@@ -31,6 +33,8 @@ def test_a_row_gives_the_median_of_its_rounds_and_each_rounds_p99() -> None:
     assert (bare[5], bare[6]) == ("4.0", "2.0, 200.0, 4.0")
     assert (local[5], local[6]) == ("30.0 (7.5x)", "10.0, 90.0, 30.0")
     assert local[8] == "50% of a core"
+    # The round on a busy host says so.
+    assert local[11] == "0.0%, 12.5%, 0.0%"
 
 
 def test_the_time_table_gives_the_median_of_the_servers_histograms() -> None:
