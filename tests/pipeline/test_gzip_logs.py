@@ -26,6 +26,7 @@ def _lines(content: bytes, name: str = "events.jsonl.gz", slice_bytes: int = 8 <
     return [line for lines in json_lines(stream, slice_bytes) for line in lines]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(cuts=st.lists(st.integers(min_value=0, max_value=len(ROWS)), max_size=4),
        padding=st.integers(min_value=0, max_value=3),

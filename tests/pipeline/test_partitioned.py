@@ -135,6 +135,7 @@ def logs(draw: st.DrawFn) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(logs(), st.sampled_from([1, 2, 5]), st.sampled_from([None, 0, 4]))
 def test_any_log_of_ties_resolves_as_the_reference_engine_resolves_it(

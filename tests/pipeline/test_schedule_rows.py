@@ -288,6 +288,7 @@ def test_one_schedules_rows_at_one_time_apply_in_one_order_whatever_the_file_ord
     assert len(results) == 1
 
 
+@pytest.mark.slow
 def test_only_the_next_occurrence_of_each_schedule_is_held() -> None:
     resolver = Resolver()
     resolver.apply([parse_line(line(0, "schedule", f"s{n}", every_ms=1 + n % 7))  # type: ignore[misc]
