@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["StealSample", "StealSampler"]
+__all__ = ["StealSample", "StealSampler", "read_steal"]
 
 _PROC_STAT: Final = Path("/proc/stat")
 _STEAL_FIELD: Final = 7  # user nice system idle iowait irq softirq steal guest guest_nice
@@ -26,15 +26,20 @@ class StealSample:
     total: int  # jiffies, all CPUs (guest time is inside user time already)
 
 
-def _read() -> tuple[int, int] | None:
+def read_steal(path: Path = _PROC_STAT) -> tuple[int, int] | None:
+    """The jiffies stolen and all jiffies, from a ``/proc/stat``; None where there is
+    none, or it has no steal field (kernels before 2.6.11) or is not numbers."""
     try:
-        with _PROC_STAT.open() as stat:
+        with path.open() as stat:
             fields = stat.readline().split()
     except OSError:
         return None
     if not fields or fields[0] != "cpu" or len(fields) <= _STEAL_FIELD + 1:
         return None
-    counts = [int(value) for value in fields[1:_STEAL_FIELD + 2]]
+    try:
+        counts = [int(value) for value in fields[1:_STEAL_FIELD + 2]]
+    except ValueError:
+        return None
     return counts[_STEAL_FIELD], sum(counts)
 
 
@@ -63,12 +68,12 @@ class StealSampler:
 
     def _run(self) -> None:
         while True:
-            read = _read()
+            read = read_steal()
             if read is None:
                 return
             self.samples.append(StealSample(time.time(), *read))
             if self._stop.wait(self.every_s):
-                read = _read()
+                read = read_steal()
                 if read is not None:
                     self.samples.append(StealSample(time.time(), *read))
                 return

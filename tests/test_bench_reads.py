@@ -3,8 +3,10 @@ read ran, and the tail of the reads it left alone."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from benchmarks._reads import ReadResult, _charge_steal, read_table
-from benchmarks._steal import StealSample, StealSampler
+from benchmarks._steal import StealSample, StealSampler, read_steal
 
 
 def _sampler(*samples: tuple[float, int, int]) -> StealSampler:
@@ -19,6 +21,16 @@ def test_the_share_stolen_is_taken_between_the_samples_around_a_span() -> None:
     assert sampler.share(10.12, 10.18) == 15 / 20  # from 10.1 to 10.2
     assert sampler.share(10.0, 10.1) == 0.0
     assert sampler.share(10.25, 11.0) == 0.0  # from 10.2 to the last sample
+
+
+def test_a_stat_file_gives_its_steal_and_all_its_time_or_nothing(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 2 30 800 5 0 1 40 0 0\ncpu0 50 1 15 400 2 0 0 20 0 0\n")
+    assert read_steal(stat) == (40, 978)
+    for bad in ("cpu  100 2 30 800\n", "cpu  1 2 3 4 5 6 7 x 0 0\n", "intr 1 2 3\n", ""):
+        stat.write_text(bad)
+        assert read_steal(stat) is None, bad
+    assert read_steal(tmp_path / "missing") is None
 
 
 def test_nothing_is_measured_without_two_samples() -> None:
